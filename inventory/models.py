@@ -1,0 +1,223 @@
+"""What cards exist: regions, nodes, card models (spec sheets) and the cards themselves."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+
+class Vendor(models.TextChoices):
+    NVIDIA = "nvidia", "NVIDIA"
+    HUAWEI = "huawei", _("Huawei Ascend")
+    CAMBRICON = "cambricon", _("Cambricon")
+    HYGON = "hygon", _("Hygon DCU")
+    KUNLUNXIN = "kunlunxin", _("Kunlunxin")
+    ILUVATAR = "iluvatar", _("Iluvatar CoreX")
+    MOORE_THREADS = "moorethreads", _("Moore Threads")
+    METAX = "metax", _("MetaX")
+    AMD = "amd", "AMD"
+    OTHER = "other", _("Other")
+
+
+# The environment variable each vendor's runtime reads to pick devices; a card model may override.
+VISIBLE_DEVICES_ENV = {
+    Vendor.NVIDIA: "CUDA_VISIBLE_DEVICES",
+    Vendor.HUAWEI: "ASCEND_RT_VISIBLE_DEVICES",
+    Vendor.CAMBRICON: "MLU_VISIBLE_DEVICES",
+    Vendor.HYGON: "HIP_VISIBLE_DEVICES",
+    Vendor.KUNLUNXIN: "XPU_VISIBLE_DEVICES",
+    Vendor.ILUVATAR: "CUDA_VISIBLE_DEVICES",
+    Vendor.MOORE_THREADS: "MUSA_VISIBLE_DEVICES",
+    Vendor.METAX: "CUDA_VISIBLE_DEVICES",
+    Vendor.AMD: "HIP_VISIBLE_DEVICES",
+    Vendor.OTHER: "VISIBLE_DEVICES",
+}
+
+
+class InterconnectKind(models.TextChoices):
+    NVLINK = "nvlink", "NVLink"
+    HCCS = "hccs", "HCCS"
+    XGMI = "xgmi", "xGMI / Infinity Fabric"
+    MLULINK = "mlulink", "MLU-Link"
+    XLINK = "xlink", _("XLink / vendor link")
+    PCIE = "pcie", "PCIe"
+
+
+class Precision(models.TextChoices):
+    FP64 = "fp64", "FP64"
+    FP32 = "fp32", "FP32"
+    TF32 = "tf32", "TF32"
+    FP16 = "fp16", "FP16"
+    BF16 = "bf16", "BF16"
+    FP8 = "fp8", "FP8"
+    INT8 = "int8", "INT8"
+
+
+def new_card_uuid() -> str:
+    return f"CARD-{uuid.uuid4()}"
+
+
+class Region(models.Model):
+    """A place cards live in; regions nest (centre → province → edge)."""
+
+    class Kind(models.TextChoices):
+        CENTRE = "centre", _("Centre")
+        PROVINCE = "province", _("Province")
+        EDGE = "edge", _("Edge")
+
+    name = models.CharField(_("name"), max_length=100)
+    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.CENTRE)
+    parent = models.ForeignKey(
+        "self", verbose_name=_("parent"), null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = _("region")
+        verbose_name_plural = _("regions")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CardModel(models.Model):
+    """The spec sheet (规格单) of an accelerator model: what a card of this kind is good for."""
+
+    vendor = models.CharField(_("vendor"), max_length=20, choices=Vendor.choices)
+    name = models.CharField(_("name"), max_length=100)
+    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    architecture = models.CharField(_("architecture"), max_length=60, blank=True)
+    family = models.SlugField(
+        _("family"), max_length=60, blank=True, help_text=_("Models of one family can be resized into each other.")
+    )
+    form_factor = models.CharField(_("form factor"), max_length=40, blank=True)
+    memory_gb = models.DecimalField(_("memory (GB)"), max_digits=7, decimal_places=1)
+    memory_bandwidth_gbs = models.PositiveIntegerField(_("memory bandwidth (GB/s)"), null=True, blank=True)
+    fp64_tflops = models.DecimalField("FP64 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    fp32_tflops = models.DecimalField("FP32 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    tf32_tflops = models.DecimalField("TF32 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    fp16_tflops = models.DecimalField("FP16 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    bf16_tflops = models.DecimalField("BF16 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    fp8_tflops = models.DecimalField("FP8 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    int8_tops = models.DecimalField("INT8 TOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    interconnect_kind = models.CharField(
+        _("interconnect"), max_length=16, choices=InterconnectKind.choices, default=InterconnectKind.PCIE
+    )
+    interconnect_gbs = models.PositiveIntegerField(_("interconnect (GB/s)"), null=True, blank=True)
+    tdp_w = models.PositiveIntegerField(_("power (TDP, W)"), null=True, blank=True)
+    software_stack = models.CharField(_("software stack"), max_length=60, blank=True)
+    price_per_hour = models.DecimalField(
+        _("price per card-hour"), max_digits=10, decimal_places=2, default=0,
+        help_text=_("List price in the site's currency (CNY)."),
+    )
+    visible_devices_env = models.CharField(
+        _("visible-devices variable"), max_length=40, blank=True,
+        help_text=_("Leave empty to use the vendor's default (e.g. CUDA_VISIBLE_DEVICES)."),
+    )
+    source_url = models.URLField(_("datasheet"), max_length=300, blank=True)
+    notes = models.TextField(_("notes"), blank=True)
+
+    class Meta:
+        ordering = ["vendor", "-memory_gb", "name"]
+        verbose_name = _("card model")
+        verbose_name_plural = _("card models")
+        constraints = [
+            models.CheckConstraint(condition=Q(memory_gb__gt=0), name="cardmodel_memory_positive"),
+            models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="cardmodel_price_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def devices_env(self) -> str:
+        return self.visible_devices_env or VISIBLE_DEVICES_ENV.get(self.vendor, "VISIBLE_DEVICES")
+
+    def supports(self, precision: str) -> bool:
+        """Whether the spec sheet lists a figure for that precision."""
+        field = f"{precision}_tops" if precision == "int8" else f"{precision}_tflops"
+        return getattr(self, field, None) is not None
+
+
+class Node(models.Model):
+    """A server holding cards."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", _("Active")
+        DRAINING = "draining", _("Draining")
+        MAINTENANCE = "maintenance", _("Maintenance")
+        OFFLINE = "offline", _("Offline")
+
+    class Network(models.TextChoices):
+        INFINIBAND = "ib", "InfiniBand"
+        ROCE = "roce", "RoCE"
+        ETHERNET = "ethernet", _("Ethernet")
+
+    hostname = models.CharField(_("hostname"), max_length=253, unique=True)
+    region = models.ForeignKey(Region, verbose_name=_("region"), on_delete=models.PROTECT, related_name="nodes")
+    status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    drain_at = models.DateTimeField(
+        _("drain at"), null=True, blank=True,
+        help_text=_("While draining, no lease may run past this time."),
+    )
+    network_kind = models.CharField(_("network"), max_length=16, choices=Network.choices, default=Network.ETHERNET)
+    network_gbps = models.PositiveIntegerField(_("network (Gbps)"), null=True, blank=True)
+    cpu_cores = models.PositiveIntegerField(_("CPU cores"), null=True, blank=True)
+    memory_gb = models.PositiveIntegerField(_("host memory (GB)"), null=True, blank=True)
+    driver_version = models.CharField(_("driver version"), max_length=60, blank=True)
+    software_versions = models.JSONField(_("software versions"), default=dict, blank=True)
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
+    external_id = models.CharField(
+        _("external id"), max_length=120, blank=True, help_text=_("The id in the CMDB this node was imported from.")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["hostname"]
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status="draining") | Q(drain_at__isnull=False), name="node_draining_has_drain_at"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class Card(models.Model):
+    """One physical accelerator in a node."""
+
+    class Status(models.TextChoices):
+        OK = "ok", _("OK")
+        FAULTY = "faulty", _("Faulty")
+        RETIRED = "retired", _("Retired")
+
+    node = models.ForeignKey(Node, verbose_name=_("node"), on_delete=models.CASCADE, related_name="cards")
+    card_model = models.ForeignKey(
+        CardModel, verbose_name=_("card model"), on_delete=models.PROTECT, related_name="cards"
+    )
+    index = models.PositiveSmallIntegerField(_("index on node"))
+    uuid = models.CharField(_("UUID"), max_length=80, unique=True, default=new_card_uuid)
+    interconnect_domain = models.PositiveSmallIntegerField(
+        _("interconnect domain"), default=0,
+        help_text=_("Cards sharing an NVLink/HCCS island in the node share a domain number."),
+    )
+    status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.OK)
+    health_note = models.CharField(_("health"), max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["node__hostname", "index"]
+        verbose_name = _("card")
+        verbose_name_plural = _("cards")
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="card_unique_index_per_node")]
+        indexes = [models.Index(fields=["card_model", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}#{self.index}"

@@ -1,0 +1,182 @@
+"""Who holds which cards, when: leases, their allocations and their timelines."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+
+class LeaseStatus(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", _("Pending approval")
+    QUEUED = "queued", _("Queued")
+    SCHEDULED = "scheduled", _("Scheduled")
+    PROVISIONING = "provisioning", _("Provisioning")
+    ACTIVE = "active", _("Active")
+    RELEASING = "releasing", _("Releasing")
+    ENDED = "ended", _("Ended")
+    REJECTED = "rejected", _("Rejected")
+    CANCELLED = "cancelled", _("Cancelled")
+    FAILED = "failed", _("Failed")
+
+
+# Named groups of states (NetBox core/choices.py style).
+WAITING_STATES = (LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED)
+HOLDING_STATES = (LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE, LeaseStatus.RELEASING)
+RUNNING_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
+OPEN_STATES = WAITING_STATES + HOLDING_STATES
+TERMINAL_STATES = (LeaseStatus.ENDED, LeaseStatus.REJECTED, LeaseStatus.CANCELLED, LeaseStatus.FAILED)
+
+
+class EndReason(models.TextChoices):
+    EXPIRED = "expired", _("Expired")
+    RELEASED = "released", _("Released")
+    PREEMPTED = "preempted", _("Preempted")
+    IDLE = "idle", _("Idle")
+    ADMIN = "admin", _("Ended by an operator")
+    FAILED = "failed", _("Failed")
+
+
+class Priority(models.TextChoices):
+    CRITICAL = "critical", _("Critical")
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    PREEMPTIBLE = "preemptible", _("Preemptible")
+
+
+# Higher rank is served first.
+PRIORITY_RANK = {Priority.CRITICAL: 300, Priority.HIGH: 200, Priority.NORMAL: 100, Priority.PREEMPTIBLE: 0}
+
+
+class Purpose(models.TextChoices):
+    TRAINING = "training", _("Training")
+    FINE_TUNING = "fine_tuning", _("Fine-tuning")
+    INFERENCE = "inference", _("Inference")
+    RENDERING = "rendering", _("Rendering / simulation")
+    DEVELOPMENT = "development", _("Development")
+
+
+class Lease(models.Model):
+    """*count* cards of one card model for a time window, held by a user on behalf of a team.
+
+    While waiting (queued / pending approval) ``start_at``/``end_at`` are the earliest
+    wanted window; once placed they are the booked window, matching the allocations.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("user"), on_delete=models.PROTECT, related_name="leases"
+    )
+    team = models.ForeignKey("portal.Team", verbose_name=_("team"), on_delete=models.PROTECT, related_name="leases")
+    card_model = models.ForeignKey(
+        "inventory.CardModel", verbose_name=_("card model"), on_delete=models.PROTECT, related_name="leases"
+    )
+    count = models.PositiveSmallIntegerField(_("cards"))
+    duration = models.DurationField(_("duration"))
+    start_at = models.DateTimeField(_("start"))
+    end_at = models.DateTimeField(_("end"))
+    status = models.CharField(_("status"), max_length=20, choices=LeaseStatus.choices, db_index=True)
+    end_reason = models.CharField(_("end reason"), max_length=16, choices=EndReason.choices, blank=True)
+    priority = models.CharField(_("priority"), max_length=16, choices=Priority.choices, default=Priority.NORMAL)
+    priority_rank = models.SmallIntegerField(default=PRIORITY_RANK[Priority.NORMAL], editable=False)
+    purpose = models.CharField(_("purpose"), max_length=16, choices=Purpose.choices, default=Purpose.DEVELOPMENT)
+    same_node = models.BooleanField(_("all cards on one node"), default=True)
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    submitted_at = models.DateTimeField(_("submitted"))
+    activated_at = models.DateTimeField(_("active since"), null=True, blank=True)
+    ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
+    estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
+    access = models.JSONField(_("access details"), default=dict, blank=True)
+    failure_reason = models.TextField(_("failure reason"), blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-pk"]
+        verbose_name = _("lease")
+        verbose_name_plural = _("leases")
+        constraints = [
+            models.CheckConstraint(condition=Q(count__gt=0), name="lease_count_positive"),
+            models.CheckConstraint(condition=Q(end_at__gt=F("start_at")), name="lease_end_after_start"),
+            models.CheckConstraint(
+                condition=Q(status="ended", end_reason__gt="") | (~Q(status="ended") & Q(end_reason="")),
+                name="lease_end_reason_iff_ended",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "card_model", "priority_rank", "submitted_at"], name="lease_queue_idx"),
+            models.Index(fields=["status", "end_at"], name="lease_status_end_idx"),
+            models.Index(fields=["user", "status"], name="lease_user_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.pk} ({self.count}× {self.card_model_id})"
+
+    @property
+    def card_hours(self) -> float:
+        return self.count * (self.end_at - self.start_at) / timedelta(hours=1)
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATES
+
+
+class Allocation(models.Model):
+    """A card held by a lease for a period ``[start_at, end_at)``.
+
+    On PostgreSQL an exclusion constraint (migration 0002) makes overlapping periods on
+    one card impossible; on SQLite, IMMEDIATE transactions serialize every writer.
+    """
+
+    card = models.ForeignKey("inventory.Card", on_delete=models.PROTECT, related_name="allocations")
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="allocations")
+    start_at = models.DateTimeField()
+    end_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["lease_id", "card__node__hostname", "card__index"]
+        constraints = [
+            models.CheckConstraint(condition=Q(end_at__gt=F("start_at")), name="allocation_end_after_start"),
+            models.UniqueConstraint(fields=["lease", "card"], name="allocation_unique_card_per_lease"),
+        ]
+        indexes = [models.Index(fields=["card", "end_at"], name="allocation_card_end_idx")]
+
+    def __str__(self) -> str:
+        return f"card {self.card_id} for lease {self.lease_id} [{self.start_at:%Y-%m-%d %H:%M}, {self.end_at:%Y-%m-%d %H:%M})"
+
+
+class LeaseEvent(models.Model):
+    """One line of a lease's timeline; every state change writes one (the audit trail)."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=40)
+    from_status = models.CharField(max_length=20, blank=True)
+    to_status = models.CharField(max_length=20, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind}"
+
+
+class BackendCall(models.Model):
+    """A durable record of each attempt to talk to a provisioning backend."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="backend_calls")
+    backend = models.CharField(max_length=40)
+    action = models.CharField(max_length=20)
+    attempt = models.PositiveSmallIntegerField(default=1)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(default=False)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["started_at", "pk"]

@@ -1,0 +1,81 @@
+"""People: departments, teams, memberships and site-wide roles."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class Department(models.Model):
+    """An optional grouping of teams (for reports)."""
+
+    name = models.CharField(_("name"), max_length=100)
+    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = _("department")
+        verbose_name_plural = _("departments")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Team(models.Model):
+    """A group whose members lease cards and share a quota; leases are charged to a team."""
+
+    name = models.CharField(_("name"), max_length=100)
+    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    department = models.ForeignKey(
+        Department, verbose_name=_("department"), null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="teams",
+    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+
+    class Meta:
+        ordering = ["slug"]
+        verbose_name = _("team")
+        verbose_name_plural = _("teams")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's place in a team: a plain member, or the lead who manages quotas and approvals."""
+
+    class Role(models.TextChoices):
+        MEMBER = "member", _("Member")
+        LEAD = "lead", _("Lead")
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(_("role"), max_length=10, choices=Role.choices, default=Role.MEMBER)
+    joined_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("membership")
+        verbose_name_plural = _("memberships")
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.team} ({self.role})"
+
+
+class Profile(models.Model):
+    """Per-user settings and site-wide roles (finance, operator)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    is_finance = models.BooleanField(_("finance"), default=False, help_text=_("May read all usage and cost reports."))
+    is_operator = models.BooleanField(
+        _("operator"), default=False, help_text=_("Keeps the inventory; sees and manages everything.")
+    )
+    timezone = models.CharField(_("time zone"), max_length=64, blank=True)
+
+    class Meta:
+        verbose_name = _("profile")
+        verbose_name_plural = _("profiles")
+
+    def __str__(self) -> str:
+        return f"profile of {self.user}"

@@ -1,0 +1,16 @@
+"""Settings for the test suite: the production settings with test-only secrets and speed-ups."""
+
+import os
+import tempfile
+
+os.environ.setdefault("CARDPOOL_SECRET_KEY", "test-only-not-secret")
+os.environ.setdefault("CARDPOOL_VAR_DIR", os.path.join(tempfile.gettempdir(), "cardpool-test-var"))
+
+from portal.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+SESSION_COOKIE_SECURE = False
+CSRF_COOKIE_SECURE = False
+ACCOUNT_RATE_LIMITS = False

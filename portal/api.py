@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, serializers
+from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
@@ -19,3 +20,7 @@ def exception_handler(exc, context):
 
 class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
+
+
+class ObtainTokenView(ObtainAuthToken):
+    """POST username + password → token, so scripts can start without the browser."""

@@ -56,6 +56,7 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 DEBUG = env_bool("CARDPOOL_DEBUG", False)
 VAR_DIR = Path(env("CARDPOOL_VAR_DIR", str(BASE_DIR / "var")))
+(VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
 
 SECRET_KEY = env("CARDPOOL_SECRET_KEY")
 if not SECRET_KEY:

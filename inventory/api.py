@@ -1,0 +1,5 @@
+"""REST API for the inventory (card models, nodes, cards)."""
+
+
+def register(router) -> None:
+    pass

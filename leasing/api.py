@@ -1,0 +1,7 @@
+"""REST API for leases."""
+
+extra_urlpatterns: list = []
+
+
+def register(router) -> None:
+    pass

@@ -1,0 +1,80 @@
+"""Fixtures for the whole suite: the named users (alice, lena, bob, fin, ops) and their teams."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from rest_framework.test import APIClient
+
+from portal.models import Membership
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+
+def _is_postgres() -> bool:
+    return os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+
+
+@pytest.fixture
+def vision(db):
+    return TeamFactory(slug="vision", name="Vision")
+
+
+@pytest.fixture
+def nlp(db):
+    return TeamFactory(slug="nlp", name="NLP")
+
+
+@pytest.fixture
+def alice(vision):
+    """A member of team vision."""
+    user = UserFactory(username="alice")
+    MembershipFactory(user=user, team=vision, role=Membership.Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def lena(vision):
+    """The lead of team vision."""
+    user = UserFactory(username="lena")
+    MembershipFactory(user=user, team=vision, role=Membership.Role.LEAD)
+    return user
+
+
+@pytest.fixture
+def bob(nlp):
+    """A member of team nlp."""
+    user = UserFactory(username="bob")
+    MembershipFactory(user=user, team=nlp, role=Membership.Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def fin(db):
+    """The finance user (site role)."""
+    return UserFactory(username="fin", profile__is_finance=True)
+
+
+@pytest.fixture
+def ops(db):
+    """The operator (site role)."""
+    return UserFactory(username="ops", profile__is_operator=True)
+
+
+@pytest.fixture
+def api():
+    return APIClient()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip tests that need the real services when they are not configured, with the reason."""
+    if not _is_postgres():
+        skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)")
+        for item in items:
+            if "postgres" in item.keywords:
+                item.add_marker(skip)
+    if not os.environ.get("CELERY_BROKER_URL", "").startswith("redis://"):
+        skip = pytest.mark.skip(reason="needs Redis: set CELERY_BROKER_URL=redis://... (CI does)")
+        for item in items:
+            if "broker" in item.keywords:
+                item.add_marker(skip)

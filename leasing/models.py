@@ -25,10 +25,20 @@ class LeaseStatus(models.TextChoices):
 
 # Named groups of states (NetBox core/choices.py style).
 WAITING_STATES = (LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED)
-HOLDING_STATES = (LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE, LeaseStatus.RELEASING)
+HOLDING_STATES = (
+    LeaseStatus.SCHEDULED,
+    LeaseStatus.PROVISIONING,
+    LeaseStatus.ACTIVE,
+    LeaseStatus.RELEASING,
+)
 RUNNING_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
 OPEN_STATES = WAITING_STATES + HOLDING_STATES
-TERMINAL_STATES = (LeaseStatus.ENDED, LeaseStatus.REJECTED, LeaseStatus.CANCELLED, LeaseStatus.FAILED)
+TERMINAL_STATES = (
+    LeaseStatus.ENDED,
+    LeaseStatus.REJECTED,
+    LeaseStatus.CANCELLED,
+    LeaseStatus.FAILED,
+)
 
 
 class EndReason(models.TextChoices):
@@ -48,7 +58,12 @@ class Priority(models.TextChoices):
 
 
 # Higher rank is served first.
-PRIORITY_RANK = {Priority.CRITICAL: 300, Priority.HIGH: 200, Priority.NORMAL: 100, Priority.PREEMPTIBLE: 0}
+PRIORITY_RANK = {
+    Priority.CRITICAL: 300,
+    Priority.HIGH: 200,
+    Priority.NORMAL: 100,
+    Priority.PREEMPTIBLE: 0,
+}
 
 
 class Purpose(models.TextChoices):
@@ -67,24 +82,41 @@ class Lease(models.Model):
     """
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, verbose_name=_("user"), on_delete=models.PROTECT, related_name="leases"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("user"),
+        on_delete=models.PROTECT,
+        related_name="leases",
     )
-    team = models.ForeignKey("portal.Team", verbose_name=_("team"), on_delete=models.PROTECT, related_name="leases")
+    team = models.ForeignKey(
+        "portal.Team", verbose_name=_("team"), on_delete=models.PROTECT, related_name="leases"
+    )
     card_model = models.ForeignKey(
-        "inventory.CardModel", verbose_name=_("card model"), on_delete=models.PROTECT, related_name="leases"
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        on_delete=models.PROTECT,
+        related_name="leases",
     )
     count = models.PositiveSmallIntegerField(_("cards"))
     duration = models.DurationField(_("duration"))
     start_at = models.DateTimeField(_("start"))
     end_at = models.DateTimeField(_("end"))
-    status = models.CharField(_("status"), max_length=20, choices=LeaseStatus.choices, db_index=True)
-    end_reason = models.CharField(_("end reason"), max_length=16, choices=EndReason.choices, blank=True)
-    priority = models.CharField(_("priority"), max_length=16, choices=Priority.choices, default=Priority.NORMAL)
+    status = models.CharField(
+        _("status"), max_length=20, choices=LeaseStatus.choices, db_index=True
+    )
+    end_reason = models.CharField(
+        _("end reason"), max_length=16, choices=EndReason.choices, blank=True
+    )
+    priority = models.CharField(
+        _("priority"), max_length=16, choices=Priority.choices, default=Priority.NORMAL
+    )
     priority_rank = models.SmallIntegerField(default=PRIORITY_RANK[Priority.NORMAL], editable=False)
-    purpose = models.CharField(_("purpose"), max_length=16, choices=Purpose.choices, default=Purpose.DEVELOPMENT)
+    purpose = models.CharField(
+        _("purpose"), max_length=16, choices=Purpose.choices, default=Purpose.DEVELOPMENT
+    )
     same_node = models.BooleanField(_("all cards on one node"), default=True)
     description = models.CharField(_("description"), max_length=200, blank=True)
     submitted_at = models.DateTimeField(_("submitted"))
+    status_changed_at = models.DateTimeField(_("status changed"), null=True, blank=True)
     activated_at = models.DateTimeField(_("active since"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
     estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
@@ -97,14 +129,20 @@ class Lease(models.Model):
         verbose_name_plural = _("leases")
         constraints = [
             models.CheckConstraint(condition=Q(count__gt=0), name="lease_count_positive"),
-            models.CheckConstraint(condition=Q(end_at__gt=F("start_at")), name="lease_end_after_start"),
             models.CheckConstraint(
-                condition=Q(status="ended", end_reason__gt="") | (~Q(status="ended") & Q(end_reason="")),
+                condition=Q(end_at__gt=F("start_at")), name="lease_end_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="ended", end_reason__gt="")
+                | (~Q(status="ended") & Q(end_reason="")),
                 name="lease_end_reason_iff_ended",
             ),
         ]
         indexes = [
-            models.Index(fields=["status", "card_model", "priority_rank", "submitted_at"], name="lease_queue_idx"),
+            models.Index(
+                fields=["status", "card_model", "priority_rank", "submitted_at"],
+                name="lease_queue_idx",
+            ),
             models.Index(fields=["status", "end_at"], name="lease_status_end_idx"),
             models.Index(fields=["user", "status"], name="lease_user_status_idx"),
         ]
@@ -136,8 +174,12 @@ class Allocation(models.Model):
     class Meta:
         ordering = ["lease_id", "card__node__hostname", "card__index"]
         constraints = [
-            models.CheckConstraint(condition=Q(end_at__gt=F("start_at")), name="allocation_end_after_start"),
-            models.UniqueConstraint(fields=["lease", "card"], name="allocation_unique_card_per_lease"),
+            models.CheckConstraint(
+                condition=Q(end_at__gt=F("start_at")), name="allocation_end_after_start"
+            ),
+            models.UniqueConstraint(
+                fields=["lease", "card"], name="allocation_unique_card_per_lease"
+            ),
         ]
         indexes = [models.Index(fields=["card", "end_at"], name="allocation_card_end_idx")]
 
@@ -180,3 +222,6 @@ class BackendCall(models.Model):
 
     class Meta:
         ordering = ["started_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.backend}.{self.action} #{self.attempt} for lease {self.lease_id}"

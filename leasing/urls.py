@@ -1,4 +1,2 @@
-from django.urls import path
-
 app_name = "leasing"
 urlpatterns: list = []

@@ -28,10 +28,16 @@ class Team(models.Model):
     name = models.CharField(_("name"), max_length=100)
     slug = models.SlugField(_("slug"), max_length=60, unique=True)
     department = models.ForeignKey(
-        Department, verbose_name=_("department"), null=True, blank=True, on_delete=models.SET_NULL,
+        Department,
+        verbose_name=_("department"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="teams",
     )
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -49,7 +55,9 @@ class Membership(models.Model):
         MEMBER = "member", _("Member")
         LEAD = "lead", _("Lead")
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(_("role"), max_length=10, choices=Role.choices, default=Role.MEMBER)
     joined_at = models.DateTimeField(auto_now_add=True)
@@ -57,7 +65,9 @@ class Membership(models.Model):
     class Meta:
         verbose_name = _("membership")
         verbose_name_plural = _("memberships")
-        constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team")]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team")
+        ]
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.team} ({self.role})"
@@ -66,10 +76,16 @@ class Membership(models.Model):
 class Profile(models.Model):
     """Per-user settings and site-wide roles (finance, operator)."""
 
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
-    is_finance = models.BooleanField(_("finance"), default=False, help_text=_("May read all usage and cost reports."))
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile"
+    )
+    is_finance = models.BooleanField(
+        _("finance"), default=False, help_text=_("May read all usage and cost reports.")
+    )
     is_operator = models.BooleanField(
-        _("operator"), default=False, help_text=_("Keeps the inventory; sees and manages everything.")
+        _("operator"),
+        default=False,
+        help_text=_("Keeps the inventory; sees and manages everything."),
     )
     timezone = models.CharField(_("time zone"), max_length=64, blank=True)
 

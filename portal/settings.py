@@ -11,7 +11,6 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.translation import gettext_lazy as _
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -130,7 +129,9 @@ TEMPLATES = [
 # --- Database -------------------------------------------------------------------------
 # SQLite by default; DATABASE_URL=postgres://... switches to PostgreSQL.
 DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'cardpool.sqlite3'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))}
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions serialize writers: two requests can never both read
     # "card free" and then both book it (DESIGN.md, allocations).
@@ -231,11 +232,12 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ALWAYS_EAGER = False  # never eager outside unit tests (tests call task functions directly)
+CELERY_TASK_ALWAYS_EAGER = (
+    False  # never eager outside unit tests (tests call task functions directly)
+)
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE: dict = {}  # filled by portal.celery from each app's periodic jobs
 
 # --- Email ----------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
@@ -247,7 +249,9 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "Cardpool <cardpool@localhost>")
 
 # --- Security (production) ------------------------------------------------------------
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("CARDPOOL_BEHIND_TLS_PROXY", False) else None
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("CARDPOOL_BEHIND_TLS_PROXY", False) else None
+)
 SESSION_COOKIE_SECURE = env_bool("CARDPOOL_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = env_bool("CARDPOOL_SSL_REDIRECT", False)
@@ -268,6 +272,11 @@ CARDPOOL = {
     "BACKEND": env("CARDPOOL_BACKEND", "local"),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
+}
+
+# All periodic jobs, in one place.
+CELERY_BEAT_SCHEDULE = {
+    "leasing-sweep": {"task": "leasing.tasks.sweep", "schedule": float(CARDPOOL["SWEEP_SECONDS"])},
 }
 
 LOGGING = {

@@ -69,7 +69,9 @@ def api():
 def pytest_collection_modifyitems(config, items):
     """Skip tests that need the real services when they are not configured, with the reason."""
     if not _is_postgres():
-        skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)")
+        skip = pytest.mark.skip(
+            reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)"
+        )
         for item in items:
             if "postgres" in item.keywords:
                 item.add_marker(skip)

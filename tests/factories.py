@@ -15,6 +15,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
@@ -93,7 +94,13 @@ def make_node(card_model: CardModel, cards: int = 8, domains: int = 1, **node_kw
     node = NodeFactory(**node_kwargs)
     per_domain = max(1, cards // domains)
     Card.objects.bulk_create(
-        Card(node=node, card_model=card_model, index=i, uuid=f"{node.hostname}-{i}", interconnect_domain=i // per_domain)
+        Card(
+            node=node,
+            card_model=card_model,
+            index=i,
+            uuid=f"{node.hostname}-{i}",
+            interconnect_domain=i // per_domain,
+        )
         for i in range(cards)
     )
     return node

@@ -1,0 +1,596 @@
+"""Every write to leases: request, place, start, extend, release, cancel, expire, fail.
+
+Views, the API, admin and tasks call these; they hold no rules themselves. Each state
+change is a compare-and-set on the current status (``transition``) and leaves a
+LeaseEvent, which is the lease's timeline and the audit trail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Count, Max
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, CardModel
+from leasing.locking import lock_card_models
+from leasing.models import (
+    HOLDING_STATES,
+    PRIORITY_RANK,
+    Allocation,
+    EndReason,
+    Lease,
+    LeaseEvent,
+    LeaseStatus,
+    Priority,
+    Purpose,
+)
+from leasing.scheduler import planner
+from leasing.scheduler.run import PassResult, schedule_card_model
+from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from portal.models import Membership, Team
+from portal.permissions import can_manage_lease, is_operator
+
+# Requests that start within this much of "now" count as "start now": clocks of
+# browsers and scripts drift, and a form takes a while to submit.
+START_NOW_TOLERANCE = timedelta(seconds=60)
+
+
+# --- state machine ---------------------------------------------------------------------
+
+
+def transition(
+    lease_id: int,
+    *,
+    frm: Iterable[str],
+    to: str,
+    kind: str,
+    at: datetime,
+    actor=None,
+    message: str = "",
+    data: dict | None = None,
+    **fields,
+) -> bool:
+    """Compare-and-set the lease's status from one of *frm* to *to*; write the event.
+
+    Returns False when the lease was not in one of *frm* (someone else won the race);
+    nothing is written then.
+    """
+    frm = list(frm)
+    current = (
+        Lease.objects.filter(pk=lease_id, status__in=frm).values_list("status", flat=True).first()
+    )
+    if current is None:
+        return False
+    updated = Lease.objects.filter(pk=lease_id, status=current).update(
+        status=to, status_changed_at=at, **fields
+    )
+    if updated != 1:
+        return False
+    LeaseEvent.objects.create(
+        lease_id=lease_id,
+        at=at,
+        kind=kind,
+        from_status=current,
+        to_status=to,
+        actor=actor,
+        message=message,
+        data=data or {},
+    )
+    return True
+
+
+def _event(
+    lease_id: int,
+    *,
+    kind: str,
+    at: datetime,
+    actor=None,
+    message: str = "",
+    data: dict | None = None,
+):
+    LeaseEvent.objects.create(
+        lease_id=lease_id, kind=kind, at=at, actor=actor, message=message, data=data or {}
+    )
+
+
+def _after_pass(result: PassResult) -> None:
+    """Hand the leases a queue pass started to the workers, once the transaction commits."""
+    from leasing import tasks
+
+    for lease_id in result.started:
+        transaction.on_commit(lambda pk=lease_id: tasks.provision_lease.delay(pk))
+    for lease_id in result.booked:
+        start = Lease.objects.values_list("start_at", flat=True).get(pk=lease_id)
+        transaction.on_commit(
+            lambda pk=lease_id, eta=start: tasks.start_lease.apply_async((pk,), eta=eta)
+        )
+
+
+def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:
+    """Run the queue pass for the given card models (locks them, places what fits)."""
+    now = now or timezone.now()
+    total = PassResult()
+    with transaction.atomic():
+        for card_model_id in lock_card_models(card_model_ids):
+            result = schedule_card_model(card_model_id, now=now)
+            total.started += result.started
+            total.booked += result.booked
+            total.waiting.update(result.waiting)
+        _after_pass(total)
+    return total
+
+
+# --- request ---------------------------------------------------------------------------
+
+
+def _pool_capacity(card_model: CardModel) -> tuple[int, int]:
+    """Cards of the model in service (not retired), and the most on any one node."""
+    per_node = (
+        Card.objects.filter(card_model=card_model)
+        .exclude(status=Card.Status.RETIRED)
+        .values("node_id")
+        .annotate(n=Count("pk"))
+    )
+    agg = per_node.aggregate(most=Max("n"))
+    total = sum(row["n"] for row in per_node)
+    return total, agg["most"] or 0
+
+
+def _check_request(
+    *,
+    user,
+    team: Team,
+    card_model: CardModel,
+    count: int,
+    duration: timedelta,
+    start_at: datetime,
+    priority: str,
+    purpose: str,
+    same_node: bool,
+    now: datetime,
+) -> None:
+    """Raise ValidationError (or PermissionDenied) with a message a person can act on."""
+    membership = Membership.objects.filter(user=user, team=team).first()
+    if membership is None and not is_operator(user):
+        raise PermissionDenied(
+            _("You are not a member of team “%(team)s”; ask its lead to add you.")
+            % {"team": team.slug}
+        )
+    errors: dict[str, list[str]] = {}
+    if count < 1:
+        errors.setdefault("count", []).append(_("Ask for at least one card."))
+    if duration <= timedelta(0):
+        errors.setdefault("duration_minutes", []).append(
+            _("The duration must be longer than zero.")
+        )
+    max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
+    if duration > timedelta(minutes=max_minutes):
+        errors.setdefault("duration_minutes", []).append(
+            _("The longest lease is %(hours)s hours; ask for less and extend later.")
+            % {"hours": max_minutes // 60}
+        )
+    if start_at < now - START_NOW_TOLERANCE:
+        errors.setdefault("start_at", []).append(
+            _("The start time is in the past; leave it empty to start now.")
+        )
+    if start_at > now + timedelta(days=settings.CARDPOOL["MAX_ADVANCE_DAYS"]):
+        errors.setdefault("start_at", []).append(
+            _("Reservations can start at most %(days)s days ahead.")
+            % {"days": settings.CARDPOOL["MAX_ADVANCE_DAYS"]}
+        )
+    if priority not in Priority.values:
+        errors.setdefault("priority", []).append(
+            _("Unknown priority; choose one of: %(choices)s.")
+            % {"choices": ", ".join(Priority.values)}
+        )
+    elif priority in (Priority.CRITICAL, Priority.HIGH):
+        is_lead = membership is not None and membership.role == Membership.Role.LEAD
+        if priority == Priority.CRITICAL and not is_operator(user):
+            raise PermissionDenied(_("Only operators may ask for critical priority."))
+        if priority == Priority.HIGH and not (is_lead or is_operator(user)):
+            raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
+    if purpose not in Purpose.values:
+        errors.setdefault("purpose", []).append(
+            _("Unknown purpose; choose one of: %(choices)s.")
+            % {"choices": ", ".join(Purpose.values)}
+        )
+    if count >= 1:
+        total, most_on_node = _pool_capacity(card_model)
+        if count > total:
+            errors.setdefault("count", []).append(
+                _("The pool has only %(total)s %(model)s cards; ask for %(total)s or fewer.")
+                % {"total": total, "model": card_model.name}
+            )
+        elif same_node and count > most_on_node:
+            errors.setdefault("count", []).append(
+                _(
+                    "No node has %(count)s %(model)s cards (at most %(most)s on one node); ask for fewer "
+                    "or allow the cards to span nodes."
+                )
+                % {"count": count, "model": card_model.name, "most": most_on_node}
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
+def lease_request(
+    *,
+    user,
+    team: Team,
+    card_model: CardModel,
+    count: int,
+    duration: timedelta,
+    start_at: datetime | None = None,
+    priority: str = Priority.NORMAL,
+    purpose: str = Purpose.DEVELOPMENT,
+    same_node: bool = True,
+    description: str = "",
+    now: datetime | None = None,
+) -> Lease:
+    """Ask for *count* cards of *card_model* for *duration*, now or from *start_at*.
+
+    Admission and placement happen in this transaction: the lease comes back
+    ``provisioning`` (cards held, a worker hands them over), ``scheduled`` (an advance
+    reservation, cards booked), or ``queued`` with an ``estimated_start``.
+    """
+    now = now or timezone.now()
+    start = start_at if start_at is not None and start_at > now else now
+    _check_request(
+        user=user,
+        team=team,
+        card_model=card_model,
+        count=count,
+        duration=duration,
+        start_at=start_at or now,
+        priority=priority,
+        purpose=purpose,
+        same_node=same_node,
+        now=now,
+    )
+    with transaction.atomic():
+        lock_card_models([card_model.pk])
+        lease = Lease.objects.create(
+            user=user,
+            team=team,
+            card_model=card_model,
+            count=count,
+            duration=duration,
+            start_at=start,
+            end_at=start + duration,
+            status=LeaseStatus.QUEUED,
+            status_changed_at=now,
+            priority=priority,
+            priority_rank=PRIORITY_RANK[priority],
+            purpose=purpose,
+            same_node=same_node,
+            description=description,
+            submitted_at=now,
+        )
+        _event(
+            lease.pk,
+            kind="requested",
+            at=now,
+            actor=user,
+            data={"count": count, "minutes": duration // timedelta(minutes=1)},
+        )
+        result = schedule_card_model(card_model.pk, now=now)
+        _after_pass(result)
+    lease.refresh_from_db()
+    if lease.status == LeaseStatus.QUEUED:
+        _event(
+            lease.pk,
+            kind="queued",
+            at=now,
+            data={"estimated_start": lease.estimated_start and lease.estimated_start.isoformat()},
+        )
+    return lease
+
+
+def lease_preview(
+    *,
+    card_model: CardModel,
+    count: int,
+    duration: timedelta,
+    start_at: datetime | None = None,
+    same_node: bool = True,
+    priority: str = Priority.NORMAL,
+    now: datetime | None = None,
+) -> datetime | None:
+    """When a request like this would start if made now: its place in the queue, no writes."""
+    now = now or timezone.now()
+    not_before = start_at if start_at and start_at > now else now
+    cards = card_slots(card_model.pk, now=now)
+    timeline = timeline_for(card_model.pk, now=now)
+    rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
+    ahead = queued_requests(card_model.pk, now=now, min_rank=rank)
+    planner.plan_queue(cards, timeline, ahead)
+    decision = planner.earliest(
+        cards, timeline, planner.Request(0, count, duration, not_before, same_node)
+    )
+    return decision.start
+
+
+# --- start, activate, fail ---------------------------------------------------------------
+
+
+def lease_start(*, lease_id: int, now: datetime | None = None) -> bool:
+    """A scheduled lease's start time has come: hand its cards over."""
+    from leasing import tasks
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.filter(
+            pk=lease_id, status=LeaseStatus.SCHEDULED, start_at__lte=now
+        ).first()
+        if lease is None:
+            return False
+        if not transition(
+            lease_id,
+            frm=[LeaseStatus.SCHEDULED],
+            to=LeaseStatus.PROVISIONING,
+            kind="starting",
+            at=now,
+        ):
+            return False
+        transaction.on_commit(lambda: tasks.provision_lease.delay(lease_id))
+    return True
+
+
+def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) -> bool:
+    """The backend has handed the cards over: the lease is active until its end."""
+    from leasing import tasks
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        ok = transition(
+            lease_id,
+            frm=[LeaseStatus.PROVISIONING],
+            to=LeaseStatus.ACTIVE,
+            kind="active",
+            at=now,
+            access=access,
+            activated_at=now,
+        )
+        if ok:
+            end_at = Lease.objects.values_list("end_at", flat=True).get(pk=lease_id)
+            transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease_id,), eta=end_at))
+    return ok
+
+
+def _free_cards(lease: Lease, now: datetime) -> None:
+    """Cut the lease's periods at *now*: cards are free at once; future bookings vanish."""
+    Allocation.objects.filter(lease=lease, start_at__gte=now).delete()
+    Allocation.objects.filter(lease=lease, end_at__gt=now).update(end_at=now)
+
+
+def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
+    """Provisioning failed for good: the lease is failed, its cards free, the user told why."""
+    from leasing import tasks
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.select_related("card_model").filter(pk=lease_id).first()
+        if lease is None:
+            return False
+        lock_card_models([lease.card_model_id])
+        if not transition(
+            lease_id,
+            frm=[LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE],
+            to=LeaseStatus.FAILED,
+            kind="failed",
+            at=now,
+            message=reason,
+            failure_reason=reason,
+            ended_at=now,
+        ):
+            return False
+        _free_cards(lease, now)
+        _after_pass(schedule_card_model(lease.card_model_id, now=now))
+        transaction.on_commit(lambda: tasks.notify_lease.delay(lease_id, "failed"))
+    return True
+
+
+# --- ending ------------------------------------------------------------------------------
+
+
+def _begin_release(
+    lease: Lease,
+    *,
+    reason: str,
+    now: datetime,
+    kind: str,
+    actor=None,
+    cut_at: datetime | None = None,
+) -> bool:
+    """active/provisioning → releasing: cards free from *cut_at* (default now); backend told after commit."""
+    from leasing import tasks
+
+    cut_at = cut_at or now
+    if not transition(
+        lease.pk,
+        frm=[LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE],
+        to=LeaseStatus.RELEASING,
+        kind=kind,
+        at=now,
+        actor=actor,
+        data={"reason": reason},
+        ended_at=cut_at,
+    ):
+        return False
+    _free_cards(lease, cut_at)
+    _after_pass(schedule_card_model(lease.card_model_id, now=now))
+    transaction.on_commit(lambda: tasks.release_lease.delay(lease.pk, reason))
+    return True
+
+
+def lease_release(*, lease: Lease, user, now: datetime | None = None) -> Lease:
+    """End a lease early at the holder's (or lead's, or operator's) request; usage stops now."""
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not release this lease."))
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        if lease.status == LeaseStatus.SCHEDULED:
+            raise ValidationError(_("This lease has not started yet; cancel it instead."))
+        if not _begin_release(
+            lease, reason=EndReason.RELEASED, now=now, actor=user, kind="release"
+        ):
+            raise ValidationError(
+                _("Only a provisioning or active lease can be released; this one is %(status)s.")
+                % {"status": lease.get_status_display()}
+            )
+    lease.refresh_from_db()
+    return lease
+
+
+def lease_expire(*, lease_id: int, now: datetime | None = None) -> bool:
+    """Reclaim a lease whose end time has come. Safe to call twice or concurrently."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.filter(
+            pk=lease_id, status__in=[LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE]
+        ).first()
+        if lease is None or lease.end_at > now:
+            return False
+        lock_card_models([lease.card_model_id])
+        # Usage stops at the booked end, however late the reclaim runs.
+        return _begin_release(
+            lease, reason=EndReason.EXPIRED, now=now, cut_at=lease.end_at, kind="expire"
+        )
+
+
+def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
+    """The backend has taken the cards back: releasing → ended."""
+    now = now or timezone.now()
+    if reason not in EndReason.values:
+        reason = EndReason.ADMIN
+    with transaction.atomic():
+        return transition(
+            lease_id,
+            frm=[LeaseStatus.RELEASING],
+            to=LeaseStatus.ENDED,
+            kind="ended",
+            at=now,
+            end_reason=reason,
+        )
+
+
+def lease_cancel(*, lease: Lease, user, now: datetime | None = None) -> Lease:
+    """Withdraw a request that has not started (waiting or scheduled)."""
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not cancel this lease."))
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        if not transition(
+            lease.pk,
+            frm=[LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED, LeaseStatus.SCHEDULED],
+            to=LeaseStatus.CANCELLED,
+            kind="cancel",
+            at=now,
+            actor=user,
+            ended_at=now,
+            estimated_start=None,
+        ):
+            lease.refresh_from_db()
+            raise ValidationError(
+                _(
+                    "Only a waiting or scheduled lease can be cancelled; this one is %(status)s. Release it instead."
+                )
+                % {"status": lease.get_status_display()}
+            )
+        Allocation.objects.filter(lease=lease).delete()
+        _after_pass(schedule_card_model(lease.card_model_id, now=now))
+    lease.refresh_from_db()
+    return lease
+
+
+def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = None) -> Lease:
+    """Push the end of a lease later, on the same cards, if they are free and nobody waiting is delayed."""
+    from leasing import tasks
+
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not extend this lease."))
+    if minutes < 1:
+        raise ValidationError({"minutes": [_("Extend by at least one minute.")]})
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        if lease.status not in HOLDING_STATES or lease.status == LeaseStatus.RELEASING:
+            raise ValidationError(
+                _(
+                    "Only a scheduled, provisioning or active lease can be extended; this one is %(status)s."
+                )
+                % {"status": lease.get_status_display()}
+            )
+        new_end = lease.end_at + timedelta(minutes=minutes)
+        max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
+        if new_end - lease.start_at > timedelta(minutes=max_minutes):
+            raise ValidationError(
+                {
+                    "minutes": [
+                        _("A lease may last at most %(hours)s hours in all.")
+                        % {"hours": max_minutes // 60}
+                    ]
+                }
+            )
+        card_ids = list(lease.allocations.values_list("card_id", flat=True))
+        timeline = timeline_for(lease.card_model_id, now=now)
+        busy = [c for c in card_ids if not timeline.is_free(c, lease.end_at, new_end)]
+        if busy:
+            raise ValidationError(
+                {
+                    "minutes": [
+                        _(
+                            "These cards are booked by someone else after your lease ends; release and ask again instead."
+                        )
+                    ]
+                }
+            )
+        # Nobody waiting may start later because of the extension.
+        cards = card_slots(lease.card_model_id, now=now)
+        queue = queued_requests(lease.card_model_id, now=now)
+        if queue:
+            before = planner.plan_queue(cards, timeline_for(lease.card_model_id, now=now), queue)
+            extended = timeline_for(lease.card_model_id, now=now)
+            for c in card_ids:
+                extended.add(c, lease.end_at, new_end)
+            after = planner.plan_queue(cards, extended, queue)
+            delayed = [
+                a
+                for a, b in zip(after, before, strict=True)
+                if b.start is not None and (a.start is None or a.start > b.start)
+            ]
+            if delayed:
+                raise ValidationError(
+                    {
+                        "minutes": [
+                            _(
+                                "%(n)s waiting request(s) would start later if you extended; release when done instead."
+                            )
+                            % {"n": len(delayed)}
+                        ]
+                    }
+                )
+        Allocation.objects.filter(lease=lease, end_at=lease.end_at).update(end_at=new_end)
+        old_end = lease.end_at
+        Lease.objects.filter(pk=lease.pk).update(end_at=new_end, duration=new_end - lease.start_at)
+        _event(
+            lease.pk,
+            kind="extended",
+            at=now,
+            actor=user,
+            data={"from": old_end.isoformat(), "to": new_end.isoformat()},
+        )
+        if lease.status == LeaseStatus.ACTIVE:
+            transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease.pk,), eta=new_end))
+    lease.refresh_from_db()
+    return lease

@@ -1,0 +1,119 @@
+"""Celery tasks: thin, take ids, call services; safe to run twice or concurrently."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db.models import Q
+from django.utils import timezone
+
+from leasing import provisioning, services
+from leasing.backends import PermanentBackendError, TransientBackendError
+from leasing.models import Lease, LeaseStatus
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+MAX_BACKEND_RETRIES = 5
+
+
+def _backoff(retries: int) -> int:
+    return min(2**retries, 60)
+
+
+@shared_task(bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
+def provision_lease(self, lease_id: int) -> None:
+    try:
+        provisioning.provision_step(lease_id=lease_id, attempt=self.request.retries + 1)
+    except TransientBackendError as exc:
+        if self.request.retries >= self.max_retries:
+            services.lease_fail(lease_id=lease_id, reason=f"The backend kept failing: {exc}")
+            return
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    except PermanentBackendError as exc:
+        services.lease_fail(lease_id=lease_id, reason=str(exc))
+
+
+@shared_task(bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
+def release_lease(self, lease_id: int, reason: str) -> None:
+    try:
+        provisioning.release_step(
+            lease_id=lease_id, reason=reason, attempt=self.request.retries + 1
+        )
+    except TransientBackendError as exc:
+        # The cards are already free in our records; the sweep keeps retrying the backend.
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
+@shared_task(acks_late=True)
+def start_lease(lease_id: int) -> None:
+    services.lease_start(lease_id=lease_id)
+
+
+@shared_task(acks_late=True)
+def expire_lease(lease_id: int) -> None:
+    services.lease_expire(lease_id=lease_id)
+
+
+@shared_task
+def notify_lease(lease_id: int, kind: str) -> None:
+    """Tell the holder what happened to their lease (email)."""
+    lease = Lease.objects.select_related("user", "card_model").filter(pk=lease_id).first()
+    if lease is None or not lease.user.email:
+        return
+    subject = f"[Cardpool] lease {lease.pk}: {kind}"
+    body = f"Lease {lease.pk} ({lease.count} × {lease.card_model.name}) is now {lease.get_status_display()}.\n"
+    if lease.failure_reason:
+        body += f"\nReason: {lease.failure_reason}\n"
+    body += f"\n{settings.SITE_URL}/leases/{lease.pk}/\n"
+    send_mail(subject, body, None, [lease.user.email])
+
+
+@shared_task
+def sweep() -> dict:
+    """Re-find whatever a lost task missed: expiries, starts, stuck hand-overs, the queue.
+
+    Each step takes a bounded batch and re-checks state in its filter; running it twice
+    or on two workers at once does no harm (the services compare-and-set).
+    """
+    now = timezone.now()
+    done = {"expired": 0, "started": 0, "reprovisioned": 0, "rereleased": 0, "queues": 0}
+    due = Lease.objects.filter(
+        status__in=[LeaseStatus.ACTIVE, LeaseStatus.PROVISIONING], end_at__lte=now
+    )
+    for lease_id in due.order_by("end_at").values_list("pk", flat=True)[:BATCH]:
+        done["expired"] += services.lease_expire(lease_id=lease_id, now=now)
+    starting = Lease.objects.filter(status=LeaseStatus.SCHEDULED, start_at__lte=now)
+    for lease_id in starting.order_by("start_at").values_list("pk", flat=True)[:BATCH]:
+        done["started"] += services.lease_start(lease_id=lease_id, now=now)
+    stale = now - timedelta(seconds=60)
+    stuck = Lease.objects.filter(
+        Q(status=LeaseStatus.PROVISIONING) | Q(status=LeaseStatus.RELEASING),
+        status_changed_at__lt=stale,
+    )
+    for lease_id, status in stuck.values_list("pk", "status")[:BATCH]:
+        if status == LeaseStatus.PROVISIONING:
+            provision_lease.delay(lease_id)
+            done["reprovisioned"] += 1
+        else:
+            reason = (
+                Lease.objects.filter(pk=lease_id)
+                .values_list("events__data__reason", flat=True)
+                .last()
+            )
+            release_lease.delay(lease_id, reason or "admin")
+            done["rereleased"] += 1
+    models = (
+        Lease.objects.filter(status=LeaseStatus.QUEUED)
+        .values_list("card_model_id", flat=True)
+        .distinct()
+    )
+    model_ids = list(models)
+    if model_ids:
+        services.queue_advance(card_model_ids=model_ids, now=now)
+        done["queues"] = len(model_ids)
+    return done

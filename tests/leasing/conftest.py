@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+import time_machine
+
+from tests.factories import CardModelFactory, make_node
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+
+
+@pytest.fixture
+def frozen():
+    """The clock stands still at T0 unless a test moves it (traveller.shift / move_to)."""
+    with time_machine.travel(T0, tick=False) as traveller:
+        yield traveller
+
+
+@pytest.fixture
+def a100(db):
+    return CardModelFactory(slug="a100-test", name="A100 test")
+
+
+@pytest.fixture
+def small_pool(a100):
+    """Two nodes of four A100 each, two NVLink islands of two per node."""
+    return [make_node(a100, cards=4, domains=2, hostname=f"gpu{i}") for i in range(2)]
+
+
+def hours(n: float) -> timedelta:
+    return timedelta(hours=n)

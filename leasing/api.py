@@ -30,8 +30,13 @@ def default_team(user):
     if len(memberships) == 1:
         return memberships[0].team
     raise ValidationError(
-        {"team": ["You are in several teams; name the one to charge (team slug)." if memberships
-                  else "You are in no team; ask a team lead to add you."]}
+        {
+            "team": [
+                "You are in several teams; name the one to charge (team slug)."
+                if memberships
+                else "You are in no team; ask a team lead to add you."
+            ]
+        }
     )
 
 
@@ -76,7 +81,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def extend(self, request, pk=None):
         data = ExtendSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = services.lease_extend(lease=self.get_object(), user=request.user, minutes=data.validated_data["minutes"])
+        lease = services.lease_extend(
+            lease=self.get_object(), user=request.user, minutes=data.validated_data["minutes"]
+        )
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
     @extend_schema(request=None, responses=LeaseSerializer)

@@ -28,7 +28,10 @@ def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:
         Lease.objects.filter(user=user)
         .select_related("card_model", "team")
         .prefetch_related(
-            Prefetch("allocations", queryset=Allocation.objects.select_related("card__node").order_by("card__index"))
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.select_related("card__node").order_by("card__index"),
+            )
         )
     )
     if open_only:
@@ -40,8 +43,15 @@ def lease_detail(lease_id: int, user) -> Lease | None:
     return (
         leases_visible_to(user)
         .prefetch_related(
-            Prefetch("allocations", queryset=Allocation.objects.select_related("card__node").order_by("card__node__hostname", "card__index")),
-            Prefetch("events", queryset=LeaseEvent.objects.select_related("actor").order_by("at", "pk")),
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.select_related("card__node").order_by(
+                    "card__node__hostname", "card__index"
+                ),
+            ),
+            Prefetch(
+                "events", queryset=LeaseEvent.objects.select_related("actor").order_by("at", "pk")
+            ),
         )
         .filter(pk=lease_id)
         .first()
@@ -52,7 +62,9 @@ def queue_position(lease: Lease) -> int | None:
     """1-based place of a queued lease among the waiting leases of its card model."""
     if lease.status != LeaseStatus.QUEUED:
         return None
-    ahead = Lease.objects.filter(card_model_id=lease.card_model_id, status=LeaseStatus.QUEUED).filter(
+    ahead = Lease.objects.filter(
+        card_model_id=lease.card_model_id, status=LeaseStatus.QUEUED
+    ).filter(
         Q(priority_rank__gt=lease.priority_rank)
         | Q(priority_rank=lease.priority_rank, submitted_at__lt=lease.submitted_at)
         | Q(priority_rank=lease.priority_rank, submitted_at=lease.submitted_at, pk__lt=lease.pk)
@@ -69,15 +81,25 @@ def availability_calendar(
     """
     cards = card_slots(card_model.pk, now=start)
     timeline = timeline_for(card_model.pk, now=start)
-    total_in_service = Card.objects.filter(card_model=card_model).exclude(status=Card.Status.RETIRED).count()
+    total_in_service = (
+        Card.objects.filter(card_model=card_model).exclude(status=Card.Status.RETIRED).count()
+    )
     slots = []
     t = start
     end = start + timedelta(days=days)
     while t < end:
         slot_end = t + step
         free = sum(
-            1 for c in cards if (c.usable_until is None or c.usable_until >= slot_end) and timeline.is_free(c.card_id, t, slot_end)
+            1
+            for c in cards
+            if (c.usable_until is None or c.usable_until >= slot_end)
+            and timeline.is_free(c.card_id, t, slot_end)
         )
         slots.append({"start": t, "end": slot_end, "free": free})
         t = slot_end
-    return {"card_model": card_model, "total": total_in_service, "usable": len(cards), "slots": slots}
+    return {
+        "card_model": card_model,
+        "total": total_in_service,
+        "usable": len(cards),
+        "slots": slots,
+    }

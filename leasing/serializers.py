@@ -29,9 +29,27 @@ class LeaseSerializer(serializers.ModelSerializer):
     class Meta:
         model = Lease
         fields = [
-            "id", "status", "end_reason", "user", "team", "card_model", "count", "duration_minutes",
-            "start_at", "end_at", "estimated_start", "priority", "purpose", "same_node", "description",
-            "submitted_at", "activated_at", "ended_at", "allocations", "access", "failure_reason",
+            "id",
+            "status",
+            "end_reason",
+            "user",
+            "team",
+            "card_model",
+            "count",
+            "duration_minutes",
+            "start_at",
+            "end_at",
+            "estimated_start",
+            "priority",
+            "purpose",
+            "same_node",
+            "description",
+            "submitted_at",
+            "activated_at",
+            "ended_at",
+            "allocations",
+            "access",
+            "failure_reason",
         ]
         read_only_fields = fields
 
@@ -41,20 +59,27 @@ class LeaseSerializer(serializers.ModelSerializer):
 
 class LeaseRequestSerializer(serializers.Serializer):
     card_model = serializers.SlugRelatedField(
-        slug_field="slug", queryset=CardModel.objects.all(),
-        error_messages={"does_not_exist": "Unknown card model “{value}”; see GET /api/v1/card-models/ for the slugs."},
+        slug_field="slug",
+        queryset=CardModel.objects.all(),
+        error_messages={
+            "does_not_exist": "Unknown card model “{value}”; see GET /api/v1/card-models/ for the slugs."
+        },
     )
     count = serializers.IntegerField(min_value=1, max_value=4096)
     duration_minutes = serializers.IntegerField(min_value=1)
     start_at = serializers.DateTimeField(required=False, allow_null=True)
     team = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Team.objects.all(), required=False,
+        slug_field="slug",
+        queryset=Team.objects.all(),
+        required=False,
         error_messages={"does_not_exist": "Unknown team “{value}”."},
     )
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
     purpose = serializers.ChoiceField(choices=Purpose.choices, default=Purpose.DEVELOPMENT)
     same_node = serializers.BooleanField(default=True)
-    description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    description = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default=""
+    )
 
 
 class ExtendSerializer(serializers.Serializer):

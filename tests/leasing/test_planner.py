@@ -1,10 +1,10 @@
 """The pure planner: placement and conservative backfill, without a database."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from leasing.scheduler.planner import CardSlot, Request, Timeline, earliest, place, plan_queue
 
-T = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T = datetime(2026, 1, 1, tzinfo=UTC)
 H = timedelta(hours=1)
 
 

@@ -12,7 +12,9 @@ from tests.leasing.conftest import T0, hours
 
 
 def ask(user, team, model, count=1, duration=hours(2), **kw):
-    return services.lease_request(user=user, team=team, card_model=model, count=count, duration=duration, **kw)
+    return services.lease_request(
+        user=user, team=team, card_model=model, count=count, duration=duration, **kw
+    )
 
 
 def test_free_cards_are_placed_at_once_on_one_domain(frozen, alice, vision, a100, small_pool):
@@ -33,7 +35,9 @@ def test_second_request_fills_the_partly_used_node_first(frozen, alice, vision, 
     assert node_of(first) == node_of(second)
 
 
-def test_request_beyond_free_cards_is_queued_with_estimated_start(frozen, alice, bob, vision, nlp, a100, small_pool):
+def test_request_beyond_free_cards_is_queued_with_estimated_start(
+    frozen, alice, bob, vision, nlp, a100, small_pool
+):
     ask(alice, vision, a100, count=4, duration=hours(3))
     ask(alice, vision, a100, count=4, duration=hours(1))
     waiting = ask(bob, nlp, a100, count=4, duration=hours(1))
@@ -52,7 +56,9 @@ def test_estimated_start_counts_everyone_ahead(frozen, alice, bob, vision, nlp, 
     assert second.estimated_start == T0 + hours(3)
 
 
-def test_backfill_small_later_lease_starts_when_it_delays_nobody(frozen, alice, bob, vision, nlp, a100, small_pool):
+def test_backfill_small_later_lease_starts_when_it_delays_nobody(
+    frozen, alice, bob, vision, nlp, a100, small_pool
+):
     ask(alice, vision, a100, count=4, duration=hours(2))  # node A full for 2 h
     ask(alice, vision, a100, count=2, duration=hours(4))  # node B half full for 4 h
     head = ask(bob, nlp, a100, count=4, duration=hours(1))  # needs a whole node: waits 2 h
@@ -68,7 +74,9 @@ def test_backfill_refused_when_it_would_delay_the_head(frozen, alice, bob, visio
     ask(alice, vision, a100, count=1, duration=hours(2))
     head = ask(bob, nlp, a100, count=2, duration=hours(1))
     assert head.estimated_start == T0 + hours(2)
-    greedy = ask(bob, nlp, a100, count=1, duration=hours(5))  # the free card, but past the head's start
+    greedy = ask(
+        bob, nlp, a100, count=1, duration=hours(5)
+    )  # the free card, but past the head's start
     assert greedy.status == LeaseStatus.QUEUED
     assert greedy.estimated_start == T0 + hours(3)
     assert node.cards.count() == 2
@@ -107,7 +115,9 @@ def test_advance_reservation_books_cards_now(frozen, alice, vision, a100, small_
         ({"purpose": "mining"}, "purpose", "Unknown purpose"),
     ],
 )
-def test_bad_requests_say_what_to_change_and_write_nothing(frozen, alice, vision, a100, small_pool, kwargs, field, words):
+def test_bad_requests_say_what_to_change_and_write_nothing(
+    frozen, alice, vision, a100, small_pool, kwargs, field, words
+):
     params = {"count": 1, "duration": hours(1)} | kwargs
     with pytest.raises(ValidationError) as caught:
         ask(alice, vision, a100, **params)

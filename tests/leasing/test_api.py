@@ -1,0 +1,172 @@
+"""/api/v1/leases/: the request contract, errors a script can act on, and who sees what."""
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from leasing import provisioning
+from leasing.models import Lease, LeaseStatus
+from tests.leasing.conftest import T0
+
+
+@pytest.fixture
+def api(api):
+    """Scripts read English errors; the zh-hans default is tested on the pages."""
+    api.credentials(HTTP_ACCEPT_LANGUAGE="en")
+    return api
+
+
+def post(api, user, data, url="/api/v1/leases/"):
+    api.force_authenticate(user)
+    return api.post(url, data, format="json")
+
+
+def test_request_free_cards(api, frozen, alice, vision, a100, small_pool):
+    response = post(
+        api, alice, {"card_model": a100.slug, "count": 2, "duration_minutes": 90, "team": "vision"}
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["status"] == "provisioning"
+    assert body["start_at"].startswith("2026-12-01T09:00")
+    assert len(body["allocations"]) == 2
+    assert {"node", "card_index", "card_uuid"} <= set(body["allocations"][0])
+    assert body["estimated_start"] is None
+
+
+def test_team_defaults_to_the_only_team(api, frozen, alice, vision, a100, small_pool):
+    assert (
+        post(api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 30}).status_code
+        == 201
+    )
+
+
+def test_queued_request_has_estimated_start(api, frozen, alice, vision, a100, small_pool):
+    post(
+        api,
+        alice,
+        {"card_model": a100.slug, "count": 8, "duration_minutes": 60, "same_node": False},
+    )
+    body = post(api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60}).json()
+    assert body["status"] == "queued"
+    assert body["estimated_start"].startswith("2026-12-01T10:00")
+    assert body["allocations"] == []
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "words"),
+    [
+        ({"card_model": "nope", "count": 1, "duration_minutes": 60}, 400, "Unknown card model"),
+        (
+            {"card_model": "a100-test", "count": 0, "duration_minutes": 60},
+            400,
+            "greater than or equal to 1",
+        ),
+        ({"card_model": "a100-test", "count": 99, "duration_minutes": 60}, 400, "only 8"),
+        (
+            {"card_model": "a100-test", "count": 1, "duration_minutes": 0},
+            400,
+            "greater than or equal to 1",
+        ),
+        ({"card_model": "a100-test", "count": 1, "duration_minutes": 10**7}, 400, "longest lease"),
+        (
+            {
+                "card_model": "a100-test",
+                "count": 1,
+                "duration_minutes": 60,
+                "start_at": "2026-11-30T09:00:00+08:00",
+            },
+            400,
+            "in the past",
+        ),
+        (
+            {"card_model": "a100-test", "count": 1, "duration_minutes": 60, "start_at": "tomorrow"},
+            400,
+            "Datetime has wrong format",
+        ),
+        (
+            {"card_model": "a100-test", "count": 1, "duration_minutes": 60, "team": "nlp"},
+            403,
+            "not a member",
+        ),
+        ({"card_model": "a100-test", "count": "two", "duration_minutes": 60}, 400, "valid integer"),
+        ({"count": 1, "duration_minutes": 60}, 400, "required"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx_and_no_lease(
+    api, frozen, alice, vision, nlp, a100, small_pool, data, status, words
+):
+    response = post(api, alice, data)
+    assert response.status_code == status, response.content
+    assert words in response.content.decode()
+    assert not Lease.objects.exists()
+
+
+def test_release_extend_cancel_and_events(api, frozen, alice, vision, a100, small_pool):
+    lease_id = post(
+        api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60}
+    ).json()["id"]
+    provisioning.provision_step(lease_id=lease_id)
+    extended = api.post(f"/api/v1/leases/{lease_id}/extend/", {"minutes": 30}, format="json")
+    assert extended.status_code == 200 and extended.json()["end_at"].startswith("2026-12-01T10:30")
+    assert (
+        api.post(f"/api/v1/leases/{lease_id}/extend/", {"minutes": 0}, format="json").status_code
+        == 400
+    )
+    cancel = api.post(f"/api/v1/leases/{lease_id}/cancel/")
+    assert cancel.status_code == 400 and "Release it instead" in cancel.content.decode()
+    released = api.post(f"/api/v1/leases/{lease_id}/release/")
+    assert released.status_code == 200 and released.json()["status"] == "releasing"
+    again = api.post(f"/api/v1/leases/{lease_id}/release/")
+    assert again.status_code == 400
+    kinds = [e["kind"] for e in api.get(f"/api/v1/leases/{lease_id}/events/").json()]
+    assert kinds == ["requested", "placed", "active", "extended", "release"]
+
+
+def test_members_see_only_their_own_leases(api, frozen, alice, bob, vision, nlp, a100, small_pool):
+    lease_id = post(
+        api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60}
+    ).json()["id"]
+    api.force_authenticate(bob)
+    assert api.get(f"/api/v1/leases/{lease_id}/").status_code == 404
+    assert api.post(f"/api/v1/leases/{lease_id}/release/").status_code == 404
+    assert api.get("/api/v1/leases/").json()["count"] == 0
+
+
+def test_lead_sees_team_lease_and_operator_sees_all(
+    api, frozen, alice, lena, ops, vision, a100, small_pool
+):
+    lease_id = post(
+        api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60}
+    ).json()["id"]
+    for user in (lena, ops):
+        api.force_authenticate(user)
+        assert api.get(f"/api/v1/leases/{lease_id}/").status_code == 200
+        assert api.get("/api/v1/leases/?scope=all").json()["count"] == 1
+
+
+def test_token_endpoint_and_token_auth(api, frozen, alice, vision, a100, small_pool):
+    response = api.post(
+        "/api/v1/auth/token/", {"username": "alice", "password": "pw-for-tests"}, format="json"
+    )
+    assert response.status_code == 200
+    token = response.json()["token"]
+    assert Token.objects.get(user=alice).key == token
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}", HTTP_ACCEPT_LANGUAGE="en")
+    assert api.get("/api/v1/leases/").status_code == 200
+    bad = api.post("/api/v1/auth/token/", {"username": "alice", "password": "wrong"}, format="json")
+    assert bad.status_code == 400
+
+
+def test_anonymous_is_refused(api, db):
+    assert api.get("/api/v1/leases/").status_code in (401, 403)
+
+
+def test_list_runs_bounded_queries(
+    api, frozen, alice, vision, a100, small_pool, django_assert_max_num_queries
+):
+    for _ in range(6):
+        post(api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60})
+    assert Lease.objects.filter(status=LeaseStatus.PROVISIONING).count() == 6
+    with django_assert_max_num_queries(8):
+        assert api.get("/api/v1/leases/").json()["count"] == 6
+    assert T0

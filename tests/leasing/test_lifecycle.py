@@ -1,0 +1,205 @@
+"""From placed to active to ended: tasks called as functions on a frozen clock."""
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.test import override_settings
+
+from leasing import provisioning, services, tasks
+from leasing.backends import PermanentBackendError, TransientBackendError
+from leasing.backends.local import LocalBackend
+from leasing.models import Allocation, BackendCall, EndReason, LeaseStatus
+from tests.factories import make_node
+from tests.leasing.conftest import T0, hours
+
+
+def ask(user, team, model, count=1, duration=hours(2), **kw):
+    return services.lease_request(
+        user=user, team=team, card_model=model, count=count, duration=duration, **kw
+    )
+
+
+def activate(lease):
+    assert provisioning.provision_step(lease_id=lease.pk)
+    lease.refresh_from_db()
+    return lease
+
+
+def test_provisioning_gives_access_details_with_the_vendor_variable(
+    frozen, alice, vision, a100, small_pool
+):
+    lease = activate(ask(alice, vision, a100, count=2))
+    assert lease.status == LeaseStatus.ACTIVE and lease.activated_at == T0
+    (node,) = lease.access["nodes"]
+    assert node["env"] == {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in node["devices"])}
+    assert len(node["devices"]) == 2
+    assert BackendCall.objects.filter(lease=lease, action="provision", ok=True).count() == 1
+    # Idempotent: a second delivery of the task does nothing.
+    assert provisioning.provision_step(lease_id=lease.pk) is False
+
+
+def test_release_frees_cards_at_once_and_starts_the_next_queued(
+    frozen, alice, bob, vision, nlp, a100
+):
+    make_node(a100, cards=2, domains=1, hostname="pair")
+    holder = activate(ask(alice, vision, a100, count=2, duration=hours(8)))
+    waiting = ask(bob, nlp, a100, count=2, duration=hours(1))
+    assert waiting.status == LeaseStatus.QUEUED
+    frozen.shift(timedelta(minutes=30))
+    services.lease_release(lease=holder, user=alice)
+    holder.refresh_from_db()
+    waiting.refresh_from_db()
+    assert holder.status == LeaseStatus.RELEASING
+    assert waiting.status == LeaseStatus.PROVISIONING
+    assert set(holder.allocations.values_list("end_at", flat=True)) == {T0 + timedelta(minutes=30)}
+    assert provisioning.release_step(lease_id=holder.pk, reason=EndReason.RELEASED)
+    holder.refresh_from_db()
+    assert (holder.status, holder.end_reason) == (LeaseStatus.ENDED, EndReason.RELEASED)
+
+
+def test_advance_reservation_starts_on_time(frozen, alice, vision, a100, small_pool):
+    start = T0 + hours(5)
+    lease = ask(alice, vision, a100, count=2, start_at=start)
+    assert lease.status == LeaseStatus.SCHEDULED
+    frozen.move_to(start - timedelta(seconds=1))
+    assert services.lease_start(lease_id=lease.pk) is False
+    frozen.move_to(start)
+    tasks.start_lease(lease.pk)
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.PROVISIONING
+    assert activate(lease).status == LeaseStatus.ACTIVE
+
+
+def test_expiry_reclaims_at_end_time_once(frozen, alice, bob, vision, nlp, a100):
+    make_node(a100, cards=1, domains=1, hostname="one")
+    lease = activate(ask(alice, vision, a100, duration=hours(1)))
+    waiting = ask(bob, nlp, a100, duration=hours(1))
+    frozen.move_to(T0 + hours(1) - timedelta(seconds=1))
+    tasks.expire_lease(lease.pk)
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.ACTIVE  # a task that comes early does nothing
+    frozen.move_to(T0 + hours(1) + timedelta(seconds=3))
+    tasks.expire_lease(lease.pk)
+    tasks.expire_lease(lease.pk)  # twice: still one reclaim
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.RELEASING and lease.ended_at == T0 + hours(1)
+    assert lease.events.filter(kind="expire").count() == 1
+    waiting.refresh_from_db()
+    assert waiting.status == LeaseStatus.PROVISIONING
+    tasks.release_lease(lease.pk, EndReason.EXPIRED)
+    lease.refresh_from_db()
+    assert lease.end_reason == EndReason.EXPIRED
+
+
+def test_sweep_reclaims_what_a_lost_task_missed_and_skips_the_rest(
+    frozen, alice, vision, a100, small_pool
+):
+    later = activate(ask(alice, vision, a100, duration=hours(3)))  # must be skipped
+    due = activate(ask(alice, vision, a100, duration=hours(1)))  # must be processed
+    frozen.move_to(T0 + hours(2))
+    result = tasks.sweep()
+    later.refresh_from_db()
+    due.refresh_from_db()
+    assert result["expired"] == 1
+    assert later.status == LeaseStatus.ACTIVE
+    assert due.status == LeaseStatus.RELEASING
+    assert tasks.sweep()["expired"] == 0
+
+
+def with_backend(path):
+    return {**settings.CARDPOOL, "BACKEND": path}
+
+
+class FlakyBackend(LocalBackend):
+    name = "flaky"
+
+    def provision(self, lease):
+        raise TransientBackendError("controller busy")
+
+
+class BrokenBackend(LocalBackend):
+    name = "broken"
+
+    def provision(self, lease):
+        raise PermanentBackendError("node gpu9 has no such device")
+
+
+@override_settings(CARDPOOL=with_backend("tests.leasing.test_lifecycle.BrokenBackend"))
+def test_permanent_backend_failure_fails_the_lease_and_frees_the_cards(
+    frozen, alice, bob, vision, nlp, a100
+):
+    make_node(a100, cards=1, domains=1, hostname="one")
+    lease = ask(alice, vision, a100)
+    waiting = ask(bob, nlp, a100)
+    tasks.provision_lease.apply(args=(lease.pk,))
+    lease.refresh_from_db()
+    waiting.refresh_from_db()
+    assert lease.status == LeaseStatus.FAILED
+    assert "no such device" in lease.failure_reason
+    assert not Allocation.objects.filter(lease=lease, end_at__gt=T0).exists()
+    assert waiting.status == LeaseStatus.PROVISIONING
+
+
+@override_settings(CARDPOOL=with_backend("tests.leasing.test_lifecycle.FlakyBackend"))
+def test_transient_failures_are_retried_then_fail(
+    frozen, alice, vision, a100, small_pool, monkeypatch
+):
+    lease = ask(alice, vision, a100)
+    monkeypatch.setattr(tasks, "_backoff", lambda retries: 0)
+    tasks.provision_lease.apply(args=(lease.pk,))  # eager apply runs the retries in-line
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.FAILED
+    assert (
+        BackendCall.objects.filter(lease=lease, ok=False).count() == tasks.MAX_BACKEND_RETRIES + 1
+    )
+
+
+def test_extend_when_free_and_nobody_waits(frozen, alice, vision, a100, small_pool):
+    lease = activate(ask(alice, vision, a100, duration=hours(1)))
+    lease = services.lease_extend(lease=lease, user=alice, minutes=90)
+    assert lease.end_at == T0 + hours(2.5)
+    assert set(lease.allocations.values_list("end_at", flat=True)) == {T0 + hours(2.5)}
+
+
+def test_extend_refused_when_it_would_delay_a_waiting_request(
+    frozen, alice, bob, vision, nlp, a100
+):
+    make_node(a100, cards=1, domains=1, hostname="one")
+    lease = activate(ask(alice, vision, a100, duration=hours(1)))
+    ask(bob, nlp, a100, duration=hours(1))
+    with pytest.raises(ValidationError, match="waiting"):
+        services.lease_extend(lease=lease, user=alice, minutes=30)
+
+
+def test_extend_refused_when_cards_are_booked_after(frozen, alice, bob, vision, nlp, a100):
+    make_node(a100, cards=1, domains=1, hostname="one")
+    lease = activate(ask(alice, vision, a100, duration=hours(1)))
+    ask(bob, nlp, a100, duration=hours(1), start_at=T0 + hours(1))
+    with pytest.raises(ValidationError, match="booked"):
+        services.lease_extend(lease=lease, user=alice, minutes=30)
+
+
+def test_cancel_a_queued_or_scheduled_lease_but_not_an_active_one(
+    frozen, alice, vision, a100, small_pool
+):
+    booked = ask(alice, vision, a100, start_at=T0 + hours(3))
+    assert services.lease_cancel(lease=booked, user=alice).status == LeaseStatus.CANCELLED
+    assert not booked.allocations.exists()
+    active = activate(ask(alice, vision, a100))
+    with pytest.raises(ValidationError, match="Release it instead"):
+        services.lease_cancel(lease=active, user=alice)
+
+
+def test_someone_else_cannot_release_your_lease(frozen, alice, bob, vision, a100, small_pool):
+    from django.core.exceptions import PermissionDenied
+
+    lease = activate(ask(alice, vision, a100))
+    with pytest.raises(PermissionDenied):
+        services.lease_release(lease=lease, user=bob)
+
+
+def test_lead_may_release_a_member_lease(frozen, alice, lena, vision, a100, small_pool):
+    lease = activate(ask(alice, vision, a100))
+    assert services.lease_release(lease=lease, user=lena).status == LeaseStatus.RELEASING

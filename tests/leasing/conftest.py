@@ -31,3 +31,13 @@ def small_pool(a100):
 
 def hours(n: float) -> timedelta:
     return timedelta(hours=n)
+
+
+def ask(user, team, model, count=1, duration=None, **kw):
+    """Request cards through the service, two hours unless told otherwise."""
+    from leasing import services
+
+    duration = duration if duration is not None else hours(2)
+    return services.lease_request(
+        user=user, team=team, card_model=model, count=count, duration=duration, **kw
+    )

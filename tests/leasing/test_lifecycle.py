@@ -12,13 +12,7 @@ from leasing.backends import PermanentBackendError, TransientBackendError
 from leasing.backends.local import LocalBackend
 from leasing.models import Allocation, BackendCall, EndReason, LeaseStatus
 from tests.factories import make_node
-from tests.leasing.conftest import T0, hours
-
-
-def ask(user, team, model, count=1, duration=hours(2), **kw):
-    return services.lease_request(
-        user=user, team=team, card_model=model, count=count, duration=duration, **kw
-    )
+from tests.leasing.conftest import T0, ask, hours
 
 
 def activate(lease):

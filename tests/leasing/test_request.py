@@ -5,16 +5,9 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from leasing import services
 from leasing.models import Allocation, LeaseStatus, Priority
 from tests.factories import make_node
-from tests.leasing.conftest import T0, hours
-
-
-def ask(user, team, model, count=1, duration=hours(2), **kw):
-    return services.lease_request(
-        user=user, team=team, card_model=model, count=count, duration=duration, **kw
-    )
+from tests.leasing.conftest import T0, ask, hours
 
 
 def test_free_cards_are_placed_at_once_on_one_domain(frozen, alice, vision, a100, small_pool):

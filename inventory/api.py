@@ -1,5 +1,212 @@
-"""REST API for the inventory (card models, nodes, cards)."""
+"""REST API for the inventory: /api/v1/card-models/, /api/v1/nodes/, /api/v1/cards/ (read-only)."""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from rest_framework import serializers, viewsets
+from rest_framework.routers import BaseRouter
+
+from inventory import selectors
+from inventory.models import Card, CardModel, InterconnectKind, Node, Precision, Region, Vendor
+
+# Hostnames hold dots, which DRF's default lookup pattern ([^/.]+) refuses.
+HOSTNAME_LOOKUP = r"[^/]+"
+
+# --- Serializers ----------------------------------------------------------------------
+
+_SPEC_DECIMALS = (
+    "memory_gb",
+    *selectors.PRECISION_FIELDS.values(),
+    "price_per_hour",
+)
 
 
-def register(router) -> None:
-    pass
+class CardModelSerializer(serializers.ModelSerializer):
+    total = serializers.IntegerField(read_only=True, help_text=_("Cards not retired."))
+    available = serializers.IntegerField(
+        read_only=True,
+        help_text=_("Healthy cards on nodes taking leases that nobody holds now."),
+    )
+
+    class Meta:
+        model = CardModel
+        fields = [
+            "slug",
+            "name",
+            "vendor",
+            "architecture",
+            "family",
+            "form_factor",
+            "memory_gb",
+            "memory_bandwidth_gbs",
+            *selectors.PRECISION_FIELDS.values(),
+            "interconnect_kind",
+            "interconnect_gbs",
+            "tdp_w",
+            "software_stack",
+            "price_per_hour",
+            "source_url",
+            "total",
+            "available",
+        ]
+        # Spec-sheet figures are numbers in JSON, not strings.
+        extra_kwargs = {name: {"coerce_to_string": False} for name in _SPEC_DECIMALS}
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    region = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    cards_total = serializers.IntegerField(read_only=True, help_text=_("Cards not retired."))
+    cards_available = serializers.IntegerField(read_only=True, help_text=_("Cards free now."))
+
+    class Meta:
+        model = Node
+        fields = [
+            "hostname",
+            "region",
+            "status",
+            "drain_at",
+            "network_kind",
+            "network_gbps",
+            "cpu_cores",
+            "memory_gb",
+            "driver_version",
+            "software_versions",
+            "labels",
+            "cards_total",
+            "cards_available",
+        ]
+
+
+class CardSerializer(serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="hostname", read_only=True)
+    region = serializers.CharField(source="node.region.slug", read_only=True)
+    card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    busy_until = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text=_("End of the allocation holding the card now; null when nobody holds it."),
+    )
+
+    class Meta:
+        model = Card
+        fields = [
+            "uuid",
+            "node",
+            "region",
+            "index",
+            "card_model",
+            "interconnect_domain",
+            "status",
+            "health_note",
+            "busy_until",
+        ]
+
+
+# --- Filters --------------------------------------------------------------------------
+
+
+class CardModelFilter(django_filters.FilterSet):
+    vendor = django_filters.ChoiceFilter(choices=Vendor.choices)
+    min_memory_gb = django_filters.NumberFilter(field_name="memory_gb", lookup_expr="gte")
+    precision = django_filters.ChoiceFilter(
+        choices=Precision.choices,
+        method="filter_precision",
+        label=_("Supports precision"),
+    )
+    interconnect = django_filters.ChoiceFilter(
+        field_name="interconnect_kind", choices=InterconnectKind.choices
+    )
+
+    class Meta:
+        model = CardModel
+        fields: list[str] = []
+
+    def filter_precision(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(**{f"{selectors.PRECISION_FIELDS[value]}__isnull": False})
+
+
+class NodeFilter(django_filters.FilterSet):
+    region = django_filters.ModelChoiceFilter(
+        field_name="region", queryset=Region.objects.all(), to_field_name="slug"
+    )
+    status = django_filters.ChoiceFilter(choices=Node.Status.choices)
+
+    class Meta:
+        model = Node
+        fields: list[str] = []
+
+
+class CardFilter(django_filters.FilterSet):
+    model = django_filters.ModelChoiceFilter(
+        field_name="card_model",
+        queryset=CardModel.objects.all(),
+        to_field_name="slug",
+        label=_("Card model (slug)"),
+    )
+    node = django_filters.ModelChoiceFilter(
+        field_name="node",
+        queryset=Node.objects.all(),
+        to_field_name="hostname",
+        label=_("Node (hostname)"),
+    )
+    status = django_filters.ChoiceFilter(choices=Card.Status.choices)
+    region = django_filters.ModelChoiceFilter(
+        field_name="node__region",
+        queryset=Region.objects.all(),
+        to_field_name="slug",
+        label=_("Region (slug)"),
+    )
+
+    class Meta:
+        model = Card
+        fields: list[str] = []
+
+
+# --- Viewsets -------------------------------------------------------------------------
+
+
+class CardModelViewSet(viewsets.ReadOnlyModelViewSet):
+    """Card models (spec sheets) with how many cards exist and how many are free now."""
+
+    queryset = CardModel.objects.all()
+    serializer_class = CardModelSerializer
+    filterset_class = CardModelFilter
+    lookup_field = "slug"
+
+    def get_queryset(self) -> QuerySet[CardModel]:
+        return selectors.card_models_with_counts(timezone.now())
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """Nodes with their card counts."""
+
+    queryset = Node.objects.all()
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilter
+    lookup_field = "hostname"
+    lookup_value_regex = HOSTNAME_LOOKUP
+
+    def get_queryset(self) -> QuerySet[Node]:
+        return selectors.nodes_with_counts(timezone.now())
+
+
+class CardViewSet(viewsets.ReadOnlyModelViewSet):
+    """Cards, each with the end of the allocation holding it now (if any)."""
+
+    queryset = Card.objects.all()
+    serializer_class = CardSerializer
+    filterset_class = CardFilter
+    lookup_field = "uuid"
+    lookup_value_regex = r"[^/]+"
+
+    def get_queryset(self) -> QuerySet[Card]:
+        return selectors.cards_list(timezone.now())
+
+
+def register(router: BaseRouter) -> None:
+    router.register("card-models", CardModelViewSet, basename="card-model")
+    router.register("nodes", NodeViewSet, basename="node")
+    router.register("cards", CardViewSet, basename="card")

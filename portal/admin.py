@@ -1,0 +1,61 @@
+"""Admin for people: departments, teams with their members, and each user's site roles."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+
+from portal.models import Department, Membership, Profile, Team
+
+User = get_user_model()
+
+
+@admin.register(Department)
+class DepartmentAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    fields = ["user", "role", "joined_at"]
+    readonly_fields = ["joined_at"]
+    autocomplete_fields = ["user"]
+    extra = 0
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "department"]
+    list_filter = ["department"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    list_select_related = ["department"]
+    inlines = [MembershipInline]
+
+
+class ProfileInline(admin.StackedInline):
+    model = Profile
+    fields = ["is_operator", "is_finance", "timezone"]
+    can_delete = False
+    max_num = 1
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class UserAdmin(BaseUserAdmin):
+    inlines = [*BaseUserAdmin.inlines, ProfileInline]
+    list_display = [*BaseUserAdmin.list_display, "is_operator", "is_finance"]
+    list_select_related = ["profile"]
+
+    @admin.display(boolean=True, description=Profile._meta.get_field("is_operator").verbose_name)
+    def is_operator(self, user) -> bool:
+        return bool(getattr(user, "profile", None) and user.profile.is_operator)
+
+    @admin.display(boolean=True, description=Profile._meta.get_field("is_finance").verbose_name)
+    def is_finance(self, user) -> bool:
+        return bool(getattr(user, "profile", None) and user.profile.is_finance)

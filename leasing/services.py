@@ -142,7 +142,7 @@ def _pool_capacity(card_model: CardModel) -> tuple[int, int]:
     return total, agg["most"] or 0
 
 
-def _check_request(
+def lease_validate_request(
     *,
     user,
     team: Team,
@@ -241,7 +241,7 @@ def lease_request(
     """
     now = now or timezone.now()
     start = start_at if start_at is not None and start_at > now else now
-    _check_request(
+    lease_validate_request(
         user=user,
         team=team,
         card_model=card_model,

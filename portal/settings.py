@@ -223,6 +223,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(BROKER_DIR / "in"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        "polling_interval": 0.1,
     }
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 else:

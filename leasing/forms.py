@@ -1,0 +1,91 @@
+"""Browser forms for leases: shape and choices only; the rules are in leasing.services."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from inventory.models import CardModel
+from leasing.models import Priority, Purpose
+from portal.models import Team
+
+UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
+
+
+class LeaseRequestForm(forms.Form):
+    card_model = forms.ModelChoiceField(
+        label=_("Card model"),
+        queryset=CardModel.objects.order_by("vendor", "-memory_gb", "name"),
+        to_field_name="slug",
+        empty_label=None,
+    )
+    count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=4096, initial=1)
+    duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
+    unit = forms.ChoiceField(
+        label=_("Unit"),
+        initial="hours",
+        choices=[("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days"))],
+    )
+    start = forms.ChoiceField(
+        label=_("Start"),
+        initial="now",
+        widget=forms.RadioSelect,
+        choices=[("now", _("As soon as possible")), ("later", _("At a set time (reservation)"))],
+    )
+    start_at = forms.DateTimeField(
+        label=_("Start at"),
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S"],
+    )
+    team = forms.ModelChoiceField(
+        label=_("Charge to team"),
+        queryset=Team.objects.none(),
+        to_field_name="slug",
+        empty_label=None,
+    )
+    priority = forms.ChoiceField(
+        label=_("Priority"), choices=Priority.choices, initial=Priority.NORMAL
+    )
+    purpose = forms.ChoiceField(
+        label=_("Purpose"), choices=Purpose.choices, initial=Purpose.DEVELOPMENT
+    )
+    same_node = forms.BooleanField(label=_("All cards on one node"), required=False, initial=True)
+    description = forms.CharField(
+        label=_("What is it for? (optional)"), max_length=200, required=False
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = Team.objects.filter(memberships__user=user).order_by("slug")
+
+    def clean(self):
+        data = super().clean()
+        if data.get("duration") and data.get("unit") in UNITS:
+            data["duration_td"] = timedelta(minutes=data["duration"] * UNITS[data["unit"]])
+        if data.get("start") == "later":
+            if not data.get("start_at"):
+                self.add_error("start_at", _("Pick the start time of the reservation."))
+        else:
+            data["start_at"] = None
+        return data
+
+
+class ExtendForm(forms.Form):
+    minutes = forms.IntegerField(
+        label=_("Extend by (minutes)"), min_value=1, max_value=60 * 24 * 90, initial=60
+    )
+
+
+def lease_request_initial(request) -> dict:
+    initial = {
+        "start_at": (timezone.localtime() + timedelta(hours=1)).replace(
+            minute=0, second=0, microsecond=0
+        )
+    }
+    if slug := request.GET.get("card_model"):
+        initial["card_model"] = slug
+    return initial

@@ -1,0 +1,235 @@
+"""Browser pages for leases: request (with a live preview), my leases, one lease, the calendar."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from inventory.models import CardModel
+from leasing import selectors, services
+from leasing.forms import ExtendForm, LeaseRequestForm, lease_request_initial
+from leasing.models import OPEN_STATES, TERMINAL_STATES
+
+
+def _form_errors_from(exc: ValidationError, form) -> None:
+    """Put a service's ValidationError onto the form's fields (or the form)."""
+    field_map = {"duration_minutes": "duration"}
+    if hasattr(exc, "message_dict"):
+        for field, errors in exc.message_dict.items():
+            target = field_map.get(field, field)
+            for error in errors:
+                form.add_error(target if target in form.fields else None, error)
+    else:
+        for error in exc.messages:
+            form.add_error(None, error)
+
+
+@login_required
+def lease_list(request):
+    leases = selectors.my_leases(request.user)
+    context = {
+        "open_leases": [lease for lease in leases.filter(status__in=OPEN_STATES)],
+        "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],
+    }
+    template = "leasing/_lease_rows.html" if request.htmx else "leasing/lease_list.html"
+    return render(request, template, context)
+
+
+@login_required
+def lease_new(request):
+    if request.method == "POST":
+        form = LeaseRequestForm(request.POST, user=request.user)
+        if form.is_valid():
+            d = form.cleaned_data
+            try:
+                lease = services.lease_request(
+                    user=request.user,
+                    team=d["team"],
+                    card_model=d["card_model"],
+                    count=d["count"],
+                    duration=d["duration_td"],
+                    start_at=d["start_at"],
+                    priority=d["priority"],
+                    purpose=d["purpose"],
+                    same_node=d["same_node"],
+                    description=d["description"],
+                )
+            except ValidationError as exc:
+                _form_errors_from(exc, form)
+            except PermissionDenied as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(
+                    request,
+                    _("Lease %(id)s requested: %(status)s.")
+                    % {"id": lease.pk, "status": lease.get_status_display()},
+                )
+                return redirect("leasing:detail", lease.pk)
+    else:
+        form = LeaseRequestForm(initial=lease_request_initial(request), user=request.user)
+    return render(request, "leasing/lease_new.html", {"form": form})
+
+
+@login_required
+def lease_preview(request):
+    """htmx: would this request start now, or when? Computed, never written."""
+    form = LeaseRequestForm(request.GET or request.POST, user=request.user)
+    context = {"form": form}
+    if form.is_valid():
+        d = form.cleaned_data
+        model = d["card_model"]
+        try:
+            services.lease_validate_request(
+                user=request.user,
+                team=d["team"],
+                card_model=model,
+                count=d["count"],
+                duration=d["duration_td"],
+                start_at=d["start_at"] or timezone.now(),
+                priority=d["priority"],
+                purpose=d["purpose"],
+                same_node=d["same_node"],
+                now=timezone.now(),
+            )
+        except (ValidationError, PermissionDenied) as exc:
+            context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+        else:
+            start = services.lease_preview(
+                card_model=model,
+                count=d["count"],
+                duration=d["duration_td"],
+                start_at=d["start_at"],
+                same_node=d["same_node"],
+                priority=d["priority"],
+            )
+            context.update(
+                start=start,
+                now=timezone.now(),
+                card_model=model,
+                count=d["count"],
+                starts_now=start is not None and start <= timezone.now() + timedelta(seconds=5),
+                cost=model.price_per_hour
+                * d["count"]
+                * int(d["duration_td"].total_seconds() // 60)
+                / 60,
+            )
+    return render(request, "leasing/_preview.html", context)
+
+
+def _visible_lease(request, pk):
+    lease = selectors.lease_detail(pk, request.user)
+    if lease is None:
+        raise Http404
+    return lease
+
+
+@login_required
+def lease_detail(request, pk: int):
+    lease = _visible_lease(request, pk)
+    context = {
+        "lease": lease,
+        "extend_form": ExtendForm(),
+        "position": selectors.queue_position(lease),
+        "is_terminal": lease.status in TERMINAL_STATES,
+    }
+    if request.htmx and request.GET.get("part") == "status":
+        return render(request, "leasing/_lease_live.html", context)
+    return render(request, "leasing/lease_detail.html", context)
+
+
+def _act(request, pk, action):
+    lease = _visible_lease(request, pk)
+    try:
+        action(lease)
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc) or _("You may not do that."))
+    return redirect("leasing:detail", lease.pk)
+
+
+@login_required
+@require_POST
+def lease_release(request, pk: int):
+    def release(lease):
+        services.lease_release(lease=lease, user=request.user)
+        messages.success(request, _("Released: the cards are back in the pool."))
+
+    return _act(request, pk, release)
+
+
+@login_required
+@require_POST
+def lease_cancel(request, pk: int):
+    def cancel(lease):
+        services.lease_cancel(lease=lease, user=request.user)
+        messages.success(request, _("Cancelled."))
+
+    return _act(request, pk, cancel)
+
+
+@login_required
+@require_POST
+def lease_extend(request, pk: int):
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("Enter the minutes to extend by (a whole number, at least 1)."))
+        return redirect("leasing:detail", pk)
+
+    def extend(lease):
+        lease = services.lease_extend(
+            lease=lease, user=request.user, minutes=form.cleaned_data["minutes"]
+        )
+        messages.success(
+            request,
+            _("Extended until %(end)s.")
+            % {"end": timezone.localtime(lease.end_at).strftime("%Y-%m-%d %H:%M")},
+        )
+
+    return _act(request, pk, extend)
+
+
+@login_required
+def calendar(request, slug: str | None = None):
+    models = CardModel.objects.filter(cards__isnull=False).distinct().order_by("vendor", "name")
+    card_model = get_object_or_404(CardModel, slug=slug) if slug else models.first()
+    try:
+        days = max(1, min(14, int(request.GET.get("days", 7))))
+    except ValueError:
+        return HttpResponseBadRequest(_("days must be a whole number between 1 and 14"))
+    context = {"models": models, "card_model": card_model, "days": days}
+    if card_model is not None:
+        start = timezone.localtime().replace(minute=0, second=0, microsecond=0)
+        start = start.replace(hour=start.hour - start.hour % 3)
+        cal = selectors.availability_calendar(card_model, start=start, days=days)
+        rows: dict = {}
+        for slot in cal["slots"]:
+            local = timezone.localtime(slot["start"])
+            rows.setdefault(local.date(), []).append(
+                {**slot, "level": _level(slot["free"], cal["usable"])}
+            )
+        context.update(
+            calendar=cal,
+            rows=rows,
+            hours=[timezone.localtime(s["start"]).strftime("%H:%M") for s in cal["slots"][:8]],
+        )
+    return render(request, "leasing/calendar.html", context)
+
+
+def _level(free: int, usable: int) -> str:
+    if usable == 0 or free == 0:
+        return "none"
+    if free * 4 <= usable:
+        return "low"
+    if free < usable:
+        return "some"
+    return "all"

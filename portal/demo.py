@@ -1,0 +1,166 @@
+"""Demo data: a small heterogeneous pool, two teams and the named users. Idempotent."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from allauth.account.models import EmailAddress
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from inventory.models import Card, CardModel, Node, Region
+from portal.models import Department, Membership, Profile, Team
+
+REGIONS = [
+    # slug, name, kind, parent
+    ("north-dc", "华北数据中心 North DC", "centre", None),
+    ("beijing", "北京 Beijing", "province", "north-dc"),
+    ("shanghai", "上海 Shanghai", "province", "north-dc"),
+    ("shenzhen-edge", "深圳边缘 Shenzhen edge", "edge", "shanghai"),
+]
+
+# hostname, region, card model slug, cards, interconnect domains, network, Gbps
+NODES = [
+    ("bj-a100-01", "beijing", "a100-80g-sxm", 8, 1, "ib", 200),
+    ("bj-a100-02", "beijing", "a100-80g-sxm", 8, 1, "ib", 200),
+    ("bj-h800-01", "beijing", "h800", 8, 1, "ib", 400),
+    ("bj-v100-01", "beijing", "v100-32g", 8, 2, "ib", 100),
+    ("bj-t4-01", "beijing", "t4", 4, 4, "ethernet", 25),
+    ("sh-910b-01", "shanghai", "ascend-910b", 8, 1, "roce", 200),
+    ("sh-910b-02", "shanghai", "ascend-910b", 8, 1, "roce", 200),
+    ("sh-mlu370-01", "shanghai", "mlu370-x8", 8, 4, "roce", 100),
+    ("sh-k100-01", "shanghai", "dcu-k100", 8, 2, "roce", 100),
+    ("sh-c500-01", "shanghai", "metax-c500", 8, 1, "roce", 100),
+    ("sz-4090-01", "shenzhen-edge", "rtx-4090", 8, 8, "ethernet", 25),
+    ("sz-r200-01", "shenzhen-edge", "kunlunxin-r200", 8, 2, "ethernet", 25),
+    ("sz-s4000-01", "shenzhen-edge", "mtt-s4000", 8, 2, "ethernet", 25),
+    ("sz-l40s-01", "shenzhen-edge", "l40s", 4, 4, "ethernet", 100),
+]
+
+USERS = [
+    # username, email, first name, finance, operator
+    ("alice", "alice@example.com", "Alice", False, False),
+    ("lena", "lena@example.com", "Lena", False, False),
+    ("bob", "bob@example.com", "Bob", False, False),
+    ("fin", "fin@example.com", "Fin", True, False),
+    ("ops", "ops@example.com", "Ops", False, True),
+]
+
+MEMBERSHIPS = [("alice", "vision", "member"), ("lena", "vision", "lead"), ("bob", "nlp", "member")]
+
+
+@transaction.atomic
+def seed_inventory() -> dict[str, int]:
+    """Regions, nodes and cards; only card models from the catalogue are used."""
+    created = {"regions": 0, "nodes": 0, "cards": 0}
+    regions: dict[str, Region] = {}
+    for slug, name, kind, parent in REGIONS:
+        region, made = Region.objects.get_or_create(
+            slug=slug, defaults={"name": name, "kind": kind, "parent": regions.get(parent)}
+        )
+        regions[slug] = region
+        created["regions"] += made
+    models = {m.slug: m for m in CardModel.objects.filter(slug__in={n[2] for n in NODES})}
+    for hostname, region, model_slug, count, domains, network, gbps in NODES:
+        model = models.get(model_slug)
+        if model is None:
+            continue  # catalogue without this model: skip rather than invent one
+        node, made = Node.objects.get_or_create(
+            hostname=hostname,
+            defaults={
+                "region": regions[region],
+                "network_kind": network,
+                "network_gbps": gbps,
+                "cpu_cores": 128,
+                "memory_gb": 1024,
+                "labels": {"demo": "true"},
+            },
+        )
+        created["nodes"] += made
+        existing = set(node.cards.values_list("index", flat=True))
+        per_domain = max(1, count // domains)
+        new = [
+            Card(
+                node=node,
+                card_model=model,
+                index=i,
+                uuid=f"{hostname}-card{i}",
+                interconnect_domain=i // per_domain,
+            )
+            for i in range(count)
+            if i not in existing
+        ]
+        Card.objects.bulk_create(new)
+        created["cards"] += len(new)
+    return created
+
+
+@transaction.atomic
+def seed_people() -> int:
+    User = get_user_model()
+    password = settings.CARDPOOL["DEMO_PASSWORD"]
+    made_users = 0
+    dept, _ = Department.objects.get_or_create(
+        slug="research", defaults={"name": "研究院 Research"}
+    )
+    teams = {
+        "vision": Team.objects.get_or_create(
+            slug="vision", defaults={"name": "视觉组 Vision", "department": dept}
+        )[0],
+        "nlp": Team.objects.get_or_create(
+            slug="nlp", defaults={"name": "NLP 组 NLP", "department": dept}
+        )[0],
+    }
+    for username, email, first, finance, operator in USERS:
+        user, made = User.objects.get_or_create(
+            username=username, defaults={"email": email, "first_name": first}
+        )
+        if made:
+            user.set_password(password)
+            user.is_staff = operator
+            user.is_superuser = operator
+            user.save()
+            made_users += 1
+        EmailAddress.objects.get_or_create(
+            user=user, email=email, defaults={"verified": True, "primary": True}
+        )
+        Profile.objects.update_or_create(
+            user=user, defaults={"is_finance": finance, "is_operator": operator}
+        )
+    for username, team, role in MEMBERSHIPS:
+        Membership.objects.get_or_create(
+            user=User.objects.get(username=username), team=teams[team], defaults={"role": role}
+        )
+    return made_users
+
+
+def seed_leases() -> int:
+    """A few leases so the pages have something to show; only on the first run."""
+    from leasing.models import Lease
+    from leasing.services import lease_request
+
+    User = get_user_model()
+    if Lease.objects.exists():
+        return 0
+    alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+    vision, nlp = Team.objects.get(slug="vision"), Team.objects.get(slug="nlp")
+    wanted = [
+        (alice, vision, "a100-80g-sxm", 4, timedelta(hours=6), "training"),
+        (bob, nlp, "ascend-910b", 8, timedelta(hours=12), "training"),
+        (bob, nlp, "rtx-4090", 2, timedelta(hours=3), "inference"),
+    ]
+    made = 0
+    for user, team, slug, count, duration, purpose in wanted:
+        model = CardModel.objects.filter(slug=slug).first()
+        if model is not None and model.cards.exists():
+            lease_request(
+                user=user,
+                team=team,
+                card_model=model,
+                count=count,
+                duration=duration,
+                purpose=purpose,
+            )
+            made += 1
+    return made

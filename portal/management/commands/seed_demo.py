@@ -1,0 +1,16 @@
+from django.core.management.base import BaseCommand
+
+from portal import demo
+
+
+class Command(BaseCommand):
+    help = "Load the demo pool, teams and users (idempotent: running it again changes nothing)."
+
+    def handle(self, *args, **options):
+        inventory = demo.seed_inventory()
+        users = demo.seed_people()
+        leases = demo.seed_leases()
+        self.stdout.write(
+            f"demo data: {inventory['regions']} regions, {inventory['nodes']} nodes, {inventory['cards']} cards, "
+            f"{users} users and {leases} leases created"
+        )

@@ -1,0 +1,106 @@
+"""The lease pages in the browser's shape: request form, preview, my leases, detail, calendar."""
+
+import pytest
+
+from leasing import provisioning
+from leasing.models import Lease, LeaseStatus
+from tests.leasing.conftest import T0, ask, hours
+
+
+@pytest.fixture
+def browser(client, alice):
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    return client
+
+
+def form_data(model, **kw):
+    data = {
+        "card_model": model.slug,
+        "count": 2,
+        "duration": 3,
+        "unit": "hours",
+        "start": "now",
+        "team": "vision",
+        "priority": "normal",
+        "purpose": "training",
+        "same_node": "on",
+    }
+    return data | kw
+
+
+def test_request_form_places_the_lease_and_shows_it(browser, frozen, a100, small_pool):
+    response = browser.post("/leases/new/", form_data(a100))
+    lease = Lease.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/leases/{lease.pk}/"
+    assert lease.status == LeaseStatus.PROVISIONING and lease.end_at == T0 + hours(3)
+    page = browser.get(f"/leases/{lease.pk}/").content.decode()
+    assert "Handing the cards over" in page
+    provisioning.provision_step(lease_id=lease.pk)
+    page = browser.get(f"/leases/{lease.pk}/").content.decode()
+    assert "CUDA_VISIBLE_DEVICES=" in page and "Release now" in page
+
+
+def test_form_errors_are_shown_on_the_form_and_nothing_is_written(
+    browser, frozen, a100, small_pool
+):
+    response = browser.post("/leases/new/", form_data(a100, count=50))
+    assert response.status_code == 200
+    assert "only 8" in response.content.decode()
+    response = browser.post("/leases/new/", form_data(a100, start="later", start_at=""))
+    assert "Pick the start time" in response.content.decode()
+    assert not Lease.objects.exists()
+
+
+def test_preview_says_free_now_or_estimated_start(browser, frozen, alice, vision, a100, small_pool):
+    free = browser.get("/leases/preview/", form_data(a100), HTTP_HX_REQUEST="true").content.decode()
+    assert "free now" in free
+    ask(alice, vision, a100, count=8, duration=hours(2), same_node=False)
+    later = browser.get(
+        "/leases/preview/", form_data(a100), HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert "Estimated start: 2026-12-01 11:00" in later
+    assert not Lease.objects.filter(status=LeaseStatus.QUEUED).exists()
+
+
+def test_my_leases_polls_for_live_status(browser, frozen, alice, vision, a100, small_pool):
+    ask(alice, vision, a100)
+    page = browser.get("/leases/").content.decode()
+    assert 'hx-trigger="every 3s"' in page
+    partial = browser.get("/leases/", HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in partial and 'data-status="provisioning"' in partial
+
+
+def test_release_and_extend_buttons(browser, frozen, alice, vision, a100, small_pool):
+    lease = ask(alice, vision, a100)
+    provisioning.provision_step(lease_id=lease.pk)
+    browser.post(f"/leases/{lease.pk}/extend/", {"minutes": "60"})
+    lease.refresh_from_db()
+    assert lease.end_at == T0 + hours(3)
+    bad = browser.post(f"/leases/{lease.pk}/extend/", {"minutes": "soon"}, follow=True)
+    assert "whole number" in bad.content.decode()
+    browser.post(f"/leases/{lease.pk}/release/")
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.RELEASING
+
+
+def test_other_people_cannot_see_or_touch_the_lease(
+    client, frozen, alice, bob, vision, a100, small_pool
+):
+    lease = ask(alice, vision, a100)
+    client.force_login(bob)
+    assert client.get(f"/leases/{lease.pk}/").status_code == 404
+    assert client.post(f"/leases/{lease.pk}/release/").status_code == 404
+
+
+def test_calendar_shows_free_cards_per_slot(browser, frozen, alice, vision, a100, small_pool):
+    ask(alice, vision, a100, count=4, duration=hours(3))
+    page = browser.get(f"/leases/calendar/{a100.slug}/").content.decode()
+    assert "8 of 8 cards in service" in page
+    assert 'class="num cal cal--some"' in page  # the first slot: 4 of 8 free
+    assert browser.get(f"/leases/calendar/{a100.slug}/?days=x").status_code == 400
+
+
+def test_pages_need_login(client, db):
+    assert client.get("/leases/").status_code == 302
+    assert client.get("/leases/new/").status_code == 302

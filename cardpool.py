@@ -34,7 +34,7 @@ def run(*args: str, env: dict | None = None) -> None:
 
 def ensure_venv(extras: str = "") -> None:
     """Create .venv and install the project (editable) when pyproject.toml changed."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - this file runs on whatever python3 is
         sys.exit(f"Cardpool needs Python 3.11 or newer; this is {sys.version.split()[0]}.")
     if not PY.exists():
         say(f"creating a virtual environment in {VENV}")

@@ -11,6 +11,15 @@ from tests.factories import CardModelFactory, make_node
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
 
 
+@pytest.fixture(autouse=True)
+def english():
+    """Assertions read English messages; the Chinese ones are checked on the pages."""
+    from django.utils import translation
+
+    with translation.override("en"):
+        yield
+
+
 @pytest.fixture
 def frozen():
     """The clock stands still at T0 unless a test moves it (traveller.shift / move_to)."""

@@ -1,0 +1,92 @@
+"""A real Celery worker (and the live server) against the test database and the real broker.
+
+These tests are the whole path: request → worker → active → release/expiry. They need
+PostgreSQL (the worker is another process and must see the test database) and Redis;
+without them they skip with the reason (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _database_url() -> str:
+    s = connection.settings_dict
+    return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def worker(transactional_db, tmp_path):
+    """A Celery worker process (prefork, 2 children) with beat, like production."""
+    from portal.celery import app
+
+    with app.connection_for_write() as conn:  # drop leftovers of earlier runs
+        conn.default_channel.queue_purge("celery")
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": _database_url(),
+        "CARDPOOL_VAR_DIR": str(tmp_path),
+        "CARDPOOL_SWEEP_SECONDS": "2",
+    }
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "portal",
+            "worker",
+            "--beat",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "--hostname",
+            f"e2e-{os.getpid()}@%h",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if " ready." in (tmp_path / "worker.log").read_text():
+            break
+        if proc.poll() is not None:
+            pytest.fail(
+                "the worker died on start:\n" + (tmp_path / "worker.log").read_text()[-3000:]
+            )
+        time.sleep(0.2)
+    else:
+        pytest.fail("the worker did not become ready in 30 s")
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.05):
+    """Poll until predicate() is truthy; return its value or fail with the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"not reached within {timeout} s")

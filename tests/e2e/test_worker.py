@@ -1,0 +1,49 @@
+"""The whole path with a real worker on PostgreSQL + Redis: request → active → expiry/release."""
+
+from datetime import timedelta
+
+import pytest
+
+from leasing import services
+from leasing.models import EndReason, Lease, LeaseStatus
+from tests.e2e.conftest import wait_for
+from tests.factories import CardModelFactory, make_node
+
+pytestmark = [pytest.mark.postgres, pytest.mark.broker]
+
+
+def status_of(pk):
+    return Lease.objects.values_list("status", flat=True).get(pk=pk)
+
+
+def test_request_becomes_active_then_expires_on_time(worker, alice, vision):
+    model = CardModelFactory(slug="e2e-a100")
+    make_node(model, cards=2, domains=1, hostname="e2e-node")
+    lease = services.lease_request(
+        user=alice, team=vision, card_model=model, count=2, duration=timedelta(seconds=4)
+    )
+    wait_for(lambda: status_of(lease.pk) == LeaseStatus.ACTIVE, timeout=5)
+    lease.refresh_from_db()
+    assert lease.access["nodes"][0]["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    # Reclaimed at its end by the task scheduled for then (the sweep is the safety net).
+    wait_for(lambda: status_of(lease.pk) == LeaseStatus.ENDED, timeout=15)
+    lease.refresh_from_db()
+    assert lease.end_reason == EndReason.EXPIRED
+    expire = lease.events.get(kind="expire")
+    assert expire.at - lease.end_at < timedelta(seconds=5)
+
+
+def test_release_starts_the_next_queued_lease(worker, alice, bob, vision, nlp):
+    model = CardModelFactory(slug="e2e-910b")
+    make_node(model, cards=1, domains=1, hostname="e2e-solo")
+    first = services.lease_request(
+        user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=1)
+    )
+    second = services.lease_request(
+        user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
+    )
+    assert second.status == LeaseStatus.QUEUED
+    wait_for(lambda: status_of(first.pk) == LeaseStatus.ACTIVE)
+    services.lease_release(lease=Lease.objects.get(pk=first.pk), user=alice)
+    wait_for(lambda: status_of(second.pk) == LeaseStatus.ACTIVE)
+    wait_for(lambda: status_of(first.pk) == LeaseStatus.ENDED)

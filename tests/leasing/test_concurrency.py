@@ -1,0 +1,110 @@
+"""Many people asking at once, on real PostgreSQL: never a double booking."""
+
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, connections, transaction
+from django.utils import timezone
+
+from leasing import services
+from leasing.models import Allocation, Lease, LeaseStatus
+from tests.factories import CardModelFactory, MembershipFactory, UserFactory, make_node
+
+pytestmark = pytest.mark.postgres
+
+REQUESTERS = 60
+
+
+def test_simultaneous_requests_never_double_book(transactional_db, vision):
+    model = CardModelFactory(slug="race-h100")
+    for i in range(3):
+        make_node(model, cards=8, domains=2, hostname=f"race{i}")
+    users = [UserFactory(username=f"racer{i}") for i in range(REQUESTERS)]
+    for user in users:
+        MembershipFactory(user=user, team=vision)
+    barrier = threading.Barrier(REQUESTERS)
+    errors: list[BaseException] = []
+
+    def request(i: int) -> None:
+        try:
+            barrier.wait()
+            services.lease_request(
+                user=users[i],
+                team=vision,
+                card_model=model,
+                count=1 + i % 3,
+                duration=timedelta(hours=1 + i % 4),
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request, args=(i,)) for i in range(REQUESTERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+
+    leases = list(Lease.objects.all())
+    asked = sum(lease.count for lease in leases)
+    assert len(leases) == REQUESTERS and asked > 24  # more asked than the pool has
+    statuses = Counter(lease.status for lease in leases)
+    assert set(statuses) <= {LeaseStatus.PROVISIONING, LeaseStatus.QUEUED}
+    placed = [lease for lease in leases if lease.status == LeaseStatus.PROVISIONING]
+    assert statuses[LeaseStatus.QUEUED] > 0
+    # Totals add up: each placed lease holds exactly its count, nobody else holds anything.
+    per_lease = Counter(Allocation.objects.values_list("lease_id", flat=True))
+    assert per_lease == Counter({lease.pk: lease.count for lease in placed})
+    assert sum(per_lease.values()) <= 24
+    # No card in two overlapping allocations (checked in SQL, independent of the code).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT count(*) FROM leasing_allocation a JOIN leasing_allocation b
+               ON a.card_id = b.card_id AND a.id < b.id
+               AND tstzrange(a.start_at, a.end_at) && tstzrange(b.start_at, b.end_at)"""
+        )
+        assert cursor.fetchone()[0] == 0
+    # Every waiting lease knows when it will start.
+    assert all(
+        lease.estimated_start is not None for lease in leases if lease.status == LeaseStatus.QUEUED
+    )
+
+
+def test_exclusion_constraint_refuses_overlap_whatever_the_code_does(db, alice, vision):
+    model = CardModelFactory(slug="excl-a100")
+    node = make_node(model, cards=1, domains=1, hostname="excl")
+    card = node.cards.get()
+    now = timezone.now()
+    lease = Lease.objects.create(
+        user=alice,
+        team=vision,
+        card_model=model,
+        count=1,
+        duration=timedelta(hours=2),
+        start_at=now,
+        end_at=now + timedelta(hours=2),
+        status=LeaseStatus.ACTIVE,
+        submitted_at=now,
+    )
+    other = Lease.objects.create(
+        user=alice,
+        team=vision,
+        card_model=model,
+        count=1,
+        duration=timedelta(hours=2),
+        start_at=now,
+        end_at=now + timedelta(hours=2),
+        status=LeaseStatus.ACTIVE,
+        submitted_at=now,
+    )
+    Allocation.objects.create(card=card, lease=lease, start_at=now, end_at=now + timedelta(hours=2))
+    # Touching periods are fine ([a, b) then [b, c)).
+    Allocation.objects.create(
+        card=card, lease=other, start_at=now + timedelta(hours=2), end_at=now + timedelta(hours=3)
+    )
+    with pytest.raises(IntegrityError, match="allocation_no_overlap"), transaction.atomic():
+        Allocation.objects.filter(lease=other).update(start_at=now + timedelta(hours=1))

@@ -72,7 +72,12 @@ class Region(models.Model):
     slug = models.SlugField(_("slug"), max_length=60, unique=True)
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.CENTRE)
     parent = models.ForeignKey(
-        "self", verbose_name=_("parent"), null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+        "self",
+        verbose_name=_("parent"),
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
     )
 
     class Meta:
@@ -92,30 +97,57 @@ class CardModel(models.Model):
     slug = models.SlugField(_("slug"), max_length=60, unique=True)
     architecture = models.CharField(_("architecture"), max_length=60, blank=True)
     family = models.SlugField(
-        _("family"), max_length=60, blank=True, help_text=_("Models of one family can be resized into each other.")
+        _("family"),
+        max_length=60,
+        blank=True,
+        help_text=_("Models of one family can be resized into each other."),
     )
     form_factor = models.CharField(_("form factor"), max_length=40, blank=True)
     memory_gb = models.DecimalField(_("memory (GB)"), max_digits=7, decimal_places=1)
-    memory_bandwidth_gbs = models.PositiveIntegerField(_("memory bandwidth (GB/s)"), null=True, blank=True)
-    fp64_tflops = models.DecimalField("FP64 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
-    fp32_tflops = models.DecimalField("FP32 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
-    tf32_tflops = models.DecimalField("TF32 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
-    fp16_tflops = models.DecimalField("FP16 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
-    bf16_tflops = models.DecimalField("BF16 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
-    fp8_tflops = models.DecimalField("FP8 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True)
-    int8_tops = models.DecimalField("INT8 TOPS", max_digits=8, decimal_places=1, null=True, blank=True)
+    memory_bandwidth_gbs = models.PositiveIntegerField(
+        _("memory bandwidth (GB/s)"), null=True, blank=True
+    )
+    fp64_tflops = models.DecimalField(
+        "FP64 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    fp32_tflops = models.DecimalField(
+        "FP32 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    tf32_tflops = models.DecimalField(
+        "TF32 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    fp16_tflops = models.DecimalField(
+        "FP16 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    bf16_tflops = models.DecimalField(
+        "BF16 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    fp8_tflops = models.DecimalField(
+        "FP8 TFLOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
+    int8_tops = models.DecimalField(
+        "INT8 TOPS", max_digits=8, decimal_places=1, null=True, blank=True
+    )
     interconnect_kind = models.CharField(
-        _("interconnect"), max_length=16, choices=InterconnectKind.choices, default=InterconnectKind.PCIE
+        _("interconnect"),
+        max_length=16,
+        choices=InterconnectKind.choices,
+        default=InterconnectKind.PCIE,
     )
     interconnect_gbs = models.PositiveIntegerField(_("interconnect (GB/s)"), null=True, blank=True)
     tdp_w = models.PositiveIntegerField(_("power (TDP, W)"), null=True, blank=True)
     software_stack = models.CharField(_("software stack"), max_length=60, blank=True)
     price_per_hour = models.DecimalField(
-        _("price per card-hour"), max_digits=10, decimal_places=2, default=0,
+        _("price per card-hour"),
+        max_digits=10,
+        decimal_places=2,
+        default=0,
         help_text=_("List price in the site's currency (CNY)."),
     )
     visible_devices_env = models.CharField(
-        _("visible-devices variable"), max_length=40, blank=True,
+        _("visible-devices variable"),
+        max_length=40,
+        blank=True,
         help_text=_("Leave empty to use the vendor's default (e.g. CUDA_VISIBLE_DEVICES)."),
     )
     source_url = models.URLField(_("datasheet"), max_length=300, blank=True)
@@ -127,7 +159,9 @@ class CardModel(models.Model):
         verbose_name_plural = _("card models")
         constraints = [
             models.CheckConstraint(condition=Q(memory_gb__gt=0), name="cardmodel_memory_positive"),
-            models.CheckConstraint(condition=Q(price_per_hour__gte=0), name="cardmodel_price_not_negative"),
+            models.CheckConstraint(
+                condition=Q(price_per_hour__gte=0), name="cardmodel_price_not_negative"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -158,13 +192,21 @@ class Node(models.Model):
         ETHERNET = "ethernet", _("Ethernet")
 
     hostname = models.CharField(_("hostname"), max_length=253, unique=True)
-    region = models.ForeignKey(Region, verbose_name=_("region"), on_delete=models.PROTECT, related_name="nodes")
-    status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    region = models.ForeignKey(
+        Region, verbose_name=_("region"), on_delete=models.PROTECT, related_name="nodes"
+    )
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.ACTIVE
+    )
     drain_at = models.DateTimeField(
-        _("drain at"), null=True, blank=True,
+        _("drain at"),
+        null=True,
+        blank=True,
         help_text=_("While draining, no lease may run past this time."),
     )
-    network_kind = models.CharField(_("network"), max_length=16, choices=Network.choices, default=Network.ETHERNET)
+    network_kind = models.CharField(
+        _("network"), max_length=16, choices=Network.choices, default=Network.ETHERNET
+    )
     network_gbps = models.PositiveIntegerField(_("network (Gbps)"), null=True, blank=True)
     cpu_cores = models.PositiveIntegerField(_("CPU cores"), null=True, blank=True)
     memory_gb = models.PositiveIntegerField(_("host memory (GB)"), null=True, blank=True)
@@ -172,7 +214,10 @@ class Node(models.Model):
     software_versions = models.JSONField(_("software versions"), default=dict, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
     external_id = models.CharField(
-        _("external id"), max_length=120, blank=True, help_text=_("The id in the CMDB this node was imported from.")
+        _("external id"),
+        max_length=120,
+        blank=True,
+        help_text=_("The id in the CMDB this node was imported from."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -183,7 +228,8 @@ class Node(models.Model):
         verbose_name_plural = _("nodes")
         constraints = [
             models.CheckConstraint(
-                condition=~Q(status="draining") | Q(drain_at__isnull=False), name="node_draining_has_drain_at"
+                condition=~Q(status="draining") | Q(drain_at__isnull=False),
+                name="node_draining_has_drain_at",
             ),
         ]
 
@@ -199,14 +245,17 @@ class Card(models.Model):
         FAULTY = "faulty", _("Faulty")
         RETIRED = "retired", _("Retired")
 
-    node = models.ForeignKey(Node, verbose_name=_("node"), on_delete=models.CASCADE, related_name="cards")
+    node = models.ForeignKey(
+        Node, verbose_name=_("node"), on_delete=models.CASCADE, related_name="cards"
+    )
     card_model = models.ForeignKey(
         CardModel, verbose_name=_("card model"), on_delete=models.PROTECT, related_name="cards"
     )
     index = models.PositiveSmallIntegerField(_("index on node"))
     uuid = models.CharField(_("UUID"), max_length=80, unique=True, default=new_card_uuid)
     interconnect_domain = models.PositiveSmallIntegerField(
-        _("interconnect domain"), default=0,
+        _("interconnect domain"),
+        default=0,
         help_text=_("Cards sharing an NVLink/HCCS island in the node share a domain number."),
     )
     status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.OK)
@@ -216,7 +265,9 @@ class Card(models.Model):
         ordering = ["node__hostname", "index"]
         verbose_name = _("card")
         verbose_name_plural = _("cards")
-        constraints = [models.UniqueConstraint(fields=["node", "index"], name="card_unique_index_per_node")]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="card_unique_index_per_node")
+        ]
         indexes = [models.Index(fields=["card_model", "status"])]
 
     def __str__(self) -> str:

@@ -1,3 +1,17 @@
 def test_login_page_renders(client, db):
     response = client.get("/accounts/login/")
     assert response.status_code == 200
+
+
+def test_openapi_schema_and_docs_render(client, alice):
+    client.force_login(alice)
+    schema = client.get("/api/v1/schema/")
+    assert schema.status_code == 200
+    assert b"/api/v1/leases/{id}/extend/" in schema.content
+    assert client.get("/api/v1/docs/").status_code == 200
+
+
+def test_docs_page_uses_local_assets_only(client, alice):
+    client.force_login(alice)
+    page = client.get("/api/v1/docs/").content.decode()
+    assert "cdn" not in page.lower() and "//unpkg" not in page

@@ -1,7 +1,29 @@
+"""The site shell: the dashboard everyone lands on."""
+
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
 from django.shortcuts import render
+from django.utils import timezone
+
+from inventory.selectors import card_models_with_counts
+from leasing import selectors as lease_selectors
+from leasing.models import OPEN_STATES, LeaseStatus
+from portal.models import Membership
 
 
 @login_required
 def dashboard(request):
-    return render(request, "portal/dashboard.html", {})
+    """The pool at a glance (free now / total per card model, queue length) and my open leases."""
+    now = timezone.now()
+    board = (
+        card_models_with_counts(now)
+        .filter(total__gt=0)
+        .annotate(waiting=Count("leases", filter=Q(leases__status=LeaseStatus.QUEUED)))
+        .order_by("vendor", "-memory_gb", "name")
+    )
+    context = {
+        "board": board,
+        "my_open": lease_selectors.my_leases(request.user).filter(status__in=OPEN_STATES)[:10],
+        "memberships": Membership.objects.filter(user=request.user).select_related("team"),
+    }
+    return render(request, "portal/dashboard.html", context)

@@ -1,0 +1,27 @@
+from datetime import timedelta
+
+from leasing import services
+from tests.factories import CardModelFactory, make_node
+
+
+def test_dashboard_shows_free_cards_and_my_leases(
+    client, alice, vision, django_assert_max_num_queries
+):
+    model = CardModelFactory(slug="dash-a100", name="Dash A100")
+    for i in range(3):
+        make_node(model, cards=4, domains=1, hostname=f"dash{i}")
+    CardModelFactory(slug="unused-model")  # no cards: not on the board
+    lease = services.lease_request(
+        user=alice, team=vision, card_model=model, count=3, duration=timedelta(hours=1)
+    )
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    with django_assert_max_num_queries(12):
+        page = client.get("/").content.decode()
+    assert 'data-free="dash-a100">9</strong> / 12' in page
+    assert "unused-model" not in page
+    assert f'href="/leases/{lease.pk}/"' in page
+
+
+def test_dashboard_needs_login(client, db):
+    assert client.get("/").status_code == 302

@@ -35,7 +35,7 @@ class CatalogueFilterForm(forms.Form):
         min_value=0,
         max_digits=7,
         decimal_places=1,
-        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "80"}),
+        widget=forms.NumberInput(attrs={"step": "any"}),
     )
     precision = forms.ChoiceField(
         label=_("Supports precision"),
@@ -97,7 +97,6 @@ THROUGHPUT = "throughput"
 COLUMNS: tuple[Column, ...] = (
     Column("name", _("Model"), "name", numeric=False, desc_first=False),
     Column("vendor", _("Vendor"), "vendor", numeric=False, desc_first=False),
-    Column("architecture", _("Architecture"), "architecture", numeric=False, desc_first=False),
     Column("memory", _("Memory (GB)"), "memory_gb"),
     Column("bandwidth", _("Bandwidth (GB/s)"), "memory_bandwidth_gbs"),
     *(
@@ -108,7 +107,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("tdp", _("TDP (W)"), "tdp_w", desc_first=False),
     Column("available", _("Free now / total"), "available"),
     Column("software", _("Software stack"), "software_stack", numeric=False, desc_first=False),
-    Column("price", _("Price (¥ per card-hour)"), "price_per_hour", desc_first=False),
+    Column("price", _("Price (¥/card-hour)"), "price_per_hour", desc_first=False),
 )
 COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
 

@@ -186,7 +186,9 @@ def test_catalogue_shows_free_now_and_dashes_for_missing_figures(client, alice, 
     # Maintenance: the node takes no leases, so nothing is free.
     assert (rows["t-asc64"].total, rows["t-asc64"].available) == (8, 0)
     row = re.search(
-        r"<tr>\s*<th[^>]*><a [^>]*>T-NV80</a>.*?</tr>", client.get(CATALOGUE).content.decode(), re.S
+        r"<tr>\s*<th[^>]*>\s*<a [^>]*>T-NV80</a>.*?</tr>",
+        client.get(CATALOGUE).content.decode(),
+        re.S,
     )
     assert "—" in row.group(0)  # no FP8 figure on this spec sheet
 

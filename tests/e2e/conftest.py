@@ -90,3 +90,32 @@ def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.05):
             return value
         time.sleep(interval)
     pytest.fail(f"not reached within {timeout} s")
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def _browser_missing() -> str | None:
+    """Why the browser tests cannot run here, or None when they can."""
+    if not CHROMIUM.exists():
+        return f"needs Chromium at {CHROMIUM} (apt-get install chromium; CI has it)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "needs the playwright package (pip install -e '.[test]'; CI has it)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked `browser` when Chromium or Playwright is missing, with the reason.
+
+    Only items marked `browser` are touched, so this hook is safe for the whole suite.
+    """
+    browser_items = [item for item in items if "browser" in item.keywords]
+    if not browser_items:
+        return
+    reason = _browser_missing()
+    if reason:
+        skip = pytest.mark.skip(reason=reason)
+        for item in browser_items:
+            item.add_marker(skip)

@@ -213,7 +213,7 @@ SPECTACULAR_SETTINGS = {
 # --- Celery ---------------------------------------------------------------------------
 # A broker that needs no server by default (kombu's filesystem transport);
 # CELERY_BROKER_URL=redis://... in production.
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://localhost/")
 BROKER_DIR = VAR_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("in", "processed"):

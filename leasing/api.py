@@ -66,7 +66,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         lease = services.lease_request(
             user=request.user,
             team=v.get("team") or default_team(request.user),
-            card_model=v["card_model"],
+            card_model=v.get("card_model"),
+            requirements=dict(v["requirements"]) if v.get("requirements") else None,
             count=v["count"],
             duration=timedelta(minutes=v["duration_minutes"]),
             start_at=v.get("start_at"),

@@ -8,7 +8,7 @@ from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel
+from inventory.models import CardModel, Precision
 from leasing.models import Priority, Purpose
 from portal.models import Team
 
@@ -18,9 +18,24 @@ UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
 class LeaseRequestForm(forms.Form):
     card_model = forms.ModelChoiceField(
         label=_("Card model"),
-        queryset=CardModel.objects.order_by("vendor", "-memory_gb", "name"),
+        queryset=CardModel.objects.filter(cards__isnull=False)
+        .distinct()
+        .order_by("vendor", "-memory_gb", "name"),
         to_field_name="slug",
-        empty_label=None,
+        required=False,
+        empty_label=_("Any model meeting the requirements below"),
+    )
+    min_memory_gb = forms.DecimalField(
+        label=_("Memory per card at least (GB)"),
+        required=False,
+        min_value=0,
+        max_digits=7,
+        decimal_places=1,
+    )
+    precision = forms.ChoiceField(
+        label=_("Must support precision"),
+        required=False,
+        choices=[("", "—"), *Precision.choices],
     )
     count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=4096, initial=1)
     duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
@@ -64,6 +79,17 @@ class LeaseRequestForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        data["requirements"] = {
+            k: data[k] for k in ("min_memory_gb", "precision") if data.get(k) not in (None, "")
+        }
+        if (
+            not data.get("card_model")
+            and not data["requirements"]
+            and "card_model" not in self.errors
+        ):
+            self.add_error(
+                "card_model", _("Pick a card model, or give the memory or precision it must have.")
+            )
         if data.get("duration") and data.get("unit") in UNITS:
             data["duration_td"] = timedelta(minutes=data["duration"] * UNITS[data["unit"]])
         if data.get("start") == "later":

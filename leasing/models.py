@@ -96,6 +96,14 @@ class Lease(models.Model):
         on_delete=models.PROTECT,
         related_name="leases",
     )
+    requirements = models.JSONField(
+        _("requirements"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "When asked by requirements rather than by model: what the chosen model had to meet."
+        ),
+    )
     count = models.PositiveSmallIntegerField(_("cards"))
     duration = models.DurationField(_("duration"))
     start_at = models.DateTimeField(_("start"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from inventory.models import CardModel
+from inventory.models import CardModel, InterconnectKind, Precision, Vendor
 from leasing.models import Allocation, Lease, LeaseEvent, Priority, Purpose
 from portal.models import Team
 
@@ -57,8 +57,20 @@ class LeaseSerializer(serializers.ModelSerializer):
         return int(lease.duration.total_seconds() // 60)
 
 
+class RequirementsSerializer(serializers.Serializer):
+    """Ask for any card model meeting these, instead of naming one."""
+
+    vendor = serializers.ChoiceField(choices=Vendor.choices, required=False)
+    min_memory_gb = serializers.DecimalField(
+        max_digits=7, decimal_places=1, min_value=0, required=False
+    )
+    precision = serializers.ChoiceField(choices=Precision.choices, required=False)
+    interconnect = serializers.ChoiceField(choices=InterconnectKind.choices, required=False)
+
+
 class LeaseRequestSerializer(serializers.Serializer):
     card_model = serializers.SlugRelatedField(
+        required=False,
         slug_field="slug",
         queryset=CardModel.objects.all(),
         error_messages={
@@ -80,6 +92,17 @@ class LeaseRequestSerializer(serializers.Serializer):
     description = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default=""
     )
+
+    requirements = RequirementsSerializer(required=False)
+
+    def validate(self, attrs):
+        if bool(attrs.get("card_model")) == bool(attrs.get("requirements")):
+            raise serializers.ValidationError(
+                {
+                    "card_model": "Give either card_model (a slug) or requirements, not both and not neither."
+                }
+            )
+        return attrs
 
 
 class ExtendSerializer(serializers.Serializer):

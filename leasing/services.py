@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -146,7 +147,7 @@ def lease_validate_request(
     *,
     user,
     team: Team,
-    card_model: CardModel,
+    card_model: CardModel | None,
     count: int,
     duration: timedelta,
     start_at: datetime,
@@ -200,7 +201,7 @@ def lease_validate_request(
             _("Unknown purpose; choose one of: %(choices)s.")
             % {"choices": ", ".join(Purpose.values)}
         )
-    if count >= 1:
+    if count >= 1 and card_model is not None:
         total, most_on_node = _pool_capacity(card_model)
         if count > total:
             errors.setdefault("count", []).append(
@@ -219,11 +220,90 @@ def lease_validate_request(
         raise ValidationError(errors)
 
 
+REQUIREMENT_KEYS = {"vendor", "min_memory_gb", "precision", "interconnect"}
+
+
+def lease_choose_model(
+    *,
+    requirements: dict,
+    count: int,
+    duration: timedelta,
+    start_at: datetime | None = None,
+    same_node: bool = True,
+    priority: str = Priority.NORMAL,
+    now: datetime | None = None,
+) -> CardModel:
+    """The card model meeting *requirements* that would start soonest (then the cheapest).
+
+    *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
+    figure for it) and ``interconnect``.
+    """
+    from inventory.selectors import card_models_with_counts
+
+    now = now or timezone.now()
+    unknown = set(requirements) - REQUIREMENT_KEYS
+    if unknown:
+        raise ValidationError(
+            {
+                "requirements": [
+                    _("Unknown requirement(s): %(keys)s; use %(known)s.")
+                    % {
+                        "keys": ", ".join(sorted(unknown)),
+                        "known": ", ".join(sorted(REQUIREMENT_KEYS)),
+                    }
+                ]
+            }
+        )
+    try:
+        candidates = list(
+            card_models_with_counts(
+                now,
+                vendor=requirements.get("vendor") or None,
+                min_memory_gb=requirements.get("min_memory_gb"),
+                precision=requirements.get("precision") or None,
+                interconnect=requirements.get("interconnect") or None,
+            ).filter(total__gte=count)
+        )
+    except (ValueError, TypeError) as exc:
+        raise ValidationError(
+            {"requirements": [_("Bad requirement: %(error)s.") % {"error": exc}]}
+        ) from exc
+    best: tuple | None = None
+    for model in candidates:
+        start = lease_preview(
+            card_model=model,
+            count=count,
+            duration=duration,
+            start_at=start_at,
+            same_node=same_node,
+            priority=priority,
+            now=now,
+        )
+        if start is None:
+            continue
+        key = (start, model.price_per_hour, -model.memory_gb, model.pk)
+        if best is None or key < best[0]:
+            best = (key, model)
+    if best is None:
+        raise ValidationError(
+            {
+                "requirements": [
+                    _(
+                        "No card model in the pool meets these requirements for %(count)s card(s); loosen them or ask for fewer."
+                    )
+                    % {"count": count}
+                ]
+            }
+        )
+    return best[1]
+
+
 def lease_request(
     *,
     user,
     team: Team,
-    card_model: CardModel,
+    card_model: CardModel | None = None,
+    requirements: dict | None = None,
     count: int,
     duration: timedelta,
     start_at: datetime | None = None,
@@ -233,7 +313,8 @@ def lease_request(
     description: str = "",
     now: datetime | None = None,
 ) -> Lease:
-    """Ask for *count* cards of *card_model* for *duration*, now or from *start_at*.
+    """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
+    for *duration*, now or from *start_at*.
 
     Admission and placement happen in this transaction: the lease comes back
     ``provisioning`` (cards held, a worker hands them over), ``scheduled`` (an advance
@@ -241,6 +322,38 @@ def lease_request(
     """
     now = now or timezone.now()
     start = start_at if start_at is not None and start_at > now else now
+    requirements = {
+        k: float(v) if isinstance(v, Decimal) else v
+        for k, v in (requirements or {}).items()
+        if v not in (None, "")
+    }
+    if card_model is None:
+        if not requirements:
+            raise ValidationError(
+                {"card_model": [_("Name a card model, or give requirements a model must meet.")]}
+            )
+        # Who may ask, and for what shape, before looking for a model.
+        lease_validate_request(
+            user=user,
+            team=team,
+            card_model=None,
+            count=count,
+            duration=duration,
+            start_at=start_at or now,
+            priority=priority,
+            purpose=purpose,
+            same_node=same_node,
+            now=now,
+        )
+        card_model = lease_choose_model(
+            requirements=requirements,
+            count=count,
+            duration=duration,
+            start_at=start_at,
+            same_node=same_node,
+            priority=priority,
+            now=now,
+        )
     lease_validate_request(
         user=user,
         team=team,
@@ -259,6 +372,7 @@ def lease_request(
             user=user,
             team=team,
             card_model=card_model,
+            requirements=requirements,
             count=count,
             duration=duration,
             start_at=start,

@@ -54,6 +54,7 @@ def lease_new(request):
                     user=request.user,
                     team=d["team"],
                     card_model=d["card_model"],
+                    requirements=d["requirements"],
                     count=d["count"],
                     duration=d["duration_td"],
                     start_at=d["start_at"],
@@ -85,8 +86,15 @@ def lease_preview(request):
     context = {"form": form}
     if form.is_valid():
         d = form.cleaned_data
-        model = d["card_model"]
         try:
+            model = d["card_model"] or services.lease_choose_model(
+                requirements=d["requirements"],
+                count=d["count"],
+                duration=d["duration_td"],
+                start_at=d["start_at"],
+                same_node=d["same_node"],
+                priority=d["priority"],
+            )
             services.lease_validate_request(
                 user=request.user,
                 team=d["team"],
@@ -114,6 +122,7 @@ def lease_preview(request):
                 start=start,
                 now=timezone.now(),
                 card_model=model,
+                chosen=d["card_model"] is None,
                 count=d["count"],
                 starts_now=start is not None and start <= timezone.now() + timedelta(seconds=5),
                 cost=model.price_per_hour

@@ -127,13 +127,16 @@ def request_watch_and_release(page, worker, model) -> int:
         mark_document(page)
     lease_pk = int(re.search(r"/leases/(\d+)/$", page.url).group(1))
 
-    # The htmx poll turns it active without a reload; the access details come with it.
+    # The htmx poll turns it active without a reload; the access details come with it,
+    # and the timeline follows.
     expect(page.locator("#lease-live [data-status=active]")).to_be_visible()
     assert_not_reloaded(page)
     assert status_of(lease_pk) == LeaseStatus.ACTIVE
     access = page.locator("#lease-live pre.access")
     expect(access).to_contain_text("CUDA_VISIBLE_DEVICES=0,1")
-    expect(access).to_contain_text("e2e-browser-node")
+    expect(access).to_contain_text("ssh alice@e2e-browser-node")
+    expect(page.locator("#lease-timeline [data-kind=active]")).to_have_count(1)
+    expect(page.locator("form[action$='/extend/']")).to_be_visible()
 
     # Release now: the form posts, the page comes back releasing (or already ended),
     # and the poll shows it ended; polling stops once the lease is over.
@@ -146,4 +149,8 @@ def request_watch_and_release(page, worker, model) -> int:
     expect(page.locator("#lease-live [data-status=ended]")).to_be_visible()
     assert_not_reloaded(page)
     expect(page.locator("#lease-live")).not_to_have_attribute("hx-trigger", re.compile(".+"))
+    # An ended lease offers no actions any more, even on a page that was not reloaded.
+    expect(page.locator("form[action$='/release/']")).to_be_hidden()
+    expect(page.locator("form[action$='/extend/']")).to_be_hidden()
+    expect(page.locator("#lease-timeline [data-kind=ended]")).to_have_count(1)
     return lease_pk

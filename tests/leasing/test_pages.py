@@ -104,3 +104,78 @@ def test_calendar_shows_free_cards_per_slot(browser, frozen, alice, vision, a100
 def test_pages_need_login(client, db):
     assert client.get("/leases/").status_code == 302
     assert client.get("/leases/new/").status_code == 302
+
+
+def live_part(browser, lease):
+    """What the lease page's 2-second poll gets."""
+    return browser.get(
+        f"/leases/{lease.pk}/", {"part": "status"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+
+
+def test_the_poll_brings_status_actions_cards_and_timeline(
+    browser, frozen, alice, vision, a100, small_pool
+):
+    lease = ask(alice, vision, a100, count=2)
+    part = live_part(browser, lease)
+    assert "<html" not in part and 'data-status="provisioning"' in part
+    assert "data-can-release" in part and "data-can-cancel" not in part
+    provisioning.provision_step(lease_id=lease.pk)
+    part = live_part(browser, lease)
+    assert 'data-status="active"' in part and 'hx-trigger="every 2s"' in part
+    assert "data-can-release" in part and "data-can-extend" in part
+    # The cards table and the timeline are swapped out of band, with readable event names.
+    assert 'id="lease-cards" hx-swap-oob="true"' in part and "gpu0-0" in part
+    assert 'id="lease-timeline" hx-swap-oob="true"' in part
+    assert "<strong>Cards handed over</strong> → Active" in part
+    browser.post(f"/leases/{lease.pk}/release/")
+    provisioning.release_step(lease_id=lease.pk, reason="released")
+    part = live_part(browser, lease)
+    assert 'data-status="ended"' in part and "hx-trigger" not in part
+    assert "data-can-" not in part
+    assert "Booked until" in part and "Ended at" in part
+
+
+def test_actions_are_on_the_page_for_the_state_it_may_reach(
+    browser, frozen, alice, vision, a100, small_pool
+):
+    lease = ask(alice, vision, a100, count=8, same_node=False)
+    waiting = ask(alice, vision, a100, count=1)
+    assert waiting.status == LeaseStatus.QUEUED
+    page = browser.get(f"/leases/{waiting.pk}/").content.decode()
+    # Queued: cancel shown; release and extend there but off until the poll allows them.
+    assert 'class="lease-action lease-action--cancel"' in page
+    assert 'class="lease-action lease-action--release is-off"' in page
+    assert 'class="lease-action lease-action--extend is-off"' in page
+    assert "Cancel request" in page and "Estimated start" in page
+    provisioning.provision_step(lease_id=lease.pk)
+    browser.post(f"/leases/{waiting.pk}/cancel/")
+    page = browser.get(f"/leases/{waiting.pk}/").content.decode()
+    assert "lease-action" not in page  # over: no actions at all
+    assert "<strong>Request withdrawn</strong> → Cancelled" in page
+
+
+def test_access_details_put_each_variable_on_its_own_line(
+    browser, frozen, alice, vision, a100, small_pool
+):
+    lease = ask(alice, vision, a100)
+    provisioning.provision_step(lease_id=lease.pk)
+    env = {"CUDA_VISIBLE_DEVICES": "0", "NVIDIA_VISIBLE_DEVICES": "0"}
+    Lease.objects.filter(pk=lease.pk).update(access={"nodes": [{"host": "gpu0", "env": env}]})
+    page = browser.get(f"/leases/{lease.pk}/").content.decode()
+    assert (
+        "ssh alice@gpu0\nexport CUDA_VISIBLE_DEVICES=0\nexport NVIDIA_VISIBLE_DEVICES=0</pre>"
+        in page
+    )
+
+
+def test_lease_page_in_chinese(client, frozen, alice, vision, a100, small_pool):
+    lease = ask(alice, vision, a100)
+    provisioning.provision_step(lease_id=lease.pk)
+    client.force_login(alice)
+    page = client.get(f"/leases/{lease.pk}/").content.decode()  # zh-hans: the default
+    assert '<html lang="zh-hans">' in page
+    assert "<strong>卡已交付</strong> → 运行中" in page
+    assert "已分配的卡" in page and "立即释放" in page and "用途：" in page
+    calendar = client.get(f"/leases/calendar/{a100.slug}/").content.decode()
+    assert "无空闲" in calendar and "申请 A100 test" in calendar

@@ -79,8 +79,11 @@ class LeaseRequestForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        # Requirements matter only when no model is named (the fields are hidden then).
         data["requirements"] = {
-            k: data[k] for k in ("min_memory_gb", "precision") if data.get(k) not in (None, "")
+            k: data[k]
+            for k in ("min_memory_gb", "precision")
+            if data.get(k) not in (None, "") and not data.get("card_model")
         }
         if (
             not data.get("card_model")

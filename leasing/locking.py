@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from inventory.models import CardModel
+from portal.models import Team
 
 
 def lock_card_models(card_model_ids: Iterable[int]) -> list[int]:
-    """Lock the card models whose cards a transaction is about to book.
+    """Lock the card models whose cards a transaction is about to book (after any team lock).
 
     Placement for one model is serialized on its row (PostgreSQL); on SQLite the
     IMMEDIATE transaction already serializes every writer. The exclusion constraint
@@ -21,3 +22,8 @@ def lock_card_models(card_model_ids: Iterable[int]) -> list[int]:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
+
+
+def lock_team(team_id: int) -> None:
+    """Lock a team while its quota is checked and charged; always before any card model lock."""
+    Team.objects.select_for_update().filter(pk=team_id).values_list("pk", flat=True).first()

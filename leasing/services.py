@@ -8,6 +8,7 @@ LeaseEvent, which is the lease's timeline and the audit trail.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -19,7 +20,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
-from leasing.locking import lock_card_models
+from leasing import quotas
+from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     HOLDING_STATES,
     PRIORITY_RANK,
@@ -28,14 +30,17 @@ from leasing.models import (
     Lease,
     LeaseEvent,
     LeaseStatus,
+    MemberLimit,
     Priority,
     Purpose,
+    Quota,
+    QuotaLimits,
 )
 from leasing.scheduler import planner
 from leasing.scheduler.run import PassResult, schedule_card_model
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
 from portal.models import Membership, Team
-from portal.permissions import can_manage_lease, is_operator
+from portal.permissions import can_manage_lease, is_operator, leads_team
 
 # Requests that start within this much of "now" count as "start now": clocks of
 # browsers and scripts drift, and a form takes a while to submit.
@@ -203,7 +208,12 @@ def lease_validate_request(
         )
     if count >= 1 and card_model is not None:
         total, most_on_node = _pool_capacity(card_model)
-        if count > total:
+        if total == 0:
+            errors.setdefault("card_model", []).append(
+                _("The pool has no %(model)s cards yet; choose another card model.")
+                % {"model": card_model.name}
+            )
+        elif count > total:
             errors.setdefault("count", []).append(
                 _("The pool has only %(total)s %(model)s cards; ask for %(total)s or fewer.")
                 % {"total": total, "model": card_model.name}
@@ -218,6 +228,58 @@ def lease_validate_request(
             )
     if errors:
         raise ValidationError(errors)
+
+
+@dataclass
+class Verdict:
+    """What admission decided for a request."""
+
+    status: str = LeaseStatus.QUEUED
+    borrowed: bool = False
+    member_breaches: list = field(default_factory=list)
+    overridden: list = field(default_factory=list)
+
+
+def _admit(
+    *,
+    team: Team,
+    user,
+    card_model: CardModel,
+    count: int,
+    start: datetime,
+    duration: timedelta,
+    priority: str,
+    override_reason: str,
+) -> Verdict:
+    """Check the team's quota and the member's limits (inside the team lock).
+
+    Team quota broken: refused (unless an operator overrides with a reason, or the team may
+    borrow idle cards as preemptible). Member limit broken: waits for the lead's approval.
+    """
+    breaches = quotas.admission_breaches(
+        team=team, user=user, card_model=card_model, count=count, start=start, duration=duration
+    )
+    team_breaches = [b for b in breaches if b.scope == "team"]
+    member_breaches = [b for b in breaches if b.scope == "member"]
+    if override_reason:
+        return Verdict(overridden=breaches)
+    verdict = Verdict()
+    if team_breaches:
+        only_concurrency = all(b.limit == "max_concurrent_cards" for b in team_breaches)
+        if only_concurrency and team.allow_borrowing and priority == Priority.PREEMPTIBLE:
+            verdict.borrowed = True
+        else:
+            raise ValidationError({"count": [b.message for b in team_breaches]})
+    if member_breaches:
+        verdict.status = LeaseStatus.PENDING_APPROVAL
+        verdict.member_breaches = member_breaches
+    return verdict
+
+
+def _notify(lease_id: int, kind: str) -> None:
+    from leasing import tasks
+
+    tasks.notify_lease.delay(lease_id, kind)
 
 
 REQUIREMENT_KEYS = {"vendor", "min_memory_gb", "precision", "interconnect"}
@@ -311,6 +373,7 @@ def lease_request(
     purpose: str = Purpose.DEVELOPMENT,
     same_node: bool = True,
     description: str = "",
+    override_reason: str = "",
     now: datetime | None = None,
 ) -> Lease:
     """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
@@ -366,8 +429,21 @@ def lease_request(
         same_node=same_node,
         now=now,
     )
+    if override_reason and not is_operator(user):
+        raise PermissionDenied(_("Only operators may override quotas."))
     with transaction.atomic():
+        lock_team(team.pk)
         lock_card_models([card_model.pk])
+        verdict = _admit(
+            team=team,
+            user=user,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+            priority=priority,
+            override_reason=override_reason,
+        )
         lease = Lease.objects.create(
             user=user,
             team=team,
@@ -377,7 +453,7 @@ def lease_request(
             duration=duration,
             start_at=start,
             end_at=start + duration,
-            status=LeaseStatus.QUEUED,
+            status=verdict.status,
             status_changed_at=now,
             priority=priority,
             priority_rank=PRIORITY_RANK[priority],
@@ -385,6 +461,8 @@ def lease_request(
             same_node=same_node,
             description=description,
             submitted_at=now,
+            borrowed=verdict.borrowed,
+            approval_reason="\n".join(b.message for b in verdict.member_breaches),
         )
         _event(
             lease.pk,
@@ -393,8 +471,36 @@ def lease_request(
             actor=user,
             data={"count": count, "minutes": duration // timedelta(minutes=1)},
         )
-        result = schedule_card_model(card_model.pk, now=now)
-        _after_pass(result)
+        if override_reason:
+            _event(
+                lease.pk,
+                kind="quota_override",
+                at=now,
+                actor=user,
+                message=override_reason,
+                data={"breaches": [b.message for b in verdict.overridden]},
+            )
+        if verdict.status == LeaseStatus.PENDING_APPROVAL:
+            _event(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
+            transaction.on_commit(lambda: _notify(lease.pk, "approval_requested"))
+        else:
+            _after_pass(schedule_card_model(card_model.pk, now=now))
+            if (
+                verdict.borrowed
+                and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()
+            ):
+                # Borrowing is for idle cards only: a borrowed lease never waits in the queue.
+                raise ValidationError(
+                    {
+                        "priority": [
+                            _(
+                                "Your team's concurrent quota is used up and no idle %(model)s cards are free now to "
+                                "borrow; try again later or ask for fewer cards."
+                            )
+                            % {"model": card_model.name}
+                        ]
+                    }
+                )
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
         _event(
@@ -708,3 +814,141 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
             transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease.pk,), eta=new_end))
     lease.refresh_from_db()
     return lease
+
+
+# --- approvals ---------------------------------------------------------------------------
+
+
+def _may_decide(user, lease: Lease) -> bool:
+    return is_operator(user) or leads_team(user, lease.team_id)
+
+
+def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = None) -> Lease:
+    """A lead lets a request above a member's limit through; the team's quota must still hold."""
+    now = now or timezone.now()
+    if not _may_decide(user, lease):
+        raise PermissionDenied(_("Only a lead of the lease's team or an operator may approve it."))
+    with transaction.atomic():
+        lock_team(lease.team_id)
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        if lease.status != LeaseStatus.PENDING_APPROVAL:
+            raise ValidationError(
+                _("This request is %(status)s, not waiting for approval.")
+                % {"status": lease.get_status_display()}
+            )
+        team_breaches = [
+            b
+            for b in quotas.admission_breaches(
+                team=lease.team,
+                user=lease.user,
+                card_model=lease.card_model,
+                count=lease.count,
+                start=max(lease.start_at, now),
+                duration=lease.duration,
+            )
+            if b.scope == "team"
+        ]
+        if team_breaches:
+            raise ValidationError([b.message for b in team_breaches])
+        start = max(lease.start_at, now)
+        transition(
+            lease.pk,
+            frm=[LeaseStatus.PENDING_APPROVAL],
+            to=LeaseStatus.QUEUED,
+            kind="approved",
+            at=now,
+            actor=user,
+            message=note,
+            start_at=start,
+            end_at=start + lease.duration,
+        )
+        _after_pass(schedule_card_model(lease.card_model_id, now=now))
+        transaction.on_commit(lambda: _notify(lease.pk, "approved"))
+    lease.refresh_from_db()
+    return lease
+
+
+def lease_reject(*, lease: Lease, user, reason: str, now: datetime | None = None) -> Lease:
+    """A lead turns a request down, saying why (the requester reads it)."""
+    now = now or timezone.now()
+    if not _may_decide(user, lease):
+        raise PermissionDenied(_("Only a lead of the lease's team or an operator may reject it."))
+    if not reason.strip():
+        raise ValidationError({"reason": [_("Say why, so the requester knows what to change.")]})
+    with transaction.atomic():
+        if not transition(
+            lease.pk,
+            frm=[LeaseStatus.PENDING_APPROVAL],
+            to=LeaseStatus.REJECTED,
+            kind="rejected",
+            at=now,
+            actor=user,
+            message=reason.strip(),
+            ended_at=now,
+        ):
+            lease.refresh_from_db()
+            raise ValidationError(
+                _("This request is %(status)s, not waiting for approval.")
+                % {"status": lease.get_status_display()}
+            )
+        transaction.on_commit(lambda: _notify(lease.pk, "rejected"))
+    lease.refresh_from_db()
+    return lease
+
+
+# --- quotas ------------------------------------------------------------------------------
+
+
+def _limits(values: dict) -> dict:
+    unknown = set(values) - set(QuotaLimits.LIMIT_FIELDS) - {"money_per_month"}
+    if unknown:
+        raise ValidationError(
+            _("Unknown limit(s): %(keys)s.") % {"keys": ", ".join(sorted(unknown))}
+        )
+    for key, value in values.items():
+        if value is not None and value < 0:
+            raise ValidationError(
+                {key: [_("A limit cannot be negative; leave it empty for no limit.")]}
+            )
+    return values
+
+
+def quota_set(*, user, team: Team, card_model: CardModel | None, **limits) -> Quota:
+    """Set a team's limits for one card model (or all models); operators only."""
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators set team quotas."))
+    values = _limits(limits)
+    with transaction.atomic():
+        lock_team(team.pk)
+        quota, _created = Quota.objects.update_or_create(
+            team=team, card_model=card_model, defaults=values
+        )
+    return quota
+
+
+def member_limit_set(
+    *, user, membership: Membership, card_model: CardModel | None, **limits
+) -> MemberLimit:
+    """A lead sets a member's limits, each inside the team's own limit for the same scope."""
+    if not (is_operator(user) or leads_team(user, membership.team_id)):
+        raise PermissionDenied(_("Only a lead of the team or an operator sets members' limits."))
+    values = _limits(limits)
+    values.pop("money_per_month", None)
+    team_rule = Quota.objects.filter(team_id=membership.team_id, card_model=card_model).first()
+    errors = {}
+    for key, value in values.items():
+        ceiling = getattr(team_rule, key, None) if team_rule else None
+        if value is not None and ceiling is not None and value > ceiling:
+            errors[key] = [
+                _("The team's own limit is %(ceiling)s; a member's limit must not be higher.")
+                % {"ceiling": ceiling}
+            ]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        lock_team(membership.team_id)
+        limit, _created = MemberLimit.objects.update_or_create(
+            membership=membership, card_model=card_model, defaults=values
+        )
+    return limit

@@ -11,7 +11,7 @@ from django.core.mail import send_mail
 from django.db.models import Q
 from django.utils import timezone
 
-from leasing import provisioning, services
+from leasing import provisioning, quotas, services
 from leasing.backends import PermanentBackendError, TransientBackendError
 from leasing.models import Lease, LeaseStatus
 
@@ -61,16 +61,30 @@ def expire_lease(lease_id: int) -> None:
 
 @shared_task
 def notify_lease(lease_id: int, kind: str) -> None:
-    """Tell the holder what happened to their lease (email)."""
-    lease = Lease.objects.select_related("user", "card_model").filter(pk=lease_id).first()
-    if lease is None or not lease.user.email:
+    """Tell the holder (or, for an approval request, the team's leads) what happened (email)."""
+    lease = Lease.objects.select_related("user", "card_model", "team").filter(pk=lease_id).first()
+    if lease is None:
         return
-    subject = f"[Cardpool] lease {lease.pk}: {kind}"
-    body = f"Lease {lease.pk} ({lease.count} × {lease.card_model.name}) is now {lease.get_status_display()}.\n"
-    if lease.failure_reason:
-        body += f"\nReason: {lease.failure_reason}\n"
-    body += f"\n{settings.SITE_URL}/leases/{lease.pk}/\n"
-    send_mail(subject, body, None, [lease.user.email])
+    if kind == "approval_requested":
+        recipients = [u.email for u in quotas.leads_of(lease.team) if u.email]
+        subject = f"[Cardpool] {lease.user.username} asks for approval: lease {lease.pk}"
+        body = f"{lease.count} × {lease.card_model.name} for {lease.duration}.\n\n{lease.approval_reason}\n"
+    else:
+        recipients = [lease.user.email] if lease.user.email else []
+        subject = f"[Cardpool] lease {lease.pk}: {kind}"
+        body = f"Lease {lease.pk} ({lease.count} × {lease.card_model.name}) is now {lease.get_status_display()}.\n"
+        if lease.failure_reason:
+            body += f"\nReason: {lease.failure_reason}\n"
+        note = (
+            lease.events.filter(kind__in=["rejected", "approved"])
+            .values_list("message", flat=True)
+            .last()
+        )
+        if note:
+            body += f"\n{note}\n"
+    if recipients:
+        body += f"\n{settings.SITE_URL}/leases/{lease.pk}/\n"
+        send_mail(subject, body, None, recipients)
 
 
 @shared_task

@@ -38,6 +38,11 @@ class Team(models.Model):
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )
+    allow_borrowing = models.BooleanField(
+        _("may borrow idle cards"),
+        default=False,
+        help_text=_("Members may lease idle cards beyond the concurrent quota as preemptible."),
+    )
 
     class Meta:
         ordering = ["slug"]

@@ -5,6 +5,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
@@ -108,3 +109,43 @@ def test_exclusion_constraint_refuses_overlap_whatever_the_code_does(db, alice, 
     )
     with pytest.raises(IntegrityError, match="allocation_no_overlap"), transaction.atomic():
         Allocation.objects.filter(lease=other).update(start_at=now + timedelta(hours=1))
+
+
+def test_concurrent_quota_holds_under_simultaneous_requests(transactional_db, vision, ops):
+    model = CardModelFactory(slug="quota-race")
+    for i in range(4):
+        make_node(model, cards=8, domains=1, hostname=f"qrace{i}")
+    services.quota_set(user=ops, team=vision, card_model=model, max_concurrent_cards=10)
+    users = [UserFactory(username=f"qracer{i}") for i in range(50)]
+    for user in users:
+        MembershipFactory(user=user, team=vision)
+    barrier = threading.Barrier(len(users))
+    refused: list[str] = []
+    errors: list[BaseException] = []
+
+    def request(i: int) -> None:
+        try:
+            barrier.wait()
+            services.lease_request(
+                user=users[i],
+                team=vision,
+                card_model=model,
+                count=1 + i % 2,
+                duration=timedelta(hours=1),
+            )
+        except ValidationError as exc:
+            refused.append(" ".join(exc.messages))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request, args=(i,)) for i in range(len(users))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    held = sum(Lease.objects.values_list("count", flat=True))
+    assert 9 <= held <= 10  # filled up to the quota, never past it
+    assert len(refused) >= 40 and all("at most 10 cards" in r for r in refused)

@@ -127,3 +127,11 @@ def test_team_you_are_not_in_is_refused(frozen, alice, nlp, a100, small_pool):
 def test_members_cannot_ask_for_critical_priority(frozen, alice, vision, a100, small_pool):
     with pytest.raises(PermissionDenied):
         ask(alice, vision, a100, priority=Priority.CRITICAL)
+
+
+def test_model_without_cards_says_so(frozen, alice, vision):
+    from tests.factories import CardModelFactory
+
+    empty = CardModelFactory(slug="no-cards-yet", name="Empty Model")
+    with pytest.raises(ValidationError, match="no Empty Model cards yet"):
+        ask(alice, vision, empty)

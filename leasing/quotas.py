@@ -1,0 +1,336 @@
+"""Quotas: what a team (and a member) has used, and whether a new request fits.
+
+Usage is derived from the leases themselves, never kept as a running total that could
+drift: a lease charges ``count × hours`` over its charge window — the booked window while
+it runs or waits, cut at ``ended_at`` when it ends early (so the unused part is returned
+without bookkeeping). Months are calendar months in the site's time zone; a lease across
+a month boundary charges each month its share.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import formats
+from django.utils.translation import gettext as _
+
+from inventory.models import CardModel
+from leasing.models import Lease, LeaseStatus, MemberLimit, Quota
+from portal.models import Membership, Team
+
+# Leases that use budget: admitted ones, running or done. Waiting for approval, cancelled
+# and rejected ones do not.
+CHARGED_STATES = (
+    LeaseStatus.QUEUED,
+    LeaseStatus.SCHEDULED,
+    LeaseStatus.PROVISIONING,
+    LeaseStatus.ACTIVE,
+    LeaseStatus.RELEASING,
+    LeaseStatus.ENDED,
+    LeaseStatus.FAILED,
+)
+HELD_STATES = (LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
+HOUR = timedelta(hours=1)
+TENTH = Decimal("0.1")
+
+
+def site_tz() -> zoneinfo.ZoneInfo:
+    return zoneinfo.ZoneInfo(settings.TIME_ZONE)
+
+
+def month_of(t: datetime) -> tuple[datetime, datetime]:
+    """The calendar month (site time zone) holding *t*, as [start, end)."""
+    local = t.astimezone(site_tz())
+    start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+def months_between(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    months = []
+    m_start, m_end = month_of(start)
+    while m_start < end:
+        months.append((m_start, m_end))
+        m_start, m_end = month_of(m_end)
+    return months
+
+
+def overlap_hours(start: datetime, end: datetime, lo: datetime, hi: datetime) -> Decimal:
+    seconds = (min(end, hi) - max(start, lo)).total_seconds()
+    return Decimal(max(seconds, 0)) / Decimal(3600)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One lease's charge window and rate."""
+
+    count: int
+    start: datetime
+    end: datetime
+    price_per_hour: Decimal
+    card_model_id: int
+    user_id: int
+    status: str
+    borrowed: bool
+
+
+def _leases(team_id: int, *, card_model_id: int | None = None, user_id: int | None = None):
+    leases = Lease.objects.filter(team_id=team_id)
+    if card_model_id is not None:
+        leases = leases.filter(card_model_id=card_model_id)
+    if user_id is not None:
+        leases = leases.filter(user_id=user_id)
+    return leases
+
+
+def charges(
+    team_id: int,
+    lo: datetime,
+    hi: datetime,
+    *,
+    card_model_id: int | None = None,
+    user_id: int | None = None,
+) -> list[Charge]:
+    """The charge windows of the team's leases that touch [lo, hi)."""
+    rows = (
+        _leases(team_id, card_model_id=card_model_id, user_id=user_id)
+        .filter(status__in=CHARGED_STATES, start_at__lt=hi, end_at__gt=lo)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
+        .values_list(
+            "count",
+            "start_at",
+            "end_at",
+            "ended_at",
+            "card_model__price_per_hour",
+            "card_model_id",
+            "user_id",
+            "status",
+            "borrowed",
+        )
+    )
+    out = []
+    for count, start, end, ended, price, model_id, user, status, borrowed in rows:
+        stop = min(end, ended) if ended else end
+        if stop > start:
+            out.append(Charge(count, start, stop, price, model_id, user, status, borrowed))
+    return out
+
+
+def month_usage(
+    team_id: int,
+    month: tuple[datetime, datetime],
+    *,
+    card_model_id: int | None = None,
+    user_id: int | None = None,
+) -> tuple[Decimal, Decimal]:
+    """(card-hours, money) the team (or one member) has used or booked in *month*."""
+    lo, hi = month
+    hours = money = Decimal(0)
+    for c in charges(team_id, lo, hi, card_model_id=card_model_id, user_id=user_id):
+        h = c.count * overlap_hours(c.start, c.end, lo, hi)
+        hours += h
+        money += h * c.price_per_hour
+    return hours, money
+
+
+def concurrent_use(
+    team_id: int,
+    start: datetime,
+    end: datetime,
+    *,
+    card_model_id: int | None = None,
+    user_id: int | None = None,
+) -> tuple[int, datetime | None]:
+    """Cards the team holds over [start, end) or waits for, and when the earliest held ones free up.
+
+    Waiting leases count whatever their window (they were admitted); borrowed leases do not
+    (they live on idle capacity and may be preempted).
+    """
+    leases = _leases(team_id, card_model_id=card_model_id, user_id=user_id).filter(borrowed=False)
+    held = leases.filter(status__in=HELD_STATES, start_at__lt=end, end_at__gt=start)
+    waiting = leases.filter(status=LeaseStatus.QUEUED)
+    rows = list(held.values_list("count", "end_at")) + [
+        (n, None) for n in waiting.values_list("count", flat=True)
+    ]
+    frees = [e for _, e in rows if e is not None]
+    return sum(n for n, _ in rows), (min(frees) if frees else None)
+
+
+@dataclass(frozen=True)
+class Breach:
+    """A limit a request would break, and the message a person can act on."""
+
+    scope: str  # "team" or "member"
+    limit: str  # max_concurrent_cards | card_hours_per_month | max_lease_hours | money_per_month
+    message: str
+
+
+def _hours(value: Decimal) -> str:
+    return str(value.quantize(TENTH, rounding=ROUND_HALF_UP))
+
+
+def _when(t: datetime) -> str:
+    return formats.date_format(t.astimezone(site_tz()), "Y-m-d H:i")
+
+
+def _scope_name(card_model: CardModel | None) -> str:
+    return card_model.name if card_model else _("all models")
+
+
+def _check(
+    *,
+    scope: str,
+    rule,
+    who: str,
+    team: Team,
+    card_model: CardModel,
+    count: int,
+    start: datetime,
+    duration: timedelta,
+    user_id: int | None,
+) -> list[Breach]:
+    breaches = []
+    model_id = rule.card_model_id
+    scope_name = _scope_name(rule.card_model)
+    end = start + duration
+    if rule.max_lease_hours is not None and duration > rule.max_lease_hours * HOUR:
+        breaches.append(
+            Breach(
+                scope,
+                "max_lease_hours",
+                _(
+                    "%(who)s may lease %(scope)s for at most %(max)s hours at a time; ask for %(max)s hours or less "
+                    "(and extend later if the cards are still free)."
+                )
+                % {"who": who, "scope": scope_name, "max": rule.max_lease_hours},
+            )
+        )
+    if rule.max_concurrent_cards is not None:
+        used, frees = concurrent_use(team.pk, start, end, card_model_id=model_id, user_id=user_id)
+        if used + count > rule.max_concurrent_cards:
+            left = max(rule.max_concurrent_cards - used, 0)
+            message = _(
+                "%(who)s may hold at most %(limit)s cards of %(scope)s at once; %(used)s are held or waiting, "
+                "so %(left)s are left and this request needs %(count)s."
+            ) % {
+                "who": who,
+                "limit": rule.max_concurrent_cards,
+                "scope": scope_name,
+                "used": used,
+                "left": left,
+                "count": count,
+            }
+            if frees is not None:
+                message += " " + _("The next ones free up at %(when)s.") % {"when": _when(frees)}
+            breaches.append(Breach(scope, "max_concurrent_cards", message))
+    budget = rule.card_hours_per_month
+    money = getattr(rule, "money_per_month", None)
+    if budget is not None or money is not None:
+        for month in months_between(start, end):
+            need = count * overlap_hours(start, end, *month)
+            used_hours, used_money = month_usage(
+                team.pk, month, card_model_id=model_id, user_id=user_id
+            )
+            month_name = formats.date_format(month[0], "Y-m")
+            renew = formats.date_format(month[1], "Y-m-d")
+            if budget is not None and used_hours + need > budget:
+                breaches.append(
+                    Breach(
+                        scope,
+                        "card_hours_per_month",
+                        _(
+                            "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
+                            "needs %(need)s there. The budget renews on %(renew)s."
+                        )
+                        % {
+                            "who": who,
+                            "left": _hours(max(budget - used_hours, Decimal(0))),
+                            "limit": _hours(budget),
+                            "scope": scope_name,
+                            "month": month_name,
+                            "need": _hours(need),
+                            "renew": renew,
+                        },
+                    )
+                )
+            if money is not None:
+                price = card_model.price_per_hour
+                if used_money + need * price > money:
+                    breaches.append(
+                        Breach(
+                            scope,
+                            "money_per_month",
+                            _(
+                                "%(who)s has ¥%(left)s of ¥%(limit)s left in %(month)s; this request costs ¥%(cost)s "
+                                "there. The budget renews on %(renew)s."
+                            )
+                            % {
+                                "who": who,
+                                "left": (max(money - used_money, Decimal(0))).quantize(
+                                    Decimal("0.01")
+                                ),
+                                "limit": money,
+                                "month": month_name,
+                                "cost": (need * price).quantize(Decimal("0.01")),
+                                "renew": renew,
+                            },
+                        )
+                    )
+    return breaches
+
+
+def admission_breaches(
+    *, team: Team, user, card_model: CardModel, count: int, start: datetime, duration: timedelta
+) -> list[Breach]:
+    """Every team and member limit the request would break (empty: it fits)."""
+    breaches: list[Breach] = []
+    team_rules = Quota.objects.filter(team=team).filter(
+        Q(card_model__isnull=True) | Q(card_model=card_model)
+    )
+    who_team = _("Team “%(team)s”") % {"team": team.name}
+    for rule in team_rules.select_related("card_model"):
+        breaches += _check(
+            scope="team",
+            rule=rule,
+            who=who_team,
+            team=team,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+            user_id=None,
+        )
+    member_rules = MemberLimit.objects.filter(membership__team=team, membership__user=user).filter(
+        Q(card_model__isnull=True) | Q(card_model=card_model)
+    )
+    for rule in member_rules.select_related("card_model"):
+        breaches += _check(
+            scope="member",
+            rule=rule,
+            who=_("You"),
+            team=team,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+            user_id=user.pk,
+        )
+    return breaches
+
+
+def team_rule_for(team: Team, card_model_id: int | None) -> Quota | None:
+    return Quota.objects.filter(team=team, card_model_id=card_model_id).first()
+
+
+def leads_of(team: Team) -> list:
+    return [
+        m.user
+        for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD).select_related(
+            "user"
+        )
+    ]

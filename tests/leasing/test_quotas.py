@@ -1,0 +1,226 @@
+"""Team quotas and member limits: admission, refunds, month boundaries, approvals, borrowing."""
+
+from datetime import datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+import time_machine
+from django.core import mail
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.test import override_settings
+
+from leasing import provisioning, quotas, services
+from leasing.models import LeaseStatus, MemberLimit, Priority, Quota
+from portal.models import Membership
+from tests.leasing.conftest import T0, ask, hours
+
+SH = ZoneInfo("Asia/Shanghai")
+
+
+@pytest.fixture
+def quota(vision, a100, ops):
+    def make(card_model=a100, **limits):
+        return services.quota_set(user=ops, team=vision, card_model=card_model, **limits)
+
+    return make
+
+
+def test_concurrent_quota_refuses_with_limit_left_and_when(
+    frozen, alice, vision, a100, small_pool, quota
+):
+    quota(max_concurrent_cards=4)
+    ask(alice, vision, a100, count=3, duration=hours(2))
+    with pytest.raises(ValidationError) as caught:
+        ask(alice, vision, a100, count=2)
+    message = " ".join(caught.value.messages)
+    assert "at most 4 cards of A100 test at once" in message
+    assert "3 are held or waiting, so 1 are left" in message
+    assert "free up at 2026-12-01 11:00" in message
+    assert ask(alice, vision, a100, count=1).status == LeaseStatus.PROVISIONING
+
+
+def test_rule_without_model_covers_all_models_together(
+    frozen, alice, vision, a100, small_pool, quota
+):
+    from tests.factories import CardModelFactory, make_node
+
+    other = CardModelFactory(slug="other-model")
+    make_node(other, cards=4, domains=1, hostname="other")
+    quota(card_model=None, max_concurrent_cards=5)
+    ask(alice, vision, a100, count=4)
+    with pytest.raises(ValidationError, match="all models"):
+        ask(alice, vision, other, count=2)
+
+
+def test_longest_lease(frozen, alice, vision, a100, small_pool, quota):
+    quota(max_lease_hours=24)
+    with pytest.raises(ValidationError, match="at most 24 hours"):
+        ask(alice, vision, a100, duration=hours(25))
+
+
+def test_month_budget_charged_refunded_on_early_release(
+    frozen, alice, vision, a100, small_pool, quota
+):
+    quota(card_hours_per_month=Decimal("20"))
+    lease = ask(alice, vision, a100, count=2, duration=hours(8))  # charges 16 card-hours
+    month = quotas.month_of(T0)
+    assert quotas.month_usage(vision.pk, month)[0] == Decimal(16)
+    with pytest.raises(ValidationError) as caught:
+        ask(alice, vision, a100, count=1, duration=hours(5))
+    assert "4.0 of 20.0 card-hours" in " ".join(caught.value.messages)
+    assert "renews on 2027-01-01" in " ".join(caught.value.messages)
+    provisioning.provision_step(lease_id=lease.pk)
+    frozen.shift(hours(1))
+    services.lease_release(lease=lease, user=alice)  # held 1 h: 14 card-hours come back
+    assert quotas.month_usage(vision.pk, month)[0] == Decimal(2)
+    assert ask(alice, vision, a100, count=1, duration=hours(5)).status == LeaseStatus.PROVISIONING
+
+
+@override_settings(TIME_ZONE="Asia/Shanghai")
+def test_lease_across_month_boundary_charges_each_month_its_share(
+    alice, vision, a100, small_pool, quota
+):
+    quota(card_hours_per_month=Decimal("100"))
+    start = datetime(2026, 12, 31, 22, 0, tzinfo=SH)
+    with time_machine.travel(start, tick=False):
+        ask(alice, vision, a100, count=2, duration=hours(6))  # 2 h in December, 4 h in January
+    dec, jan = quotas.month_of(start), quotas.month_of(start + hours(6))
+    assert quotas.month_usage(vision.pk, dec)[0] == Decimal(4)
+    assert quotas.month_usage(vision.pk, jan)[0] == Decimal(8)
+
+
+def test_money_budget(frozen, alice, vision, a100, small_pool, quota):
+    quota(money_per_month=Decimal("100"))  # the test model costs ¥10 per card-hour
+    ask(alice, vision, a100, count=1, duration=hours(8))
+    with pytest.raises(ValidationError, match="¥20.00 of ¥100"):
+        ask(alice, vision, a100, count=1, duration=hours(3))
+
+
+def test_member_limit_goes_to_the_lead_who_approves(
+    frozen, alice, lena, vision, a100, small_pool, quota
+):
+    quota(max_concurrent_cards=8)
+    membership = Membership.objects.get(user=alice, team=vision)
+    services.member_limit_set(
+        user=lena, membership=membership, card_model=a100, max_concurrent_cards=2
+    )
+    lease = ask(alice, vision, a100, count=3)
+    assert lease.status == LeaseStatus.PENDING_APPROVAL
+    assert "You may hold at most 2 cards" in lease.approval_reason
+    assert not lease.allocations.exists()
+    with pytest.raises(PermissionDenied):
+        services.lease_approve(lease=lease, user=alice)
+    approved = services.lease_approve(lease=lease, user=lena, note="deadline Friday")
+    assert approved.status == LeaseStatus.PROVISIONING
+    assert list(approved.events.values_list("kind", flat=True)) == [
+        "requested",
+        "needs_approval",
+        "approved",
+        "placed",
+    ]
+
+
+def test_lead_rejects_with_a_reason(frozen, alice, lena, vision, a100, small_pool, quota):
+    membership = Membership.objects.get(user=alice, team=vision)
+    services.member_limit_set(user=lena, membership=membership, card_model=None, max_lease_hours=4)
+    lease = ask(alice, vision, a100, duration=hours(10))
+    assert lease.status == LeaseStatus.PENDING_APPROVAL
+    with pytest.raises(ValidationError, match="Say why"):
+        services.lease_reject(lease=lease, user=lena, reason="  ")
+    rejected = services.lease_reject(lease=lease, user=lena, reason="use the T4s for this")
+    assert rejected.status == LeaseStatus.REJECTED
+    assert quotas.month_usage(vision.pk, quotas.month_of(T0))[0] == 0
+
+
+def test_approval_refused_when_the_team_quota_no_longer_holds(
+    frozen, alice, lena, vision, a100, small_pool, quota
+):
+    quota(max_concurrent_cards=4)
+    membership = Membership.objects.get(user=alice, team=vision)
+    services.member_limit_set(
+        user=lena, membership=membership, card_model=a100, max_concurrent_cards=1
+    )
+    waiting = ask(alice, vision, a100, count=2)
+    ask(lena, vision, a100, count=3)
+    with pytest.raises(ValidationError, match="at most 4 cards"):
+        services.lease_approve(lease=waiting, user=lena)
+
+
+def test_member_limit_must_fit_inside_the_team(frozen, lena, alice, vision, a100, quota):
+    quota(max_concurrent_cards=4)
+    membership = Membership.objects.get(user=alice, team=vision)
+    with pytest.raises(ValidationError, match="team's own limit is 4"):
+        services.member_limit_set(
+            user=lena, membership=membership, card_model=a100, max_concurrent_cards=6
+        )
+    with pytest.raises(PermissionDenied):
+        services.member_limit_set(
+            user=alice, membership=membership, card_model=a100, max_concurrent_cards=1
+        )
+    assert not MemberLimit.objects.exists()
+
+
+def test_only_operators_set_team_quotas(lena, vision, a100):
+    with pytest.raises(PermissionDenied):
+        services.quota_set(user=lena, team=vision, card_model=a100, max_concurrent_cards=100)
+    assert not Quota.objects.exists()
+
+
+def test_operator_override_is_recorded(frozen, alice, ops, vision, a100, small_pool, quota):
+    quota(max_concurrent_cards=1)
+    lease = services.lease_request(
+        user=ops,
+        team=vision,
+        card_model=a100,
+        count=4,
+        duration=hours(1),
+        override_reason="paper deadline, ok'd by CTO",
+    )
+    assert lease.status == LeaseStatus.PROVISIONING
+    event = lease.events.get(kind="quota_override")
+    assert event.message == "paper deadline, ok'd by CTO" and event.actor == ops
+    with pytest.raises(PermissionDenied):
+        services.lease_request(
+            user=alice,
+            team=vision,
+            card_model=a100,
+            count=4,
+            duration=hours(1),
+            override_reason="please",
+        )
+
+
+def test_borrowing_idle_cards_as_preemptible(frozen, alice, vision, a100, small_pool, quota):
+    quota(max_concurrent_cards=2)
+    ask(alice, vision, a100, count=2)
+    with pytest.raises(ValidationError):
+        ask(
+            alice, vision, a100, count=2, priority=Priority.PREEMPTIBLE
+        )  # borrowing not allowed yet
+    vision.allow_borrowing = True
+    vision.save()
+    borrowed = ask(alice, vision, a100, count=2, priority=Priority.PREEMPTIBLE)
+    assert borrowed.borrowed and borrowed.status == LeaseStatus.PROVISIONING
+    with pytest.raises(ValidationError):
+        ask(alice, vision, a100, count=2)  # normal priority still refused
+    ask(alice, vision, a100, count=4, priority=Priority.PREEMPTIBLE)  # the last idle cards
+    with pytest.raises(ValidationError, match="no idle"):
+        ask(alice, vision, a100, count=1, priority=Priority.PREEMPTIBLE)
+
+
+def test_lead_is_told_about_a_request_waiting_for_approval(
+    frozen, alice, lena, vision, a100, small_pool
+):
+    from leasing import tasks
+
+    lena.email = "lena@example.org"
+    lena.save()
+    membership = Membership.objects.get(user=alice, team=vision)
+    services.member_limit_set(
+        user=lena, membership=membership, card_model=None, max_concurrent_cards=0
+    )
+    lease = ask(alice, vision, a100)
+    tasks.notify_lease(lease.pk, "approval_requested")
+    assert mail.outbox[-1].to == ["lena@example.org"]
+    assert "approval" in mail.outbox[-1].subject

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import Prefetch, Q, QuerySet
 
 from inventory.models import Card, CardModel
-from leasing.models import OPEN_STATES, Allocation, Lease, LeaseEvent, LeaseStatus
+from leasing import quotas
+from leasing.models import (
+    HOLDING_STATES,
+    OPEN_STATES,
+    Allocation,
+    Lease,
+    LeaseEvent,
+    LeaseStatus,
+    MemberLimit,
+    Quota,
+)
 from leasing.scheduler.snapshot import card_slots, timeline_for
-from portal.models import Membership
-from portal.permissions import is_finance, is_operator
+from portal.models import Membership, Team
+from portal.permissions import is_finance, is_operator, leads_team
 
 
 def leases_visible_to(user) -> QuerySet[Lease]:
@@ -102,4 +114,125 @@ def availability_calendar(
         "total": total_in_service,
         "usable": len(cards),
         "slots": slots,
+    }
+
+
+# --- teams -------------------------------------------------------------------------------
+
+
+def teams_visible_to(user) -> QuerySet[Team]:
+    """Operators and finance see every team; others the teams they belong to."""
+    if is_operator(user) or is_finance(user):
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user=user).distinct()
+
+
+def team_for_manager(user, slug: str) -> Team | None:
+    """The team, if *user* may see its page (its leads, operators, finance)."""
+    team = Team.objects.filter(slug=slug).first()
+    if team is None:
+        return None
+    if is_operator(user) or is_finance(user) or leads_team(user, team.pk):
+        return team
+    return None
+
+
+def approvals_for(user) -> QuerySet[Lease]:
+    """Requests waiting for a decision *user* may take."""
+    pending = Lease.objects.filter(status=LeaseStatus.PENDING_APPROVAL).select_related(
+        "user", "team", "card_model"
+    )
+    if is_operator(user):
+        return pending
+    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
+    return pending.filter(team_id__in=led)
+
+
+@dataclass
+class QuotaRow:
+    """One line of a team's quota table: a rule (or a model in use) and its use this month."""
+
+    card_model: CardModel | None
+    rule: Quota | None
+    used_hours: Decimal = Decimal(0)  # consumed up to now
+    booked_hours: Decimal = Decimal(0)  # still to come this month
+    money: Decimal = Decimal(0)
+    concurrent_now: int = 0
+
+    @property
+    def left_hours(self) -> Decimal | None:
+        if self.rule is None or self.rule.card_hours_per_month is None:
+            return None
+        return max(self.rule.card_hours_per_month - self.used_hours - self.booked_hours, Decimal(0))
+
+
+def team_overview(team: Team, *, now: datetime) -> dict:
+    """Everything a lead's team page shows, in a bounded number of queries."""
+    month = quotas.month_of(now)
+    rules = {
+        q.card_model_id: q for q in Quota.objects.filter(team=team).select_related("card_model")
+    }
+    charges = quotas.charges(team.pk, *month)
+    models = {
+        m.pk: m
+        for m in CardModel.objects.filter(
+            pk__in={c.card_model_id for c in charges} | set(rules) - {None}
+        )
+    }
+    rows: dict[int | None, QuotaRow] = {}
+    for model_id in sorted(
+        set(models) | set(rules), key=lambda k: (k is not None, models[k].name if k else "")
+    ):
+        rows[model_id] = QuotaRow(card_model=models.get(model_id), rule=rules.get(model_id))
+    if None not in rows:
+        rows[None] = QuotaRow(card_model=None, rule=None)
+    days: dict = {}
+    for c in charges:
+        for key in (c.card_model_id, None):
+            row = rows[key]
+            row.used_hours += (
+                c.count * quotas.overlap_hours(c.start, min(c.end, now), *month)
+                if c.start < now
+                else 0
+            )
+            row.booked_hours += (
+                c.count * quotas.overlap_hours(max(c.start, now), c.end, *month)
+                if c.end > now
+                else 0
+            )
+            row.money += c.count * quotas.overlap_hours(c.start, c.end, *month) * c.price_per_hour
+            if c.start <= now < c.end and c.status in quotas.HELD_STATES:
+                row.concurrent_now += c.count
+        day = month[0]
+        while day < min(month[1], now):
+            hours = c.count * quotas.overlap_hours(
+                c.start, min(c.end, now), day, day + timedelta(days=1)
+            )
+            if hours:
+                name = models[c.card_model_id].name
+                days.setdefault(name, {}).setdefault(day.date(), Decimal(0))
+                days[name][day.date()] += hours
+            day += timedelta(days=1)
+    holders = (
+        Lease.objects.filter(team=team, status__in=HOLDING_STATES)
+        .select_related("user", "card_model")
+        .order_by("end_at")
+    )
+    limits = (
+        MemberLimit.objects.filter(membership__team=team)
+        .select_related("membership__user", "card_model")
+        .order_by("membership__user__username", "card_model__name")
+    )
+    return {
+        "month": month,
+        "rows": list(rows.values()),
+        "holders": holders,
+        "pending": Lease.objects.filter(team=team, status=LeaseStatus.PENDING_APPROVAL)
+        .select_related("user", "card_model")
+        .order_by("submitted_at"),
+        "limits": limits,
+        "memberships": Membership.objects.filter(team=team)
+        .select_related("user")
+        .order_by("role", "user__username"),
+        "daily": days,
     }

@@ -79,13 +79,15 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django.contrib.postgres",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
     "allauth",
     "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "portal.tokens",
     "portal",
     "inventory",
     "leasing",
@@ -143,7 +145,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# --- Auth -----------------------------------------------------------------------------
+# --- Auth (docs/operations.md, "Sign-in: email, OIDC, LDAP, API tokens") ---------------
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
@@ -159,9 +161,73 @@ LOGIN_REDIRECT_URL = "dashboard"
 ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = env("CARDPOOL_EMAIL_VERIFICATION", "optional")
-ACCOUNT_ALLOW_REGISTRATION = env_bool("CARDPOOL_ALLOW_SIGNUP", True)
+if ACCOUNT_EMAIL_VERIFICATION not in {"mandatory", "optional", "none"}:
+    raise ImproperlyConfigured(
+        f"CARDPOOL_EMAIL_VERIFICATION={ACCOUNT_EMAIL_VERIFICATION!r}: use mandatory, optional or none"
+    )
+ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Cardpool] "
+ACCOUNT_SIGNUP_ENABLED = env_bool("CARDPOOL_ALLOW_SIGNUP", True)
 ACCOUNT_LOGOUT_ON_GET = False
-ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
+ACCOUNT_LOGIN_ON_PASSWORD_RESET = False
+# Failed sign-ins: 10 a minute per address, 5 per 5 minutes per account (allauth's limits).
+ACCOUNT_RATE_LIMITS = {"login_failed": env("CARDPOOL_LOGIN_FAILED_RATE", "10/m/ip,5/5m/key")}
+
+# Single sign-on through OpenID Connect: on when CARDPOOL_OIDC_SERVER_URL is set.
+SOCIALACCOUNT_ADAPTER = "portal.auth_sso.SocialAccountAdapter"
+SOCIALACCOUNT_PROVIDERS: dict = {"openid_connect": {"OAUTH_PKCE_ENABLED": True, "APPS": []}}
+CARDPOOL_OIDC_ALLOW_SIGNUP = env_bool("CARDPOOL_OIDC_ALLOW_SIGNUP", True)
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = env_bool("CARDPOOL_OIDC_EMAIL_AUTHENTICATION", False)
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = SOCIALACCOUNT_EMAIL_AUTHENTICATION
+if env("CARDPOOL_OIDC_SERVER_URL"):
+    _oidc_missing = [
+        name for name in ("CARDPOOL_OIDC_CLIENT_ID", "CARDPOOL_OIDC_CLIENT_SECRET") if not env(name)
+    ]
+    if _oidc_missing:
+        raise ImproperlyConfigured(
+            f"CARDPOOL_OIDC_SERVER_URL is set, so {' and '.join(_oidc_missing)} must be too"
+        )
+    SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"].append(
+        {
+            "provider_id": env("CARDPOOL_OIDC_PROVIDER_ID", "sso"),
+            "name": env("CARDPOOL_OIDC_PROVIDER_NAME", "SSO"),
+            "client_id": env("CARDPOOL_OIDC_CLIENT_ID"),
+            "secret": env("CARDPOOL_OIDC_CLIENT_SECRET"),
+            "settings": {
+                "server_url": env("CARDPOOL_OIDC_SERVER_URL"),
+                "scope": env_list("CARDPOOL_OIDC_SCOPES", "openid,profile,email"),
+            },
+        }
+    )
+
+# LDAP: on when CARDPOOL_LDAP_URL is set (django-python3-ldap; see portal/auth_ldap.py).
+if env("CARDPOOL_LDAP_URL"):
+    from portal import auth_ldap
+
+    AUTHENTICATION_BACKENDS.append(auth_ldap.BACKEND)
+    INSTALLED_APPS.append("django_python3_ldap")  # its ldap_sync_users command
+    LDAP_AUTH_URL = env_list("CARDPOOL_LDAP_URL")
+    LDAP_AUTH_USE_TLS = env_bool("CARDPOOL_LDAP_START_TLS", False)
+    LDAP_AUTH_SEARCH_BASE = env("CARDPOOL_LDAP_SEARCH_BASE", "ou=people,dc=example,dc=com")
+    LDAP_AUTH_OBJECT_CLASS = env("CARDPOOL_LDAP_OBJECT_CLASS", "inetOrgPerson")
+    LDAP_AUTH_USER_FIELDS = auth_ldap.parse_user_fields(
+        env(
+            "CARDPOOL_LDAP_USER_FIELDS",
+            "username=uid,first_name=givenName,last_name=sn,email=mail",
+        )
+    )
+    LDAP_AUTH_USER_LOOKUP_FIELDS = ("username",)
+    LDAP_AUTH_FORMAT_USERNAME = auth_ldap.username_format(
+        env("CARDPOOL_LDAP_USERNAME_FORMAT", "openldap")
+    )
+    LDAP_AUTH_ACTIVE_DIRECTORY_DOMAIN = env("CARDPOOL_LDAP_DOMAIN")
+    LDAP_AUTH_CONNECTION_USERNAME = env("CARDPOOL_LDAP_BIND_USER")
+    LDAP_AUTH_CONNECTION_PASSWORD = env("CARDPOOL_LDAP_BIND_PASSWORD")
+    LDAP_AUTH_CONNECT_TIMEOUT = env_int("CARDPOOL_LDAP_TIMEOUT", 10)
+    LDAP_AUTH_RECEIVE_TIMEOUT = LDAP_AUTH_CONNECT_TIMEOUT
+    LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
+
+# Tokens that POST /api/v1/auth/token/ hands out expire after this many days (0: never).
+CARDPOOL_API_LOGIN_TOKEN_DAYS = env_int("CARDPOOL_API_LOGIN_TOKEN_DAYS", 30)
 
 # --- i18n / time ----------------------------------------------------------------------
 LANGUAGE_CODE = env("CARDPOOL_LANGUAGE", "zh-hans")
@@ -175,6 +241,11 @@ TIME_ZONE = env("CARDPOOL_TIME_ZONE", "Asia/Shanghai")
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the plotly package
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -190,9 +261,11 @@ WHITENOISE_USE_FINDERS = DEBUG
 # --- REST API -------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.tokens.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    # Throttled views name their scope; the token endpoint guards against password guessing.
+    "DEFAULT_THROTTLE_RATES": {"auth-token": env("CARDPOOL_TOKEN_RATE", "10/min")},
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",

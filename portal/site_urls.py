@@ -1,7 +1,17 @@
 from django.urls import path
 
+from leasing import views_team
 from portal import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("teams/", views_team.team_list, name="team_list"),
+    path("teams/<slug:slug>/", views_team.team_detail, name="team_detail"),
+    path("teams/<slug:slug>/limits/", views_team.team_set_limit, name="team_set_limit"),
+    path("teams/<slug:slug>/quotas/", views_team.team_set_quota, name="team_set_quota"),
+    path(
+        "teams/<slug:slug>/approvals/<int:pk>/<str:decision>/",
+        views_team.team_decide,
+        name="team_decide",
+    ),
 ]

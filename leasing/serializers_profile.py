@@ -1,0 +1,220 @@
+"""DRF serializers for asking by task: the profile in, the estimate and ranked options out.
+
+Shape only; the rules are in ``leasing.estimator`` (what a profile may say) and
+``leasing.recommend`` (what fits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from leasing.estimator import (
+    LIMITS,
+    EstimateError,
+    ModelPrecision,
+    Optimizer,
+    Task,
+    TaskProfile,
+)
+from leasing.models import Priority, Purpose
+from portal.models import Team
+
+
+class TaskProfileSerializer(serializers.Serializer):
+    """What you want to run; leave a field out for the task's default."""
+
+    task = serializers.ChoiceField(choices=Task.choices)
+    params_b = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=LIMITS["params_b"][0],
+        max_value=LIMITS["params_b"][1],
+        help_text="Model size in billions of parameters (all tasks but rendering).",
+    )
+    precision = serializers.ChoiceField(
+        choices=ModelPrecision.choices,
+        required=False,
+        allow_null=True,
+        help_text="Inference: the weights. Training: the compute precision (mixed precision "
+        "for bf16/fp16). LoRA: the frozen base. QLoRA: the compute precision (the base is "
+        "4-bit). Default bf16 (rendering fp32).",
+    )
+    seq_len = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=LIMITS["seq_len"][0],
+        max_value=LIMITS["seq_len"][1],
+        help_text="Tokens per sequence; default 2048 for training, 4096 for inference.",
+    )
+    batch = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=LIMITS["batch"][0],
+        max_value=LIMITS["batch"][1],
+        help_text="Sequences per micro-batch (training, default 4) or served at once "
+        "(inference, default 2).",
+    )
+    optimizer = serializers.ChoiceField(choices=Optimizer.choices, default=Optimizer.ADAM)
+    checkpointing = serializers.BooleanField(
+        default=True, help_text="Gradient (activation) checkpointing, for training tasks."
+    )
+    lora_rank = serializers.IntegerField(
+        default=16, min_value=LIMITS["lora_rank"][0], max_value=LIMITS["lora_rank"][1]
+    )
+    scene_gb = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=LIMITS["scene_gb"][0],
+        max_value=LIMITS["scene_gb"][1],
+        help_text="Rendering: the scene's size in GB.",
+    )
+
+    def validate(self, attrs):
+        try:
+            TaskProfile(**attrs)
+        except EstimateError as exc:
+            raise serializers.ValidationError(exc.errors) from exc
+        return attrs
+
+
+def _duration_field():
+    return serializers.IntegerField(
+        min_value=1, help_text="How long you need the cards, in minutes."
+    )
+
+
+def _check_duration(minutes: int) -> int:
+    most = settings.CARDPOOL["MAX_LEASE_MINUTES"]
+    if minutes > most:
+        raise serializers.ValidationError(
+            _("The longest lease is %(hours)s hours; ask for less and extend later.")
+            % {"hours": most // 60}
+        )
+    return minutes
+
+
+class EstimateRequestSerializer(serializers.Serializer):
+    profile = TaskProfileSerializer()
+    duration_minutes = _duration_field()
+    start_at = serializers.DateTimeField(required=False, allow_null=True)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
+
+    def validate_duration_minutes(self, value: int) -> int:
+        return _check_duration(value)
+
+
+class LeaseByProfileSerializer(serializers.Serializer):
+    """POST /api/v1/leases/ with a ``profile`` instead of ``card_model``: the top option is asked for."""
+
+    profile = TaskProfileSerializer()
+    duration_minutes = _duration_field()
+    start_at = serializers.DateTimeField(required=False, allow_null=True)
+    team = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Team.objects.all(),
+        required=False,
+        error_messages={"does_not_exist": "Unknown team “{value}”."},
+    )
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
+    purpose = serializers.ChoiceField(
+        choices=Purpose.choices,
+        required=False,
+        allow_null=True,
+        help_text="Default: from the task (training, fine_tuning, inference, rendering).",
+    )
+    description = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, default=""
+    )
+
+    def validate_duration_minutes(self, value: int) -> int:
+        return _check_duration(value)
+
+
+# --- out -----------------------------------------------------------------------------------
+
+
+class RoundedFloatField(serializers.FloatField):
+    def to_representation(self, value):
+        return round(float(value), 2)
+
+
+class PartSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    label = serializers.CharField()
+    gb = RoundedFloatField()
+    formula = serializers.CharField()
+
+
+class EstimateSerializer(serializers.Serializer):
+    profile = serializers.SerializerMethodField()
+    layers = serializers.IntegerField(allow_null=True)
+    hidden = serializers.IntegerField(allow_null=True)
+    trainable_params = serializers.IntegerField()
+    required_precision = serializers.CharField(
+        help_text="The spec-sheet figure a card must publish."
+    )
+    parts = PartSerializer(source="all_parts", many=True)
+    breakdown = serializers.DictField(child=RoundedFloatField(), help_text="GB per part.")
+    total_gb = RoundedFloatField()
+    formula = serializers.CharField()
+    notes = serializers.ListField(child=serializers.CharField())
+
+    def get_profile(self, est) -> dict:
+        return asdict(est.profile)
+
+
+class OptionSerializer(serializers.Serializer):
+    card_model = serializers.CharField(source="card_model.slug")
+    card_model_name = serializers.CharField(source="card_model.name")
+    count = serializers.IntegerField()
+    memory_gb = RoundedFloatField(help_text="Memory of one card.")
+    per_card_gb = RoundedFloatField(help_text="Estimated need on each card.")
+    headroom = RoundedFloatField(help_text="Share of each card's memory left free.")
+    interconnect = serializers.CharField(source="card_model.interconnect_kind")
+    start = serializers.DateTimeField()
+    starts_now = serializers.BooleanField()
+    price_per_hour = serializers.DecimalField(
+        source="card_model.price_per_hour", max_digits=10, decimal_places=2
+    )
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+    explanation = serializers.CharField()
+    request_url = serializers.SerializerMethodField()
+
+    def get_request_url(self, option) -> str:
+        return request_url(self.context["recommendation"], option)
+
+
+class LeftOutSerializer(serializers.Serializer):
+    card_model = serializers.CharField(source="card_model.slug")
+    card_model_name = serializers.CharField(source="card_model.name")
+    reason = serializers.CharField()
+
+
+class RecommendationSerializer(serializers.Serializer):
+    estimate = EstimateSerializer()
+    duration_minutes = serializers.SerializerMethodField()
+    purpose = serializers.CharField()
+    options = serializers.SerializerMethodField()
+    left_out = LeftOutSerializer(many=True)
+    message = serializers.CharField(help_text="Empty when the best option is free now.")
+
+    def get_duration_minutes(self, rec) -> int:
+        return int(rec.duration.total_seconds() // 60)
+
+    @extend_schema_field(OptionSerializer(many=True))
+    def get_options(self, rec) -> list[dict]:
+        return OptionSerializer(
+            rec.options, many=True, context={**self.context, "recommendation": rec}
+        ).data
+
+
+def request_url(rec, option) -> str:
+    """The request form, pre-filled with *option*."""
+    return f"{reverse('leasing:new')}?{urlencode(rec.request_params(option))}"

@@ -1,0 +1,137 @@
+"""Browser page for asking by task: the profile form, the memory breakdown, the ranked options.
+
+/leases/estimate/ is the step before the card choice: each option links to the request
+form pre-filled with its model, count, duration and purpose. The form is a GET (nothing is
+written), so a profile is a link that can be shared; htmx refreshes the result as you type.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.utils.translation import gettext_lazy as _
+
+from leasing.estimator import (
+    LIMITS,
+    EstimateError,
+    ModelPrecision,
+    Optimizer,
+    Task,
+    TaskProfile,
+)
+from leasing.recommend import recommend
+from leasing.serializers_profile import request_url
+
+# What the page shows before the user has said anything.
+INITIAL = {
+    "task": Task.LORA,
+    "params_b": "7",
+    "precision": "",
+    "optimizer": Optimizer.ADAM,
+    "checkpointing": "on",
+    "lora_rank": "16",
+    "duration": "4",
+}
+
+
+class EstimateForm(forms.Form):
+    """A task profile and how long it runs. Shape only; ``leasing.estimator`` says what is valid."""
+
+    task = forms.ChoiceField(label=_("Task"), choices=Task.choices)
+    params_b = forms.DecimalField(
+        label=_("Model size (billions of parameters)"),
+        required=False,
+        min_value=LIMITS["params_b"][0],
+        max_value=LIMITS["params_b"][1],
+        decimal_places=3,
+    )
+    precision = forms.ChoiceField(
+        label=_("Precision"),
+        required=False,
+        choices=[("", _("Default for the task")), *ModelPrecision.choices],
+    )
+    seq_len = forms.IntegerField(
+        label=_("Sequence length (tokens)"),
+        required=False,
+        min_value=LIMITS["seq_len"][0],
+        max_value=LIMITS["seq_len"][1],
+        widget=forms.NumberInput(attrs={"placeholder": "2048 / 4096"}),
+    )
+    batch = forms.IntegerField(
+        label=_("Batch (sequences at once)"),
+        required=False,
+        min_value=LIMITS["batch"][0],
+        max_value=LIMITS["batch"][1],
+        widget=forms.NumberInput(attrs={"placeholder": "4 / 2"}),
+    )
+    optimizer = forms.ChoiceField(
+        label=_("Optimizer"), choices=Optimizer.choices, initial=Optimizer.ADAM
+    )
+    checkpointing = forms.BooleanField(label=_("Gradient checkpointing"), required=False)
+    lora_rank = forms.IntegerField(
+        label=_("LoRA rank"),
+        required=False,
+        min_value=LIMITS["lora_rank"][0],
+        max_value=LIMITS["lora_rank"][1],
+    )
+    scene_gb = forms.DecimalField(
+        label=_("Scene size (GB)"),
+        required=False,
+        min_value=LIMITS["scene_gb"][0],
+        max_value=LIMITS["scene_gb"][1],
+        decimal_places=2,
+    )
+    duration = forms.IntegerField(
+        label=_("Duration (hours)"),
+        min_value=1,
+        max_value=settings.CARDPOOL["MAX_LEASE_MINUTES"] // 60,
+    )
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        try:
+            data["profile"] = TaskProfile(
+                task=data["task"],
+                params_b=data.get("params_b"),
+                precision=data.get("precision") or None,
+                seq_len=data.get("seq_len"),
+                batch=data.get("batch"),
+                optimizer=data.get("optimizer") or Optimizer.ADAM,
+                checkpointing=bool(data.get("checkpointing")),
+                lora_rank=data.get("lora_rank") or 16,
+                scene_gb=data.get("scene_gb"),
+            )
+        except EstimateError as exc:
+            for name, message in exc.errors.items():
+                self.add_error(name if name in self.fields else None, message)
+        return data
+
+
+@login_required
+def estimate(request):
+    """GET: the profile form; with a profile, the breakdown and the ranked options."""
+    form = EstimateForm(request.GET if "task" in request.GET else INITIAL)
+    context: dict = {"form": form}
+    if form.is_valid():
+        rec = recommend(
+            profile=form.cleaned_data["profile"],
+            duration=timedelta(hours=form.cleaned_data["duration"]),
+        )
+        context.update(
+            rec=rec,
+            options=[(option, request_url(rec, option)) for option in rec.options],
+        )
+    else:
+        context["problems"] = [
+            f"{form.fields[name].label}: {error}" if name in form.fields else error
+            for name, errors in form.errors.items()
+            for error in errors
+        ]
+    template = "leasing/_estimate_result.html" if request.htmx else "leasing/estimate.html"
+    return render(request, template, context)

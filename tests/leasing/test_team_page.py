@@ -1,0 +1,97 @@
+"""The team page: quota use, holders, approvals, member limits, the daily chart."""
+
+from decimal import Decimal
+
+import pytest
+
+from leasing import provisioning, services
+from leasing.models import LeaseStatus, MemberLimit
+from portal.models import Membership
+from tests.leasing.conftest import ask, hours
+
+
+@pytest.fixture
+def as_lena(client, lena):
+    client.force_login(lena)
+    client.cookies["django_language"] = "en"
+    return client
+
+
+def test_lead_sees_quota_use_holders_and_chart(
+    as_lena, frozen, alice, ops, vision, a100, small_pool, django_assert_max_num_queries
+):
+    services.quota_set(
+        user=ops,
+        team=vision,
+        card_model=a100,
+        max_concurrent_cards=6,
+        card_hours_per_month=Decimal(100),
+    )
+    lease = ask(alice, vision, a100, count=2, duration=hours(3))
+    provisioning.provision_step(lease_id=lease.pk)
+    frozen.shift(hours(1))
+    with django_assert_max_num_queries(20):
+        page = as_lena.get("/teams/vision/").content.decode()
+    row = page[page.index('data-quota-row="a100-test"') :]
+    row = row[: row.index("</tr>")]
+    assert "2.0" in row and "4.0" in row  # 2 card-hours used, 4 still booked
+    assert "94.0 / 100.0" in row and "2 / 6" in row
+    assert "alice" in page[page.index('id="holders"') :]
+    assert "vendor/plotly.min.js" in page and "Plotly.newPlot" in page
+
+
+def test_lead_approves_and_rejects_from_the_page(
+    as_lena, frozen, alice, lena, vision, a100, small_pool
+):
+    membership = Membership.objects.get(user=alice, team=vision)
+    services.member_limit_set(
+        user=lena, membership=membership, card_model=None, max_concurrent_cards=1
+    )
+    first, second = ask(alice, vision, a100, count=2), ask(alice, vision, a100, count=2)
+    page = as_lena.get("/teams/vision/").content.decode()
+    assert f'data-lease="{first.pk}"' in page and "You may hold at most 1 cards" in page
+    as_lena.post(f"/teams/vision/approvals/{first.pk}/approve/", {"reason": "ok"})
+    as_lena.post(f"/teams/vision/approvals/{second.pk}/reject/", {"reason": ""})
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.status == LeaseStatus.PROVISIONING
+    assert second.status == LeaseStatus.PENDING_APPROVAL  # a rejection needs a reason
+    response = as_lena.post(
+        f"/teams/vision/approvals/{second.pk}/reject/", {"reason": "too many"}, follow=True
+    )
+    second.refresh_from_db()
+    assert second.status == LeaseStatus.REJECTED and "Rejected" in response.content.decode()
+
+
+def test_lead_sets_a_member_limit_inside_the_team_quota(
+    as_lena, frozen, alice, ops, vision, a100, small_pool
+):
+    services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=4)
+    membership = Membership.objects.get(user=alice, team=vision)
+    data = {
+        "limit-member": membership.pk,
+        "limit-card_model": a100.slug,
+        "limit-max_concurrent_cards": 8,
+    }
+    response = as_lena.post("/teams/vision/limits/", data, follow=True)
+    assert "own limit is 4" in response.content.decode()
+    assert not MemberLimit.objects.exists()
+    as_lena.post("/teams/vision/limits/", data | {"limit-max_concurrent_cards": 2})
+    assert MemberLimit.objects.get().max_concurrent_cards == 2
+
+
+def test_lead_cannot_set_team_quota_but_operator_can(client, as_lena, frozen, ops, vision, a100):
+    as_lena.post(
+        "/teams/vision/quotas/", {"quota-card_model": a100.slug, "quota-max_concurrent_cards": 99}
+    )
+    assert not vision.quotas.exists()
+    client.force_login(ops)
+    client.post("/teams/vision/quotas/", {"quota-card_model": "", "quota-max_concurrent_cards": 12})
+    assert vision.quotas.get().max_concurrent_cards == 12
+
+
+def test_members_and_other_teams_get_404(client, frozen, alice, bob, vision, nlp):
+    for user in (alice, bob):
+        client.force_login(user)
+        assert client.get("/teams/vision/").status_code == 404
+        assert client.post("/teams/vision/limits/", {}).status_code == 404

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from allauth.account import app_settings as account_settings
+from allauth.account.models import EmailAddress
+from django.conf import settings
+from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers
-from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.tokens.services import token_create
 
 
 def exception_handler(exc, context):
@@ -22,5 +36,63 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
-class ObtainTokenView(ObtainAuthToken):
-    """POST username + password → token, so scripts can start without the browser."""
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField(help_text=_("Username or email address."))
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    name = serializers.CharField(
+        max_length=100,
+        default="api-login",
+        help_text=_("A name to recognise the token by on your profile page."),
+    )
+
+    def validate(self, attrs):
+        request = self.context["request"]
+        user = authenticate(request, username=attrs["username"], password=attrs["password"])
+        if user is None:
+            raise serializers.ValidationError(
+                _("Wrong username or password."), code="authorization"
+            )
+        mandatory = (
+            account_settings.EMAIL_VERIFICATION
+            == account_settings.EmailVerificationMethod.MANDATORY
+        )
+        if mandatory and not EmailAddress.objects.filter(user=user, verified=True).exists():
+            raise serializers.ValidationError(
+                _("Verify your email address first: follow the link in the email we sent you."),
+                code="authorization",
+            )
+        attrs["user"] = user
+        return attrs
+
+
+class TokenResponseSerializer(serializers.Serializer):
+    token = serializers.CharField()
+    name = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+
+
+class ObtainTokenView(APIView):
+    """POST username + password → a new personal API token, so scripts can start without
+    the browser. The token expires after CARDPOOL_API_LOGIN_TOKEN_DAYS and is listed (and
+    revocable) on the user's profile page."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "auth-token"
+
+    @extend_schema(
+        request=TokenRequestSerializer,
+        responses={200: TokenResponseSerializer, 400: ErrorSerializer},
+        auth=[],
+    )
+    def post(self, request):
+        serializer = TokenRequestSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        days = settings.CARDPOOL_API_LOGIN_TOKEN_DAYS
+        token, key = token_create(
+            user=serializer.validated_data["user"],
+            name=serializer.validated_data["name"],
+            expires_at=timezone.now() + timedelta(days=days) if days else None,
+        )
+        return Response({"token": key, "name": token.name, "expires_at": token.expires_at})

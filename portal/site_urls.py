@@ -1,10 +1,11 @@
-from django.urls import path
+from django.urls import include, path
 
 from leasing import views_team
 from portal import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("accounts/profile/", include("portal.urls_account")),
     path("teams/", views_team.team_list, name="team_list"),
     path("teams/<slug:slug>/", views_team.team_detail, name="team_detail"),
     path("teams/<slug:slug>/limits/", views_team.team_set_limit, name="team_set_limit"),

@@ -1,10 +1,11 @@
 """/api/v1/leases/: the request contract, errors a script can act on, and who sees what."""
 
 import pytest
-from rest_framework.authtoken.models import Token
 
 from leasing import provisioning
 from leasing.models import Lease, LeaseStatus
+from portal.tokens.models import ApiToken
+from portal.tokens.selectors import token_for_key
 from tests.leasing.conftest import T0
 
 
@@ -150,7 +151,9 @@ def test_token_endpoint_and_token_auth(api, frozen, alice, vision, a100, small_p
     )
     assert response.status_code == 200
     token = response.json()["token"]
-    assert Token.objects.get(user=alice).key == token
+    stored = ApiToken.objects.get(user=alice)
+    assert stored.name == "api-login" and token_for_key(token) == stored
+    assert token.startswith(stored.prefix) and token not in (stored.digest, stored.prefix)
     api.credentials(HTTP_AUTHORIZATION=f"Token {token}", HTTP_ACCEPT_LANGUAGE="en")
     assert api.get("/api/v1/leases/").status_code == 200
     bad = api.post("/api/v1/auth/token/", {"username": "alice", "password": "wrong"}, format="json")

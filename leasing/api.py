@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -14,12 +15,17 @@ from rest_framework.response import Response
 from leasing import selectors, services
 from leasing.models import Allocation, Lease
 from leasing.serializers import (
+    ApprovalSerializer,
+    DecisionSerializer,
     ExtendSerializer,
     LeaseEventSerializer,
     LeaseRequestSerializer,
     LeaseSerializer,
+    QuotaRuleSerializer,
+    QuotaUseSerializer,
+    TeamSerializer,
 )
-from portal.models import Membership
+from portal.models import Membership, Team
 
 extra_urlpatterns: list = []
 
@@ -111,5 +117,77 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return Response(LeaseEventSerializer(events, many=True).data)
 
 
+class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+    """Teams you belong to (operators and finance: all); quotas with this month's use."""
+
+    serializer_class = TeamSerializer
+    lookup_field = "slug"
+    queryset = Team.objects.none()
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Team.objects.none()
+        return (
+            selectors.teams_visible_to(self.request.user)
+            .select_related("department")
+            .order_by("slug")
+        )
+
+    @extend_schema(methods=["GET"], responses=QuotaUseSerializer(many=True))
+    @extend_schema(
+        methods=["PUT"],
+        request=QuotaRuleSerializer(many=True),
+        responses=QuotaUseSerializer(many=True),
+    )
+    @action(detail=True, methods=["get", "put"])
+    def quotas(self, request, slug=None):
+        team = self.get_object()
+        if request.method == "PUT":
+            rules = QuotaRuleSerializer(data=request.data, many=True)
+            rules.is_valid(raise_exception=True)
+            services.quota_replace(
+                user=request.user, team=team, rules=[dict(r) for r in rules.validated_data]
+            )
+        overview = selectors.team_overview(team, now=timezone.now())
+        rows = [
+            row for row in overview["rows"] if row.rule is not None or row.card_model is not None
+        ]
+        return Response(QuotaUseSerializer(rows, many=True).data)
+
+
+class ApprovalViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Requests above a member's limit waiting for your decision (leads, operators)."""
+
+    serializer_class = ApprovalSerializer
+    queryset = Lease.objects.none()
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Lease.objects.none()
+        return selectors.approvals_for(self.request.user).order_by("submitted_at", "pk")
+
+    @extend_schema(request=DecisionSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        data = DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = services.lease_approve(
+            lease=self.get_object(), user=request.user, note=data.validated_data["reason"]
+        )
+        return Response(LeaseSerializer(lease).data)
+
+    @extend_schema(request=DecisionSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        data = DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = services.lease_reject(
+            lease=self.get_object(), user=request.user, reason=data.validated_data["reason"]
+        )
+        return Response(LeaseSerializer(lease).data)
+
+
 def register(router) -> None:
     router.register("leases", LeaseViewSet, basename="lease")
+    router.register("teams", TeamViewSet, basename="team")
+    router.register("approvals", ApprovalViewSet, basename="approval")

@@ -952,3 +952,29 @@ def member_limit_set(
             membership=membership, card_model=card_model, defaults=values
         )
     return limit
+
+
+def quota_replace(*, user, team: Team, rules: list[dict]) -> list[Quota]:
+    """Replace all of a team's quota rules at once (the API's PUT); operators only.
+
+    Each rule is ``{"card_model": CardModel | None, <limits>}``; rules not given are removed.
+    """
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators set team quotas."))
+    seen: set[int | None] = set()
+    for rule in rules:
+        key = rule["card_model"].pk if rule.get("card_model") else None
+        if key in seen:
+            raise ValidationError(_("Two rules for the same card model; give each model once."))
+        seen.add(key)
+    with transaction.atomic():
+        lock_team(team.pk)
+        kept = []
+        for rule in rules:
+            limits = _limits({k: v for k, v in rule.items() if k != "card_model"})
+            quota, _created = Quota.objects.update_or_create(
+                team=team, card_model=rule.get("card_model"), defaults=limits
+            )
+            kept.append(quota)
+        Quota.objects.filter(team=team).exclude(pk__in=[q.pk for q in kept]).delete()
+    return kept

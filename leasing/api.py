@@ -81,6 +81,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             purpose=v["purpose"],
             same_node=v["same_node"],
             description=v["description"],
+            override_reason=v["override_reason"],
         )
         return Response(LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED)
 

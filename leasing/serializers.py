@@ -94,6 +94,13 @@ class LeaseRequestSerializer(serializers.Serializer):
     )
 
     requirements = RequirementsSerializer(required=False)
+    override_reason = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Operators only: go past the team's quota, recording why.",
+    )
 
     def validate(self, attrs):
         if bool(attrs.get("card_model")) == bool(attrs.get("requirements")):

@@ -91,3 +91,15 @@ def test_approvals_flow_through_the_api(api, frozen, alice, lena, bob, vision, a
     )
     response = api.post(f"/api/v1/approvals/{lease.pk}/approve/", {"reason": "fine"}, format="json")
     assert response.status_code == 200 and response.json()["status"] == LeaseStatus.PROVISIONING
+
+
+def test_operator_override_through_the_api(api, frozen, alice, ops, vision, a100, small_pool):
+    services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=1)
+    body = {"card_model": a100.slug, "count": 2, "duration_minutes": 60, "team": "vision"}
+    api.force_authenticate(alice)
+    refused = api.post("/api/v1/leases/", body | {"override_reason": "please"}, format="json")
+    assert refused.status_code == 403
+    assert api.post("/api/v1/leases/", body, format="json").status_code == 400
+    api.force_authenticate(ops)
+    allowed = api.post("/api/v1/leases/", body | {"override_reason": "deadline"}, format="json")
+    assert allowed.status_code == 201

@@ -1,0 +1,113 @@
+"""Admin for operators: leases are read here and changed only through services."""
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from leasing import services
+from leasing.models import Allocation, BackendCall, Lease, LeaseEvent, MemberLimit, Quota
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class AllocationInline(ReadOnlyInline):
+    model = Allocation
+    fields = ["card", "start_at", "end_at"]
+    readonly_fields = fields
+
+
+class EventInline(ReadOnlyInline):
+    model = LeaseEvent
+    fields = ["at", "kind", "from_status", "to_status", "actor", "message"]
+    readonly_fields = fields
+
+
+class BackendCallInline(ReadOnlyInline):
+    model = BackendCall
+    fields = ["backend", "action", "attempt", "started_at", "finished_at", "ok", "detail"]
+    readonly_fields = fields
+
+
+@admin.register(Lease)
+class LeaseAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "status",
+        "user",
+        "team",
+        "card_model",
+        "count",
+        "start_at",
+        "end_at",
+        "priority",
+        "borrowed",
+    ]
+    list_filter = ["status", "priority", "purpose", "card_model", "team"]
+    search_fields = ["user__username", "description", "=id"]
+    date_hierarchy = "submitted_at"
+    inlines = [AllocationInline, EventInline, BackendCallInline]
+    actions = ["release_selected"]
+    list_select_related = ["user", "team", "card_model"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in Lease._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Release the selected leases now")
+    def release_selected(self, request, queryset):
+        for lease in queryset:
+            try:
+                services.lease_release(lease=lease, user=request.user)
+            except (ValidationError, PermissionDenied) as exc:
+                self.message_user(
+                    request,
+                    f"lease {lease.pk}: {' '.join(getattr(exc, 'messages', [str(exc)]))}",
+                    messages.WARNING,
+                )
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = [
+        "team",
+        "card_model",
+        "max_concurrent_cards",
+        "card_hours_per_month",
+        "max_lease_hours",
+        "money_per_month",
+    ]
+    list_filter = ["team"]
+
+    def save_model(self, request, obj, form, change):
+        limits = {f: getattr(obj, f) for f in (*Quota.LIMIT_FIELDS, "money_per_month")}
+        services.quota_set(user=request.user, team=obj.team, card_model=obj.card_model, **limits)
+
+
+@admin.register(MemberLimit)
+class MemberLimitAdmin(admin.ModelAdmin):
+    list_display = [
+        "membership",
+        "card_model",
+        "max_concurrent_cards",
+        "card_hours_per_month",
+        "max_lease_hours",
+    ]
+
+    def save_model(self, request, obj, form, change):
+        limits = {f: getattr(obj, f) for f in MemberLimit.LIMIT_FIELDS}
+        services.member_limit_set(
+            user=request.user, membership=obj.membership, card_model=obj.card_model, **limits
+        )

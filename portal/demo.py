@@ -135,6 +135,42 @@ def seed_people() -> int:
     return made_users
 
 
+def seed_quotas() -> int:
+    """Quotas for the demo teams and a member limit for alice; only where none exist."""
+    from leasing.models import MemberLimit, Quota
+
+    made = 0
+    rules = [
+        (
+            "vision",
+            "a100-80g-sxm",
+            {"max_concurrent_cards": 12, "card_hours_per_month": 2000, "max_lease_hours": 72},
+        ),
+        ("vision", None, {"card_hours_per_month": 5000, "money_per_month": 200000}),
+        (
+            "nlp",
+            "ascend-910b",
+            {"max_concurrent_cards": 16, "card_hours_per_month": 4000, "max_lease_hours": 168},
+        ),
+    ]
+    for team_slug, model_slug, limits in rules:
+        team = Team.objects.get(slug=team_slug)
+        model = CardModel.objects.filter(slug=model_slug).first() if model_slug else None
+        if model_slug and model is None:
+            continue
+        _, created = Quota.objects.get_or_create(team=team, card_model=model, defaults=limits)
+        made += created
+    alice = Membership.objects.get(user__username="alice", team__slug="vision")
+    _, created = MemberLimit.objects.get_or_create(
+        membership=alice,
+        card_model=None,
+        defaults={"max_concurrent_cards": 4, "max_lease_hours": 48},
+    )
+    made += created
+    Team.objects.filter(slug="nlp").update(allow_borrowing=True)
+    return made
+
+
 def seed_leases() -> int:
     """A few leases so the pages have something to show; only on the first run."""
     from leasing.models import Lease

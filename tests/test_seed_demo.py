@@ -43,6 +43,10 @@ def test_seed_demo_is_idempotent_and_complete(db, settings):
         users[name].check_password("pw-demo") for name in ("alice", "lena", "bob", "fin", "ops")
     )
     assert Lease.objects.exists()
+    from leasing.models import MemberLimit, Quota
+
+    assert Quota.objects.filter(team__slug="vision").count() == 2
+    assert MemberLimit.objects.filter(membership__user__username="alice").exists()
 
 
 def test_demo_users_sign_in_with_username_or_email(client, db):

@@ -9,8 +9,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         inventory = demo.seed_inventory()
         users = demo.seed_people()
+        quotas = demo.seed_quotas()
         leases = demo.seed_leases()
         self.stdout.write(
             f"demo data: {inventory['regions']} regions, {inventory['nodes']} nodes, {inventory['cards']} cards, "
-            f"{users} users and {leases} leases created"
+            f"{users} users, {quotas} quota rules and {leases} leases created"
         )

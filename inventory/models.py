@@ -213,6 +213,22 @@ class Node(models.Model):
     driver_version = models.CharField(_("driver version"), max_length=60, blank=True)
     software_versions = models.JSONField(_("software versions"), default=dict, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
+    agent_token_hash = models.CharField(
+        _("agent token (hash)"),
+        max_length=128,
+        blank=True,
+        editable=False,
+        help_text=_("SHA-256 of the token the node agent sends telemetry with."),
+    )
+    dcgm_url = models.URLField(
+        _("DCGM exporter URL"),
+        max_length=300,
+        blank=True,
+        help_text=_(
+            "Pull telemetry from this Prometheus endpoint (e.g. http://node:9400/metrics)."
+        ),
+    )
+    telemetry_seen_at = models.DateTimeField(_("telemetry last seen"), null=True, blank=True)
     external_id = models.CharField(
         _("external id"),
         max_length=120,
@@ -272,3 +288,44 @@ class Card(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.hostname}#{self.index}"
+
+
+class CardSample(models.Model):
+    """One telemetry reading of a card (kept short-term; summarised into CardHourly)."""
+
+    card = models.ForeignKey(Card, on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField()
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mb = models.FloatField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["card", "at"], name="cardsample_card_at_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["card", "at"], name="cardsample_unique_card_at")
+        ]
+
+    def __str__(self) -> str:
+        return f"card {self.card_id} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class CardHourly(models.Model):
+    """Long-term telemetry: one summary row per card and hour."""
+
+    card = models.ForeignKey(Card, on_delete=models.CASCADE, related_name="hourly")
+    hour = models.DateTimeField()
+    samples = models.PositiveIntegerField(default=0)
+    utilization_avg = models.FloatField(null=True, blank=True)
+    utilization_max = models.FloatField(null=True, blank=True)
+    memory_used_max_mb = models.FloatField(null=True, blank=True)
+    temperature_max_c = models.FloatField(null=True, blank=True)
+    power_avg_w = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["card", "hour"], name="cardhourly_unique_card_hour")
+        ]
+
+    def __str__(self) -> str:
+        return f"card {self.card_id} {self.hour:%Y-%m-%d %H}:00"

@@ -38,6 +38,15 @@ class Team(models.Model):
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )
+    idle_reclaim = models.BooleanField(
+        _("reclaim idle leases"),
+        default=False,
+        help_text=_("End a lease whose cards stay idle after the warning (reason: idle)."),
+    )
+    idle_threshold_pct = models.PositiveSmallIntegerField(
+        _("idle below (% utilisation)"), default=5
+    )
+    idle_minutes = models.PositiveIntegerField(_("idle for (minutes)"), default=60)
     allow_borrowing = models.BooleanField(
         _("may borrow idle cards"),
         default=False,
@@ -78,6 +87,11 @@ class Membership(models.Model):
         return f"{self.user} @ {self.team} ({self.role})"
 
 
+def default_warning_offsets() -> list[int]:
+    """24 h, 1 h and 10 min before the end of a lease."""
+    return [1440, 60, 10]
+
+
 class Profile(models.Model):
     """Per-user settings and site-wide roles (finance, operator)."""
 
@@ -93,6 +107,12 @@ class Profile(models.Model):
         help_text=_("Keeps the inventory; sees and manages everything."),
     )
     timezone = models.CharField(_("time zone"), max_length=64, blank=True)
+    warning_offsets = models.JSONField(
+        _("warn before a lease ends (minutes)"),
+        default=default_warning_offsets,
+        blank=True,
+        help_text=_("Minutes before the end of each lease to warn, e.g. [1440, 60, 10]."),
+    )
 
     class Meta:
         verbose_name = _("profile")

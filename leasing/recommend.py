@@ -343,9 +343,23 @@ def lease_request_by_profile(
     The lease is placed or queued like any other; its description names the task when the
     user gave none. Raises ValidationError (on ``profile``) when no option fits.
     """
-    from leasing.services import lease_request
+    from leasing.services import lease_request, lease_validate_request
 
     now = now or timezone.now()
+    purpose = purpose or PURPOSE_FOR_TASK[Task(profile.task)]
+    # Who may ask, and for how long, before looking for cards (as lease_request does).
+    lease_validate_request(
+        user=user,
+        team=team,
+        card_model=None,
+        count=1,
+        duration=duration,
+        start_at=start_at or now,
+        priority=priority,
+        purpose=purpose,
+        same_node=True,
+        now=now,
+    )
     rec = recommend(
         profile=profile, duration=duration, start_at=start_at, priority=priority, now=now, limit=1
     )
@@ -360,7 +374,7 @@ def lease_request_by_profile(
         duration=duration,
         start_at=start_at,
         priority=priority,
-        purpose=purpose or rec.purpose,
+        purpose=purpose,
         same_node=True,
         description=description or profile.summary()[:200],
         now=now,

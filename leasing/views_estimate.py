@@ -68,9 +68,7 @@ class EstimateForm(forms.Form):
         max_value=LIMITS["batch"][1],
         widget=forms.NumberInput(attrs={"placeholder": "4 / 2"}),
     )
-    optimizer = forms.ChoiceField(
-        label=_("Optimizer"), choices=Optimizer.choices, initial=Optimizer.ADAM
-    )
+    optimizer = forms.ChoiceField(label=_("Optimizer"), choices=Optimizer.choices, required=False)
     checkpointing = forms.BooleanField(label=_("Gradient checkpointing"), required=False)
     lora_rank = forms.IntegerField(
         label=_("LoRA rank"),

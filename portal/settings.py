@@ -171,6 +171,10 @@ ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_LOGIN_ON_PASSWORD_RESET = False
 # Failed sign-ins: 10 a minute per address, 5 per 5 minutes per account (allauth's limits).
 ACCOUNT_RATE_LIMITS = {"login_failed": env("CARDPOOL_LOGIN_FAILED_RATE", "10/m/ip,5/5m/key")}
+# Rate limits count per client address: X-Forwarded-For is believed only from our own proxies.
+ALLAUTH_TRUSTED_PROXY_COUNT = env_int(
+    "CARDPOOL_TRUSTED_PROXIES", 1 if env_bool("CARDPOOL_BEHIND_TLS_PROXY", False) else 0
+)
 
 # Single sign-on through OpenID Connect: on when CARDPOOL_OIDC_SERVER_URL is set.
 SOCIALACCOUNT_ADAPTER = "portal.auth_sso.SocialAccountAdapter"
@@ -266,6 +270,7 @@ REST_FRAMEWORK = {
     ],
     # Throttled views name their scope; the token endpoint guards against password guessing.
     "DEFAULT_THROTTLE_RATES": {"auth-token": env("CARDPOOL_TOKEN_RATE", "10/min")},
+    "NUM_PROXIES": ALLAUTH_TRUSTED_PROXY_COUNT,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",

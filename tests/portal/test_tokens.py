@@ -193,10 +193,19 @@ def test_token_endpoint_bad_credentials(api, alice):
 
 def test_token_endpoint_is_throttled(api, alice, monkeypatch):
     monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"auth-token": "3/min"})
-    for _ in range(3):
-        api.post("/api/v1/auth/token/", {"username": "alice", "password": "x"}, format="json")
+    # A forged X-Forwarded-For does not make a fresh client (no trusted proxy by default).
+    for n in range(3):
+        api.post(
+            "/api/v1/auth/token/",
+            {"username": "alice", "password": "x"},
+            format="json",
+            HTTP_X_FORWARDED_FOR=f"203.0.113.{n}",
+        )
     response = api.post(
-        "/api/v1/auth/token/", {"username": "alice", "password": "pw-for-tests"}, format="json"
+        "/api/v1/auth/token/",
+        {"username": "alice", "password": "pw-for-tests"},
+        format="json",
+        HTTP_X_FORWARDED_FOR="203.0.113.99",
     )
     assert response.status_code == 429
     assert "Retry-After" in response

@@ -173,7 +173,7 @@ def test_no_sso_button_without_oidc_settings(en_client, db):
 
 def test_sso_button_and_redirect_to_the_provider(en_client, db, oidc, identity_provider):
     page = en_client.get("/accounts/login/").content.decode()
-    assert "Corp SSO" in page and "/accounts/oidc/corp/login/" in page
+    assert "Sign in with Corp SSO" in page and "/accounts/oidc/corp/login/" in page
 
     response = en_client.post("/accounts/oidc/corp/login/")
     assert response.status_code == 302

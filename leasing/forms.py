@@ -115,8 +115,18 @@ def lease_request_initial(request) -> dict:
             minute=0, second=0, microsecond=0
         )
     }
+    # Links (from the catalogue, the calendar, the task estimator) may pre-fill the form;
+    # anything malformed is ignored here and the form validates what is submitted.
     if slug := request.GET.get("card_model"):
         initial["card_model"] = slug
+    for name in ("count", "duration"):
+        value = request.GET.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            initial[name] = int(value)
+    if request.GET.get("unit") in UNITS:
+        initial["unit"] = request.GET["unit"]
+    if request.GET.get("purpose") in Purpose.values:
+        initial["purpose"] = request.GET["purpose"]
     return initial
 
 

@@ -179,3 +179,14 @@ def test_lease_page_in_chinese(client, frozen, alice, vision, a100, small_pool):
     assert "已分配的卡" in page and "立即释放" in page and "用途：" in page
     calendar = client.get(f"/leases/calendar/{a100.slug}/").content.decode()
     assert "无空闲" in calendar and "申请 A100 test" in calendar
+
+
+def test_request_form_prefills_from_the_link(browser, frozen, a100, small_pool):
+    page = browser.get(
+        f"/leases/new/?card_model={a100.slug}&count=4&duration=6&unit=hours&purpose=inference"
+    ).content.decode()
+    assert f'<option value="{a100.slug}" selected>' in page
+    assert 'name="count" value="4"' in page and 'name="duration" value="6"' in page
+    assert '<option value="inference" selected>' in page
+    ignored = browser.get("/leases/new/?count=-3&unit=weeks&purpose=mining")
+    assert ignored.status_code == 200

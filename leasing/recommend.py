@@ -66,7 +66,7 @@ class Option:
     count: int
     per_card_gb: float
     start: datetime
-    starts_now: bool
+    starts_now: bool  # free at the wanted start: now, or start_at for a reservation
     cost: Decimal
     explanation: str
 

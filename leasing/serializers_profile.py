@@ -179,7 +179,9 @@ class OptionSerializer(serializers.Serializer):
     headroom = RoundedFloatField(help_text="Share of each card's memory left free.")
     interconnect = serializers.CharField(source="card_model.interconnect_kind")
     start = serializers.DateTimeField()
-    starts_now = serializers.BooleanField()
+    starts_now = serializers.BooleanField(
+        help_text="Free at the wanted start: now, or start_at for a reservation."
+    )
     price_per_hour = serializers.DecimalField(
         source="card_model.price_per_hour", max_digits=10, decimal_places=2
     )

@@ -258,3 +258,17 @@ def test_lease_request_by_profile_keeps_the_usual_rules(frozen, alice, vision, b
             user=alice, team=vision, profile=QLORA_7B, duration=timedelta(days=400)
         )
     assert "longest lease" in str(exc.value)
+
+
+def test_a_reservation_is_checked_at_its_start(frozen, alice, vision):
+    from tests.leasing.conftest import T0
+
+    a100 = pool("a100-80g-sxm", cards=2)["a100-80g-sxm"]
+    ask(alice, vision, a100, count=2, duration=hours(5))
+    tomorrow = T0 + hours(24)
+    rec = recommend(
+        profile=TaskProfile(task="full_finetune", params_b=7), duration=hours(2), start_at=tomorrow
+    )
+    top = rec.options[0]
+    assert top.starts_now and top.start == tomorrow and rec.message == ""
+    assert "free from 2026-12-02 09:00" in top.explanation

@@ -286,6 +286,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One schema name per choice set shared by several serializers.
+    "ENUM_NAME_OVERRIDES": {
+        "InterconnectEnum": "inventory.models.InterconnectKind",
+        "VendorEnum": "inventory.models.Vendor",
+        "PrecisionEnum": "inventory.models.Precision",
+    },
 }
 
 # --- Celery ---------------------------------------------------------------------------
@@ -352,6 +358,12 @@ CARDPOOL = {
     "BACKEND": env("CARDPOOL_BACKEND", "local"),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
+    # Furthest ahead of a lease's end a warning may be sent, in minutes (7 days).
+    "MAX_WARNING_MINUTES": env_int("CARDPOOL_MAX_WARNING_MINUTES", 7 * 24 * 60),
+    # After an idle warning, how long the cards must stay idle before a reclaim.
+    "IDLE_GRACE_MINUTES": env_int("CARDPOOL_IDLE_GRACE_MINUTES", 30),
+    # Time a preempted lease's holder gets to checkpoint.
+    "PREEMPT_GRACE_MINUTES": env_int("CARDPOOL_PREEMPT_GRACE_MINUTES", 10),
 }
 
 # All periodic jobs, in one place.

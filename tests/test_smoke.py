@@ -15,3 +15,9 @@ def test_docs_page_uses_local_assets_only(client, alice):
     client.force_login(alice)
     page = client.get("/api/v1/docs/").content.decode()
     assert "cdn" not in page.lower() and "//unpkg" not in page
+
+
+def test_openapi_schema_is_valid_without_warnings(db, tmp_path):
+    from django.core.management import call_command
+
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))

@@ -1,0 +1,500 @@
+"""Who may see and change what: every URL of the project × every role.
+
+Roles: ``anon`` (not signed in), ``bob`` (member of another team, nlp), ``alice`` (member of
+vision), ``lena`` (lead of vision), ``fin`` (finance), ``ops`` (operator).
+
+``ROWS`` is the matrix: one row per (endpoint, method), with the expected answer per role in
+the order of ``ROLES``. Every request is checked three ways:
+
+- the status (``LOGIN``: a redirect to the sign-in page; ``MOVED``: a redirect elsewhere, as
+  the HTML forms answer both success and a refusal shown as a message);
+- the body never carries a lease the role may not see (``VISIBLE``), whatever the status;
+  a row with ``sees`` also says exactly which objects a list shows to each role;
+- a write (``probe``) changes the database for the roles in ``writes`` and for nobody else.
+
+``test_every_url_is_in_the_matrix`` fails when a URL is added that no row classifies.
+allauth's sign-in pages, ``/i18n/`` and ``/admin/`` follow a rule per group instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+import time_machine
+from django.core.cache import cache
+from django.db import transaction
+from django.urls import URLResolver, get_resolver
+from rest_framework.test import APIClient
+
+from leasing import services
+from leasing.models import Lease, LeaseStatus, MemberLimit, Quota
+from portal.models import Membership, Profile
+from portal.tokens.models import ApiToken
+from portal.tokens.services import token_create
+from tests.factories import CardModelFactory, make_node
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+ROLES = ("anon", "bob", "alice", "lena", "fin", "ops")
+LOGIN = "login"  # 302 to /accounts/login/?next=...
+MOVED = "moved"  # 302 anywhere but the login page
+PASSWORD = "pw-for-tests"  # tests/factories.py
+
+# The fixture's leases and teams, by key; VISIBLE is what each role may ever be shown.
+LEASES = ("alice_lease", "pending", "bob_lease")
+VISIBLE = {
+    "anon": set(),
+    "bob": {"bob_lease"},
+    "alice": {"alice_lease", "pending"},
+    "lena": {"alice_lease", "pending"},
+    "fin": set(LEASES),
+    "ops": set(LEASES),
+}
+
+
+# --- the matrix ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str  # the URL's name, as reverse() knows it
+    method: str
+    path: str  # formatted with the world's ids
+    expect: tuple  # per role, in ROLES order
+    data: dict | list | None = None
+    api: bool = False  # send data as JSON
+    sees: dict = field(default_factory=dict)  # role -> "keys shown" (exactly those)
+    probe: str = ""  # a STATE name; the write must change it for `writes` only
+    writes: str = ""  # roles, space-separated
+
+    @property
+    def id(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def r(name, method, path, expect, **kw) -> Row:
+    assert len(expect) == len(ROLES), name
+    return Row(name, method, path, tuple(expect), **kw)
+
+
+L, M = LOGIN, MOVED
+ALL_IN = (L, 200, 200, 200, 200, 200)  # any signed-in user (pages)
+API_ALL_IN = (401, 200, 200, 200, 200, 200)  # any signed-in user (API)
+ANYONE = (200,) * 6
+OWN_OPEN = {"bob": "bob_lease", "alice": "alice_lease pending", "lena": "", "fin": "", "ops": ""}
+TEAMS_SEEN = {
+    "bob": "nlp",
+    "alice": "vision",
+    "lena": "vision",
+    "fin": "vision nlp",
+    "ops": "vision nlp",
+}
+PREVIEW = "card_model={model}&count=1&duration=1&unit=hours&start=now&team=vision"
+
+ROWS = [
+    # r(url name, method, path, expected per role: (anon, bob, alice, lena, fin, ops), ...)
+    # --- pages: dashboard, profile -----------------------------------------------------
+    r("dashboard", "GET", "/", ALL_IN, sees=OWN_OPEN),
+    r("profile:index", "GET", "/accounts/profile/", ALL_IN),
+    r("profile:index", "POST", "/accounts/profile/", (L, M, M, M, M, M),
+      data={"timezone": "Europe/Berlin", "language": "en"},
+      probe="profiles", writes="bob alice lena fin ops"),
+    r("profile:token_create", "POST", "/accounts/profile/tokens/", ALL_IN,
+      data={"name": "script", "expires_in_days": "30"},
+      probe="tokens", writes="bob alice lena fin ops"),
+    r("profile:token_revoke", "POST", "/accounts/profile/tokens/{token}/revoke/",
+      (L, 404, M, 404, 404, 404), probe="tokens", writes="alice"),
+    # --- pages: teams ------------------------------------------------------------------
+    r("team_list", "GET", "/teams/", ALL_IN, sees=TEAMS_SEEN),
+    r("team_detail", "GET", "/teams/vision/", (L, 404, 404, 200, 200, 200),
+      sees={"lena": "alice_lease pending", "fin": "alice_lease pending",
+            "ops": "alice_lease pending"}),
+    r("team_detail", "GET", "/teams/nlp/", (L, 404, 404, 404, 200, 200),
+      sees={"fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_set_limit", "POST", "/teams/vision/limits/", (L, 404, 404, M, M, M),
+      data={"limit-member": "{alice_membership}", "limit-card_model": "",
+            "limit-max_concurrent_cards": "3"},
+      probe="limits", writes="lena ops"),
+    r("team_set_quota", "POST", "/teams/vision/quotas/", (L, 404, 404, M, M, M),
+      data={"quota-card_model": "", "quota-max_concurrent_cards": "5"},
+      probe="quotas", writes="ops"),
+    r("team_decide", "POST", "/teams/vision/approvals/{pending}/approve/",
+      (L, 404, 404, M, 404, M), data={"reason": "ok"}, probe="leases", writes="lena ops"),
+    r("team_decide", "POST", "/teams/vision/approvals/{pending}/reject/",
+      (L, 404, 404, M, 404, M), data={"reason": "no"}, probe="leases", writes="lena ops"),
+    # A vision request decided through another team's page.
+    r("team_decide", "POST", "/teams/nlp/approvals/{pending}/approve/",
+      (L, 404, 404, 404, 404, 404), data={"reason": "ok"}, probe="leases"),
+    # --- pages: leases -----------------------------------------------------------------
+    r("leasing:list", "GET", "/leases/", ALL_IN, sees=OWN_OPEN),
+    r("leasing:new", "GET", "/leases/new/", ALL_IN),
+    # The form offers only the user's own teams, so vision is not a valid choice for others.
+    r("leasing:new", "POST", "/leases/new/", (L, 200, M, M, 200, 200),
+      data={"card_model": "{model}", "count": "1", "duration": "1", "unit": "hours",
+            "start": "now", "team": "vision", "priority": "normal",
+            "purpose": "development"},
+      probe="leases", writes="alice lena"),
+    r("leasing:preview", "GET", "/leases/preview/?" + PREVIEW, ALL_IN),
+    r("leasing:calendar", "GET", "/leases/calendar/", ALL_IN),
+    r("leasing:calendar_model", "GET", "/leases/calendar/{model}/", ALL_IN),
+    r("leasing:detail", "GET", "/leases/{alice_lease}/", (L, 404, 200, 200, 200, 200)),
+    r("leasing:detail", "GET", "/leases/{bob_lease}/", (L, 200, 404, 404, 200, 200)),
+    r("leasing:release", "POST", "/leases/{alice_lease}/release/", (L, 404, M, M, M, M),
+      probe="leases", writes="alice lena ops"),
+    r("leasing:cancel", "POST", "/leases/{pending}/cancel/", (L, 404, M, M, M, M),
+      probe="leases", writes="alice lena ops"),
+    r("leasing:extend", "POST", "/leases/{alice_lease}/extend/", (L, 404, M, M, M, M),
+      data={"minutes": "30"}, probe="leases", writes="alice lena ops"),
+    r("leasing:release", "POST", "/leases/{bob_lease}/release/", (L, M, 404, 404, M, M),
+      probe="leases", writes="bob ops"),
+    # --- pages: inventory --------------------------------------------------------------
+    r("inventory:catalogue", "GET", "/inventory/", ALL_IN),
+    r("inventory:card_model", "GET", "/inventory/models/{model}/", ALL_IN),
+    r("inventory:nodes", "GET", "/inventory/nodes/", ALL_IN),
+    r("inventory:node", "GET", "/inventory/nodes/{node}/", ALL_IN),
+    # --- API: root, schema, token --------------------------------------------------------
+    r("api-root", "GET", "/api/v1/", API_ALL_IN),
+    r("api-schema", "GET", "/api/v1/schema/", ANYONE),
+    r("api-docs", "GET", "/api/v1/docs/", ANYONE),
+    # Each role signs in with its own password; anon tries alice's with a wrong one.
+    r("api-token", "POST", "/api/v1/auth/token/", (400, 200, 200, 200, 200, 200),
+      data={"username": "{user}", "password": "{password}", "name": "cli"}, api=True,
+      probe="tokens", writes="bob alice lena fin ops"),
+    # --- API: inventory (read-only for everyone signed in) -----------------------------
+    r("card-model-list", "GET", "/api/v1/card-models/", API_ALL_IN),
+    r("card-model-detail", "GET", "/api/v1/card-models/{model}/", API_ALL_IN),
+    r("node-list", "GET", "/api/v1/nodes/", API_ALL_IN),
+    r("node-detail", "GET", "/api/v1/nodes/{node}/", API_ALL_IN),
+    r("card-list", "GET", "/api/v1/cards/", API_ALL_IN),
+    r("card-detail", "GET", "/api/v1/cards/{card}/", API_ALL_IN),
+    # --- API: leases ---------------------------------------------------------------------
+    r("lease-list", "GET", "/api/v1/leases/", API_ALL_IN, sees=OWN_OPEN),
+    r("lease-list", "GET", "/api/v1/leases/?scope=all", API_ALL_IN,
+      sees={"bob": "bob_lease", "alice": "alice_lease pending",
+            "lena": "alice_lease pending", "fin": "alice_lease pending bob_lease",
+            "ops": "alice_lease pending bob_lease"}),
+    r("lease-list", "GET", "/api/v1/leases/?scope=all&team__slug=vision", API_ALL_IN,
+      sees={"bob": "", "alice": "alice_lease pending", "lena": "alice_lease pending",
+            "fin": "alice_lease pending", "ops": "alice_lease pending"}),
+    r("lease-list", "POST", "/api/v1/leases/", (401, 403, 201, 201, 403, 201),
+      data={"card_model": "{model}", "count": 1, "duration_minutes": 60, "team": "vision"},
+      api=True, probe="leases", writes="alice lena ops"),
+    r("lease-detail", "GET", "/api/v1/leases/{alice_lease}/", (401, 404, 200, 200, 200, 200)),
+    r("lease-detail", "GET", "/api/v1/leases/{bob_lease}/", (401, 200, 404, 404, 200, 200)),
+    r("lease-events", "GET", "/api/v1/leases/{alice_lease}/events/",
+      (401, 404, 200, 200, 200, 200)),
+    r("lease-extend", "POST", "/api/v1/leases/{alice_lease}/extend/",
+      (401, 404, 200, 200, 403, 200), data={"minutes": 30}, api=True,
+      probe="leases", writes="alice lena ops"),
+    r("lease-release", "POST", "/api/v1/leases/{alice_lease}/release/",
+      (401, 404, 200, 200, 403, 200), api=True, probe="leases", writes="alice lena ops"),
+    r("lease-release", "POST", "/api/v1/leases/{bob_lease}/release/",
+      (401, 200, 404, 404, 403, 200), api=True, probe="leases", writes="bob ops"),
+    r("lease-cancel", "POST", "/api/v1/leases/{pending}/cancel/",
+      (401, 404, 200, 200, 403, 200), api=True, probe="leases", writes="alice lena ops"),
+    # --- API: teams and quotas -----------------------------------------------------------
+    r("team-list", "GET", "/api/v1/teams/", API_ALL_IN, sees=TEAMS_SEEN),
+    r("team-detail", "GET", "/api/v1/teams/vision/", (401, 404, 200, 200, 200, 200)),
+    r("team-detail", "GET", "/api/v1/teams/nlp/", (401, 200, 404, 404, 200, 200)),
+    r("team-quotas", "GET", "/api/v1/teams/vision/quotas/", (401, 404, 200, 200, 200, 200)),
+    r("team-quotas", "GET", "/api/v1/teams/nlp/quotas/", (401, 200, 404, 404, 200, 200)),
+    r("team-quotas", "PUT", "/api/v1/teams/vision/quotas/", (401, 404, 403, 403, 403, 200),
+      data=[{"card_model": None, "max_concurrent_cards": 5}], api=True,
+      probe="quotas", writes="ops"),
+    # --- API: approvals ------------------------------------------------------------------
+    r("approval-list", "GET", "/api/v1/approvals/", API_ALL_IN,
+      sees={"bob": "", "alice": "", "lena": "pending", "fin": "", "ops": "pending"}),
+    r("approval-approve", "POST", "/api/v1/approvals/{pending}/approve/",
+      (401, 404, 404, 200, 404, 200), data={"reason": "ok"}, api=True,
+      probe="leases", writes="lena ops"),
+    r("approval-reject", "POST", "/api/v1/approvals/{pending}/reject/",
+      (401, 404, 404, 200, 404, 200), data={"reason": "no"}, api=True,
+      probe="leases", writes="lena ops"),
+]  # fmt: skip
+
+# Database state a write may change, read before and after the request.
+STATE = {
+    "leases": lambda: list(Lease.objects.order_by("pk").values_list("pk", "status", "end_at")),
+    "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
+    "quotas": lambda: list(Quota.objects.order_by("pk").values()),
+    "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
+    "profiles": lambda: list(Profile.objects.order_by("pk").values_list("pk", "timezone")),
+}
+
+
+# --- the world every row runs against ----------------------------------------------------
+
+
+@dataclass
+class World:
+    ids: dict  # for the paths and data: {alice_lease}, {model}, ...
+    users: dict  # role -> user (None for anon)
+    markers: dict  # lease key -> text only that lease's data carries
+
+
+@pytest.fixture
+def world(alice, lena, bob, fin, ops, vision, nlp):
+    """Quotas for both teams, a lease of alice (vision) and of bob (nlp), a request of alice
+    above her member limit waiting for lena, and an API token of alice."""
+    cache.clear()  # throttles of the token endpoint
+    with time_machine.travel(T0, tick=False):
+        model = CardModelFactory(slug="perm-a100", name="Perm A100")
+        node = make_node(model, cards=8, hostname="perm-node")
+        services.quota_set(
+            user=ops, team=vision, card_model=None, max_concurrent_cards=8,
+            card_hours_per_month=Decimal(1000),
+        )  # fmt: skip
+        services.quota_set(user=ops, team=nlp, card_model=None, max_concurrent_cards=8)
+        membership = Membership.objects.get(user=alice, team=vision)
+
+        def ask(user, team, key, count=1):
+            return services.lease_request(
+                user=user, team=team, card_model=model, count=count,
+                duration=timedelta(hours=2), description=f"marker-{key}",
+            )  # fmt: skip
+
+        alice_lease = ask(alice, vision, "alice_lease")
+        bob_lease = ask(bob, nlp, "bob_lease")
+        services.member_limit_set(
+            user=lena, membership=membership, card_model=None, max_concurrent_cards=1
+        )
+        pending = ask(alice, vision, "pending", count=2)
+        token, _key = token_create(user=alice, name="alice's laptop")
+    assert pending.status == LeaseStatus.PENDING_APPROVAL
+    assert alice_lease.status == bob_lease.status == LeaseStatus.PROVISIONING
+    return World(
+        ids={
+            "alice_lease": alice_lease.pk,
+            "bob_lease": bob_lease.pk,
+            "pending": pending.pk,
+            "token": token.pk,
+            "alice_membership": membership.pk,
+            "model": model.slug,
+            "node": node.hostname,
+            "card": node.cards.order_by("index").first().uuid,
+        },
+        users={"anon": None, "bob": bob, "alice": alice, "lena": lena, "fin": fin, "ops": ops},
+        markers={key: f"marker-{key}" for key in LEASES},
+    )
+
+
+def _fill(value, ids: dict):
+    if isinstance(value, str):
+        return value.format(**ids)
+    if isinstance(value, dict):
+        return {k: _fill(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill(v, ids) for v in value]
+    return value
+
+
+def _send(client, row: Row, role: str, world: World):
+    ids = world.ids | {
+        "user": role if role != "anon" else "alice",
+        "password": PASSWORD if role != "anon" else "wrong",
+    }
+    path = _fill(row.path, ids)
+    data = _fill(row.data, ids)
+    call = getattr(client, row.method.lower())
+    if row.api:
+        return call(path, data, format="json")
+    return call(path, data) if data is not None else call(path)
+
+
+def _shown(response, world: World, keys: set[str]) -> set[str]:
+    """Which of the fixture's leases (by key) and teams (by slug) the response shows."""
+    if response["Content-Type"].startswith("application/json"):
+        body = response.json()
+        items = body.get("results", body) if isinstance(body, dict) else body
+        found = {item.get("id") for item in items} | {item.get("slug") for item in items}
+        return {k for k in keys if world.ids.get(k, k) in found}
+    html = response.content.decode()
+    leases = {k for k in keys & set(LEASES) if f'href="/leases/{world.ids[k]}/"' in html}
+    teams = {k for k in keys - set(LEASES) if f'<small class="muted mono">{k}</small>' in html}
+    return leases | teams
+
+
+def _check_status(response, expected) -> str | None:
+    code = response.status_code
+    location = response.get("Location", "")
+    if expected == LOGIN:
+        ok = code == 302 and location.startswith("/accounts/login/")
+    elif expected == MOVED:
+        ok = code == 302 and not location.startswith("/accounts/login/")
+    else:
+        ok = code == expected
+    return None if ok else f"expected {expected}, got {code} {location}".strip()
+
+
+def _check(row: Row, role: str, world: World) -> list[str]:
+    """What is wrong with *role*'s answer to *row* (nothing: an empty list)."""
+    client = APIClient(HTTP_ACCEPT_LANGUAGE="en")
+    if world.users[role] is not None:
+        client.force_login(world.users[role])
+    before = STATE[row.probe]() if row.probe else None
+    with time_machine.travel(T0 + timedelta(minutes=5), tick=False):
+        response = _send(client, row, role, world)
+
+    problem = _check_status(response, row.expect[ROLES.index(role)])
+    if problem:
+        json_body = response.get("Content-Type", "").startswith("application/json")
+        return [
+            f"{role}: {problem} {response.content[:200]!r}" if json_body else f"{role}: {problem}"
+        ]
+    problems = []
+    body = response.content.decode(errors="replace")
+    leaked = {k for k in LEASES if world.markers[k] in body} - VISIBLE[role]
+    if leaked:
+        problems.append(f"{role}: shows {sorted(leaked)}")
+    if row.sees and response.status_code == 200:
+        expected = set(row.sees[role].split())
+        universe = set().union(*(set(v.split()) for v in row.sees.values()))
+        shown = _shown(response, world, universe)
+        if shown != expected:
+            problems.append(f"{role}: shows {sorted(shown)}, expected {sorted(expected)}")
+    if row.probe:
+        changed = STATE[row.probe]() != before
+        if changed != (role in row.writes.split()):
+            problems.append(f"{role}: the {row.probe} {'changed' if changed else 'did not change'}")
+    return problems
+
+
+@pytest.mark.parametrize("row", [pytest.param(row, id=row.id) for row in ROWS])
+def test_matrix(row: Row, world: World):
+    """Each role in turn, each inside a savepoint rolled back after it (one world per row)."""
+    problems = []
+    for role in ROLES:
+        with transaction.atomic():
+            problems += _check(row, role, world)
+            transaction.set_rollback(True)
+    if problems:
+        pytest.fail(f"{row.id}\n" + "\n".join(problems), pytrace=False)
+
+
+# --- every URL is classified -------------------------------------------------------------
+
+# Whole URLconfs that follow a rule per group (tests below) instead of rows.
+GROUPS = {"allauth.urls": "accounts", "django.conf.urls.i18n": "i18n", "admin": "admin"}
+
+
+def _full_names():
+    """URL name with its namespace (``leasing:detail``) for every pattern outside the groups."""
+    resolver = get_resolver()
+    names: dict[str, list] = {}
+
+    def walk(patterns, prefix, namespace, group):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                module = p.urlconf_name
+                key = p.namespace if p.namespace == "admin" else getattr(module, "__name__", "")
+                ns = ":".join(x for x in (namespace, p.namespace) if x)
+                walk(p.url_patterns, prefix + str(p.pattern), ns, group or GROUPS.get(key))
+            else:
+                route = prefix + str(p.pattern)
+                name = f"{namespace}:{p.name}" if namespace and p.name else p.name or route
+                names.setdefault(name, []).append((route, p.callback, group))
+
+    walk(resolver.url_patterns, "", "", None)
+    return names
+
+
+def test_every_url_is_in_the_matrix():
+    """A new URL fails here until a row (or a group) says who may use it."""
+    in_rows = {row.name for row in ROWS}
+    urls = {name for name, entries in _full_names().items() if entries[0][2] is None}
+    assert urls - in_rows == set(), "URLs nobody classified: add rows to ROWS"
+    assert in_rows - urls == set(), "rows for URLs that no longer exist"
+
+
+def _drf_methods(callback) -> set[str] | None:
+    """The HTTP methods a DRF endpoint answers (None for a plain Django view)."""
+    if getattr(callback, "actions", None):
+        return {m.upper() for m in callback.actions} - {"HEAD"}
+    cls = getattr(callback, "cls", None)
+    if cls is None:
+        return None
+    return {m.upper() for m in cls.http_method_names if hasattr(cls, m)} - {"OPTIONS", "HEAD"}
+
+
+def test_every_api_method_is_in_the_matrix():
+    """A new action on an existing API URL (say DELETE on a lease) needs its own row too."""
+    in_rows: dict[str, set[str]] = {}
+    for row in ROWS:
+        in_rows.setdefault(row.name, set()).add(row.method)
+    for name, entries in _full_names().items():
+        route, callback, group = entries[0]
+        methods = _drf_methods(callback)
+        if group is None and methods is not None:
+            assert methods == in_rows.get(name, set()), f"{name} ({route})"
+
+
+# --- the groups ---------------------------------------------------------------------------
+
+
+def _group_routes(group: str) -> list[str]:
+    """The routes of a group that take no arguments, as paths."""
+    routes = []
+    for entries in _full_names().values():
+        for route, _callback, g in entries:
+            if g == group and "<" not in route and "(?P" not in route:
+                routes.append("/" + route.replace("^", "").replace("$", ""))
+    return sorted(set(routes))
+
+
+@pytest.mark.parametrize("role", ["anon", "bob", "alice"])
+def test_account_pages_work_and_show_no_lease(role, world, api):
+    """allauth's pages (sign-in, sign-up, password, email): public or the user's own; they
+    never show leases or teams."""
+    user = world.users[role]
+    if user is not None:
+        api.force_login(user)
+    for path in _group_routes("accounts"):
+        response = api.get(path)
+        assert response.status_code < 500, path
+        body = response.content.decode(errors="replace")
+        assert not any(marker in body for marker in world.markers.values()), path
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_set_language_changes_only_the_cookie(role, world, api):
+    if world.users[role] is not None:
+        api.force_login(world.users[role])
+    before = {name: probe() for name, probe in STATE.items()}
+    for path in _group_routes("i18n"):
+        response = api.post(path, {"language": "en", "next": "/"})
+        assert response.status_code == 302 and response.cookies["django_language"].value == "en"
+    assert {name: probe() for name, probe in STATE.items()} == before
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_admin_needs_staff(role, world, api):
+    """None of the roles is staff (an operator too signs in to the admin as staff)."""
+    if world.users[role] is not None:
+        api.force_login(world.users[role])
+    paths = _group_routes("admin")
+    assert "/admin/" in paths
+    for path in paths:
+        if path.startswith("/admin/logout/"):
+            continue
+        response = api.get(path)
+        if path == "/admin/login/":
+            assert response.status_code == 200, path
+            continue
+        assert response.status_code == 302, path
+        assert response["Location"].startswith("/admin/login/"), path
+
+
+def test_api_token_sees_what_the_session_sees(world, api):
+    """Token and session authentication scope the same: alice's token, alice's leases."""
+    _token, key = token_create(user=world.users["alice"], name="cli")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    ids = {lease["id"] for lease in api.get("/api/v1/leases/?scope=all").json()["results"]}
+    assert ids == {world.ids["alice_lease"], world.ids["pending"]}
+    assert api.get(f"/api/v1/leases/{world.ids['bob_lease']}/").status_code == 404
+    assert json.loads(api.get("/api/v1/approvals/").content)["results"] == []
+    with transaction.atomic():
+        assert api.post(f"/api/v1/approvals/{world.ids['pending']}/approve/").status_code == 404

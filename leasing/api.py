@@ -12,7 +12,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from leasing import selectors, services
+from leasing import api_estimate, selectors, services
 from leasing.models import Allocation, Lease
 from leasing.serializers import (
     ApprovalSerializer,
@@ -27,7 +27,7 @@ from leasing.serializers import (
 )
 from portal.models import Membership, Team
 
-extra_urlpatterns: list = []
+extra_urlpatterns: list = [*api_estimate.urlpatterns]
 
 
 def default_team(user):
@@ -66,6 +66,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 
     @extend_schema(request=LeaseRequestSerializer, responses={201: LeaseSerializer})
     def create(self, request):
+        if "profile" in request.data:  # ask by task: the best-ranked option is requested
+            lease = api_estimate.lease_by_profile(request)
+            return Response(LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED)
         data = LeaseRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data

@@ -1,9 +1,10 @@
 from django.urls import path
 
-from leasing import views
+from leasing import urls_estimate, views
 
 app_name = "leasing"
 urlpatterns = [
+    *urls_estimate.urlpatterns,
     path("", views.lease_list, name="list"),
     path("new/", views.lease_new, name="new"),
     path("preview/", views.lease_preview, name="preview"),

@@ -12,7 +12,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from leasing import api_estimate, selectors, services
+from leasing import api_estimate, resize, selectors, services
 from leasing.models import Allocation, Lease
 from leasing.serializers import (
     ApprovalSerializer,
@@ -23,6 +23,7 @@ from leasing.serializers import (
     LeaseSerializer,
     QuotaRuleSerializer,
     QuotaUseSerializer,
+    ResizeSerializer,
     TeamSerializer,
 )
 from portal.models import Membership, Team
@@ -68,7 +69,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def create(self, request):
         if "profile" in request.data:  # ask by task: the best-ranked option is requested
             lease = api_estimate.lease_by_profile(request)
-            return Response(LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED)
+            return Response(
+                LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED
+            )
         data = LeaseRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
@@ -98,6 +101,20 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         data.is_valid(raise_exception=True)
         lease = services.lease_extend(
             lease=self.get_object(), user=request.user, minutes=data.validated_data["minutes"]
+        )
+        return Response(LeaseSerializer(self._fresh(lease.pk)).data)
+
+    @extend_schema(request=ResizeSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def resize(self, request, pk=None):
+        """More or fewer cards, or another model of the same family; returns the lease that carries on."""
+        data = ResizeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = resize.lease_resize(
+            lease=self.get_object(),
+            user=request.user,
+            count=data.validated_data.get("count"),
+            card_model=data.validated_data.get("card_model"),
         )
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 

@@ -142,6 +142,15 @@ class Lease(models.Model):
         blank=True,
         help_text=_("When a pending preemption ends this lease (the grace period's end)."),
     )
+    replaces = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("replaces"),
+        help_text=_("The lease this one resizes; released once this one is active."),
+    )
     preempted_for = models.ForeignKey(
         "self",
         null=True,

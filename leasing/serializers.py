@@ -50,6 +50,7 @@ class LeaseSerializer(serializers.ModelSerializer):
             "allocations",
             "access",
             "failure_reason",
+            "replaces",
         ]
         read_only_fields = fields
 
@@ -206,3 +207,18 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
 class DecisionSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class ResizeSerializer(serializers.Serializer):
+    count = serializers.IntegerField(min_value=1, max_value=4096, required=False)
+    card_model = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=CardModel.objects.all(),
+        required=False,
+        error_messages={"does_not_exist": "Unknown card model “{value}”."},
+    )
+
+    def validate(self, attrs):
+        if not attrs:
+            raise serializers.ValidationError("Give count, card_model or both.")
+        return attrs

@@ -578,8 +578,16 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
             activated_at=now,
         )
         if ok:
-            end_at = Lease.objects.values_list("end_at", flat=True).get(pk=lease_id)
+            end_at, replaces_id = Lease.objects.values_list("end_at", "replaces_id").get(
+                pk=lease_id
+            )
             transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease_id,), eta=end_at))
+            if replaces_id:
+                # A resize to another model: the old cards go only now that the new ones are held.
+                old = Lease.objects.filter(pk=replaces_id).first()
+                if old is not None:
+                    lock_card_models([old.card_model_id])
+                    _begin_release(old, reason=EndReason.RELEASED, now=now, kind="resized")
     return ok
 
 

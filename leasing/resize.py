@@ -1,0 +1,188 @@
+"""Resize a running lease: more or fewer cards, or another model of the same family (同规格族升降配).
+
+Placed as one change: new cards are held before old ones go. Same model: the lease keeps
+its cards and gains or drops some. Another model: a new lease is placed now for the rest
+of the window; the old one is released when the new one is active (leasing.services.
+lease_activate), so the holder is never without cards.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import CardModel
+from leasing import quotas, services
+from leasing.backends.local import access_details
+from leasing.locking import lock_card_models, lock_team
+from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.scheduler import planner
+from leasing.scheduler.snapshot import card_slots, timeline_for
+from portal.permissions import can_manage_lease
+
+
+def _check_quota(lease: Lease, card_model: CardModel, count: int, now: datetime) -> None:
+    breaches = quotas.admission_breaches(
+        team=lease.team,
+        user=lease.user,
+        card_model=card_model,
+        count=count,
+        start=now,
+        duration=lease.end_at - now,
+    )
+    team_breaches = [b.message for b in breaches if b.scope == "team"]
+    if team_breaches:
+        raise ValidationError({"count": team_breaches})
+
+
+def lease_resize(
+    *,
+    lease: Lease,
+    user,
+    count: int | None = None,
+    card_model: CardModel | None = None,
+    now: datetime | None = None,
+) -> Lease:
+    """Change an active lease's card count, or move it to another model of its family.
+
+    Returns the lease that now carries the work: the same one (count change) or the new
+    one (model change, provisioning until its cards are handed over).
+    """
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not resize this lease."))
+    count = count if count is not None else lease.count
+    target = card_model or lease.card_model
+    if count < 1:
+        raise ValidationError(
+            {"count": [_("A lease holds at least one card; release it instead.")]}
+        )
+    if target.pk != lease.card_model_id:
+        family = lease.card_model.family
+        if not family or target.family != family:
+            raise ValidationError(
+                {
+                    "card_model": [
+                        _(
+                            "%(to)s is not in the same family as %(from)s; request a new lease instead."
+                        )
+                        % {"to": target.name, "from": lease.card_model.name}
+                    ]
+                }
+            )
+    elif count == lease.count:
+        raise ValidationError(
+            {"count": [_("Nothing to change: the lease already holds %(n)s cards.") % {"n": count}]}
+        )
+    with transaction.atomic():
+        lock_team(lease.team_id)
+        lock_card_models({lease.card_model_id, target.pk})
+        lease.refresh_from_db()
+        if lease.status != LeaseStatus.ACTIVE or lease.end_at <= now:
+            raise ValidationError(
+                _("Only an active lease can be resized; this one is %(status)s.")
+                % {"status": lease.get_status_display()}
+            )
+        if target.pk == lease.card_model_id:
+            return _resize_in_place(lease, count, now, user)
+        return _move(lease, target, count, now, user)
+
+
+def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
+    held = list(
+        lease.allocations.filter(end_at__gt=now).select_related("card").order_by("-card__index")
+    )
+    if count < lease.count:
+        for allocation in held[: lease.count - count]:
+            if allocation.start_at < now:
+                Allocation.objects.filter(pk=allocation.pk).update(end_at=now)
+            else:
+                Allocation.objects.filter(pk=allocation.pk).delete()
+    else:
+        extra = count - lease.count
+        _check_quota(lease, lease.card_model, extra, now)
+        nodes = {a.card.node_id for a in held}
+        slots = card_slots(lease.card_model_id, now=now)
+        timeline = timeline_for(lease.card_model_id, now=now)
+        near = [s for s in slots if s.node_id in nodes]
+        chosen = planner.place(near, timeline, extra, now, lease.end_at, same_node=True)
+        if chosen is None and not lease.same_node:
+            chosen = planner.place(slots, timeline, extra, now, lease.end_at, same_node=False)
+        if chosen is None:
+            raise ValidationError(
+                {
+                    "count": [
+                        _(
+                            "%(n)s more %(model)s cards are not free until the lease ends%(where)s; try fewer or later."
+                        )
+                        % {
+                            "n": extra,
+                            "model": lease.card_model.name,
+                            "where": _(" on the same node") if lease.same_node else "",
+                        }
+                    ]
+                }
+            )
+        Allocation.objects.bulk_create(
+            Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at) for c in chosen
+        )
+    Lease.objects.filter(pk=lease.pk).update(count=count, access=access_details(lease))
+    services._event(
+        lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
+    )
+    services._after_pass(services.schedule_card_model(lease.card_model_id, now=now))
+    lease.refresh_from_db()
+    return lease
+
+
+def _move(lease: Lease, target: CardModel, count: int, now: datetime, user) -> Lease:
+    _check_quota(lease, target, count, now)
+    chosen = planner.place(
+        card_slots(target.pk, now=now),
+        timeline_for(target.pk, now=now),
+        count,
+        now,
+        lease.end_at,
+        same_node=lease.same_node,
+    )
+    if chosen is None:
+        raise ValidationError(
+            {
+                "card_model": [
+                    _(
+                        "%(n)s × %(model)s are not free now for the rest of the lease; try later or another model."
+                    )
+                    % {"n": count, "model": target.name}
+                ]
+            }
+        )
+    new = Lease.objects.create(
+        user=lease.user,
+        team=lease.team,
+        card_model=target,
+        count=count,
+        duration=lease.end_at - now,
+        start_at=now,
+        end_at=lease.end_at,
+        status=LeaseStatus.PROVISIONING,
+        status_changed_at=now,
+        priority=lease.priority,
+        priority_rank=lease.priority_rank,
+        purpose=lease.purpose,
+        same_node=lease.same_node,
+        description=lease.description,
+        submitted_at=now,
+        replaces=lease,
+        warning_offsets=lease.warning_offsets,
+    )
+    Allocation.objects.bulk_create(
+        Allocation(card_id=c, lease=new, start_at=now, end_at=new.end_at) for c in chosen
+    )
+    services._event(new.pk, kind="resized_from", at=now, actor=user, data={"lease": lease.pk})
+    services._event(lease.pk, kind="resizing", at=now, actor=user, data={"lease": new.pk})
+    services._after_pass(services.PassResult(started=[new.pk]))
+    return new

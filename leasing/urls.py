@@ -14,4 +14,5 @@ urlpatterns = [
     path("<int:pk>/release/", views.lease_release, name="release"),
     path("<int:pk>/cancel/", views.lease_cancel, name="cancel"),
     path("<int:pk>/extend/", views.lease_extend, name="extend"),
+    path("<int:pk>/resize/", views.lease_resize, name="resize"),
 ]

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
-from leasing import selectors, services
+from leasing import resize, selectors, services
 from leasing.forms import ExtendForm, LeaseRequestForm, lease_request_initial
 from leasing.models import OPEN_STATES, TERMINAL_STATES
 
@@ -148,6 +148,13 @@ def lease_detail(request, pk: int):
         "extend_form": ExtendForm(),
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
+        "family_models": (
+            CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
+            .distinct()
+            .order_by("name")
+            if lease.card_model.family
+            else []
+        ),
     }
     if request.htmx and request.GET.get("part") == "status":
         return render(request, "leasing/_lease_live.html", context)
@@ -242,3 +249,25 @@ def _level(free: int, usable: int) -> str:
     if free < usable:
         return "some"
     return "all"
+
+
+@login_required
+@require_POST
+def lease_resize(request, pk: int):
+    count = request.POST.get("count", "")
+    if not count.isdigit():
+        messages.error(request, _("Enter the number of cards (a whole number, at least 1)."))
+        return redirect("leasing:detail", pk)
+    model = CardModel.objects.filter(slug=request.POST.get("card_model", "")).first()
+    carried = {}
+
+    def do(lease):
+        carried["lease"] = resize.lease_resize(
+            lease=lease, user=request.user, count=int(count), card_model=model
+        )
+        messages.success(request, _("Resized."))
+
+    response = _act(request, pk, do)
+    if "lease" in carried:
+        return redirect("leasing:detail", carried["lease"].pk)
+    return response

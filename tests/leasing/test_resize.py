@@ -89,3 +89,16 @@ def test_api_resize(api, frozen, alice, vision, a100, small_pool):
     assert response.status_code == 200 and response.json()["count"] == 2
     bad = api.post(f"/api/v1/leases/{lease.pk}/resize/", {"card_model": "nope"}, format="json")
     assert bad.status_code == 400
+
+
+def test_resize_from_the_lease_page(client, frozen, alice, vision, a100, small_pool):
+    lease = active(ask(alice, vision, a100, count=1))
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    assert 'id="resize"' in page
+    client.post(f"/leases/{lease.pk}/resize/", {"count": "3", "card_model": a100.slug})
+    lease.refresh_from_db()
+    assert lease.count == 3
+    bad = client.post(f"/leases/{lease.pk}/resize/", {"count": "many"}, follow=True)
+    assert "whole number" in bad.content.decode()

@@ -6,12 +6,10 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
-from django.conf import settings
-from django.core.mail import send_mail
 from django.db.models import Q
 from django.utils import timezone
 
-from leasing import provisioning, quotas, services
+from leasing import notifications, provisioning, services
 from leasing.backends import PermanentBackendError, TransientBackendError
 from leasing.models import Lease, LeaseStatus
 
@@ -61,30 +59,11 @@ def expire_lease(lease_id: int) -> None:
 
 @shared_task
 def notify_lease(lease_id: int, kind: str) -> None:
-    """Tell the holder (or, for an approval request, the team's leads) what happened (email)."""
-    lease = Lease.objects.select_related("user", "card_model", "team").filter(pk=lease_id).first()
-    if lease is None:
-        return
-    if kind == "approval_requested":
-        recipients = [u.email for u in quotas.leads_of(lease.team) if u.email]
-        subject = f"[Cardpool] {lease.user.username} asks for approval: lease {lease.pk}"
-        body = f"{lease.count} × {lease.card_model.name} for {lease.duration}.\n\n{lease.approval_reason}\n"
-    else:
-        recipients = [lease.user.email] if lease.user.email else []
-        subject = f"[Cardpool] lease {lease.pk}: {kind}"
-        body = f"Lease {lease.pk} ({lease.count} × {lease.card_model.name}) is now {lease.get_status_display()}.\n"
-        if lease.failure_reason:
-            body += f"\nReason: {lease.failure_reason}\n"
-        note = (
-            lease.events.filter(kind__in=["rejected", "approved"])
-            .values_list("message", flat=True)
-            .last()
-        )
-        if note:
-            body += f"\n{note}\n"
-    if recipients:
-        body += f"\n{settings.SITE_URL}/leases/{lease.pk}/\n"
-        send_mail(subject, body, None, recipients)
+    """Tell the holder (or, for an approval request, the team's leads) what happened.
+
+    Through every channel they chose (leasing.notifications); idempotent per lease and event.
+    """
+    notifications.notify_lease_event(lease_id=lease_id, kind=kind)
 
 
 @shared_task
@@ -131,3 +110,6 @@ def sweep() -> dict:
         services.queue_advance(card_model_ids=model_ids, now=now)
         done["queues"] = len(model_ids)
     return done
+
+
+from leasing.tasks_notify import *  # noqa

@@ -1,0 +1,21 @@
+"""Values the site header needs on every page: the unread notification count (the bell)."""
+
+from __future__ import annotations
+
+from leasing import notifications
+
+
+def notifications_unread(request) -> dict:
+    """``notification_unread``: a callable the template resolves once (one COUNT query, only
+    when the header is rendered); absent for anonymous visitors, so the bell renders nothing."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    cache: dict[str, int] = {}
+
+    def unread() -> int:
+        if "n" not in cache:
+            cache["n"] = notifications.unread_count(user)
+        return cache["n"]
+
+    return {"notification_unread": unread}

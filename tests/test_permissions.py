@@ -31,7 +31,7 @@ from django.db import transaction
 from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from leasing import services
+from leasing import provisioning, services
 from leasing.models import Lease, LeaseStatus, MemberLimit, Quota
 from portal.models import Membership, Profile
 from portal.tokens.models import ApiToken
@@ -151,6 +151,9 @@ ROWS = [
       data={"minutes": "30"}, probe="leases", writes="alice lena ops"),
     r("leasing:release", "POST", "/leases/{bob_lease}/release/", (L, M, 404, 404, M, M),
       probe="leases", writes="bob ops"),
+    r("leasing:resize", "POST", "/leases/{alice_lease}/resize/", (L, 404, M, M, M, M),
+      data={"count": "1"}, probe="leases", writes="alice lena ops"),
+    r("leasing:estimate", "GET", "/leases/estimate/", ALL_IN),
     # --- pages: inventory --------------------------------------------------------------
     r("inventory:catalogue", "GET", "/inventory/", ALL_IN),
     r("inventory:card_model", "GET", "/inventory/models/{model}/", ALL_IN),
@@ -196,6 +199,16 @@ ROWS = [
       (401, 200, 404, 404, 403, 200), api=True, probe="leases", writes="bob ops"),
     r("lease-cancel", "POST", "/api/v1/leases/{pending}/cancel/",
       (401, 404, 200, 200, 403, 200), api=True, probe="leases", writes="alice lena ops"),
+    r("lease-resize", "POST", "/api/v1/leases/{alice_lease}/resize/",
+      (401, 404, 200, 200, 403, 200), data={"count": 1}, api=True,
+      probe="leases", writes="alice lena ops"),
+    r("lease-resize", "POST", "/api/v1/leases/{bob_lease}/resize/",
+      (401, 200, 404, 404, 403, 200), data={"count": 2}, api=True,
+      probe="leases", writes="bob ops"),
+    # Asking by task: computed, never written.
+    r("api-estimate", "POST", "/api/v1/estimate/", API_ALL_IN,
+      data={"profile": {"task": "qlora", "params_b": 7}, "duration_minutes": 60}, api=True,
+      probe="leases"),
     # --- API: teams and quotas -----------------------------------------------------------
     r("team-list", "GET", "/api/v1/teams/", API_ALL_IN, sees=TEAMS_SEEN),
     r("team-detail", "GET", "/api/v1/teams/vision/", (401, 404, 200, 200, 200, 200)),
@@ -218,7 +231,9 @@ ROWS = [
 
 # Database state a write may change, read before and after the request.
 STATE = {
-    "leases": lambda: list(Lease.objects.order_by("pk").values_list("pk", "status", "end_at")),
+    "leases": lambda: list(
+        Lease.objects.order_by("pk").values_list("pk", "status", "count", "end_at")
+    ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
     "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
@@ -238,8 +253,9 @@ class World:
 
 @pytest.fixture
 def world(alice, lena, bob, fin, ops, vision, nlp):
-    """Quotas for both teams, a lease of alice (vision) and of bob (nlp), a request of alice
-    above her member limit waiting for lena, and an API token of alice."""
+    """Quotas for both teams, an active lease of alice (vision, two cards) and of bob (nlp,
+    one card), a request of alice above her member limit waiting for lena, and an API token
+    of alice."""
     cache.clear()  # throttles of the token endpoint
     with time_machine.travel(T0, tick=False):
         model = CardModelFactory(slug="perm-a100", name="Perm A100")
@@ -257,15 +273,18 @@ def world(alice, lena, bob, fin, ops, vision, nlp):
                 duration=timedelta(hours=2), description=f"marker-{key}",
             )  # fmt: skip
 
-        alice_lease = ask(alice, vision, "alice_lease")
+        alice_lease = ask(alice, vision, "alice_lease", count=2)
         bob_lease = ask(bob, nlp, "bob_lease")
+        for lease in (alice_lease, bob_lease):
+            provisioning.provision_step(lease_id=lease.pk)
+            lease.refresh_from_db()
         services.member_limit_set(
             user=lena, membership=membership, card_model=None, max_concurrent_cards=1
         )
         pending = ask(alice, vision, "pending", count=2)
         token, _key = token_create(user=alice, name="alice's laptop")
     assert pending.status == LeaseStatus.PENDING_APPROVAL
-    assert alice_lease.status == bob_lease.status == LeaseStatus.PROVISIONING
+    assert alice_lease.status == bob_lease.status == LeaseStatus.ACTIVE
     return World(
         ids={
             "alice_lease": alice_lease.pk,

@@ -22,6 +22,7 @@ class NotificationSerializer(serializers.ModelSerializer):
     kind_label = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
     unread = serializers.SerializerMethodField()
+    data = serializers.SerializerMethodField()
 
     class Meta:
         model = Notification
@@ -49,6 +50,9 @@ class NotificationSerializer(serializers.ModelSerializer):
         if obj.url.startswith("/") and request is not None:
             return request.build_absolute_uri(obj.url)
         return obj.url
+
+    def get_data(self, obj) -> dict:
+        return notifications.public_data(obj)
 
     def get_unread(self, obj) -> bool:
         return obj.read_at is None

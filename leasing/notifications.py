@@ -618,6 +618,11 @@ def _severity(notification: Notification) -> str:
     return SEVERITY.get(notification.kind, "info")
 
 
+def public_data(notification: Notification) -> dict:
+    """The notification's data without our bookkeeping (the idempotency key)."""
+    return {k: v for k, v in notification.data.items() if k != "key"}
+
+
 def message_for(notification: Notification) -> webhooks.Message:
     return webhooks.Message(
         event=notification.kind,
@@ -626,7 +631,7 @@ def message_for(notification: Notification) -> webhooks.Message:
         url=_absolute(notification.url),
         lease=notification.lease_id,
         id=notification.pk,
-        data=notification.data,
+        data=public_data(notification),
         open_label=_("Open in Cardpool"),
         severity=_severity(notification),
     )

@@ -337,6 +337,23 @@ def test_the_request_that_goes_out(alice, frozen, opener, settings):
     assert "https://cardpool.example/leases/9/" in body["markdown"]["text"]
 
 
+def test_generic_hook_gets_the_data_without_our_key(alice, frozen, opener):
+    fake = opener((204, ""))
+    robot = hook(alice, secret="s")
+    note = notifications.notify(
+        user=alice,
+        kind=Kind.LEASE_EXPIRING,
+        title="ends in 10 min",
+        data={"offset_minutes": 10},
+        key="lease:1:expiring:10",
+    )
+    notifications.delivery_attempt(delivery_id=note.deliveries.get(webhook=robot).pk)
+    (req,) = fake.requests
+    body = json.loads(req.data)
+    assert body["data"] == {"offset_minutes": 10} and body["id"] == note.pk
+    assert req.get_header("X-cardpool-signature") == webhooks.generic_signature("s", req.data)
+
+
 def test_switched_off_webhook_fails_its_pending_delivery(alice, frozen, opener):
     fake = opener((200, "ok"))
     robot = hook(alice)

@@ -503,6 +503,7 @@ def lease_request(
                 )
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
+        transaction.on_commit(lambda: _notify(lease.pk, "lease_queued"))
         _event(
             lease.pk,
             kind="queued",
@@ -582,6 +583,9 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
                 pk=lease_id
             )
             transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease_id,), eta=end_at))
+            waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
+            kind = "lease_started_from_queue" if waited else "lease_active"
+            transaction.on_commit(lambda: _notify(lease_id, kind))
             if replaces_id:
                 # A resize to another model: the old cards go only now that the new ones are held.
                 old = Lease.objects.filter(pk=replaces_id).first()
@@ -700,7 +704,7 @@ def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = N
     if reason not in EndReason.values:
         reason = EndReason.ADMIN
     with transaction.atomic():
-        return transition(
+        ended = transition(
             lease_id,
             frm=[LeaseStatus.RELEASING],
             to=LeaseStatus.ENDED,
@@ -708,6 +712,9 @@ def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = N
             at=now,
             end_reason=reason,
         )
+        if ended and reason != EndReason.RELEASED:  # the holder released it: no need to say so
+            transaction.on_commit(lambda: _notify(lease_id, "lease_ended"))
+    return ended
 
 
 def lease_cancel(*, lease: Lease, user, now: datetime | None = None) -> Lease:

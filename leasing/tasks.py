@@ -9,7 +9,7 @@ from celery import shared_task
 from django.db.models import Q
 from django.utils import timezone
 
-from leasing import notifications, provisioning, services
+from leasing import endings, notifications, provisioning, services
 from leasing.backends import PermanentBackendError, TransientBackendError
 from leasing.models import Lease, LeaseStatus
 
@@ -100,6 +100,10 @@ def sweep() -> dict:
             )
             release_lease.delay(lease_id, reason or "admin")
             done["rereleased"] += 1
+    done["preempted"] = endings.preemptions_due(now=now)
+    done["drained"] = endings.drains_due(now=now)
+    done["warnings"] = endings.warnings_send_due(now=now)
+    done["idle"] = endings.idle_check(now=now)
     models = (
         Lease.objects.filter(status=LeaseStatus.QUEUED)
         .values_list("card_model_id", flat=True)

@@ -5,11 +5,13 @@ from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
 from leasing import api as leasing_api
+from leasing import api_notify
 from portal import api as portal_api
 
 router = DefaultRouter()
 inventory_api.register(router)
 leasing_api.register(router)
+api_notify.register(router)
 
 urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),

@@ -123,6 +123,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.site",
+                "leasing.context_processors.notifications_unread",
             ],
         },
     },
@@ -369,6 +370,10 @@ CARDPOOL = {
 # All periodic jobs, in one place.
 CELERY_BEAT_SCHEDULE = {
     "leasing-sweep": {"task": "leasing.tasks.sweep", "schedule": float(CARDPOOL["SWEEP_SECONDS"])},
+    "notifications-deliveries-sweep": {
+        "task": "leasing.tasks_notify.deliveries_sweep",
+        "schedule": 60.0,
+    },
 }
 
 LOGGING = {

@@ -6,6 +6,7 @@ urlpatterns = [
     path("", include("portal.site_urls")),
     path("inventory/", include("inventory.urls")),
     path("leases/", include("leasing.urls")),
+    path("notifications/", include("leasing.urls_notify")),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django.utils import timezone
+
 from leasing.backends.base import Backend
 
 
@@ -29,7 +31,8 @@ def access_details(lease) -> dict:
     """Host, device indices and environment per node, from the lease's allocations."""
     env_name = lease.card_model.devices_env
     per_node: dict[str, list[int]] = defaultdict(list)
-    for hostname, index in lease.allocations.values_list("card__node__hostname", "card__index"):
+    current = lease.allocations.filter(end_at__gt=timezone.now())  # not a card swapped out
+    for hostname, index in current.values_list("card__node__hostname", "card__index"):
         per_node[hostname].append(index)
     nodes = []
     for hostname, indices in sorted(per_node.items()):

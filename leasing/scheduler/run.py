@@ -28,10 +28,15 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     from leasing.services import transition  # services import this module
 
     assert transaction.get_connection().in_atomic_block, "schedule_card_model needs a transaction"
+    from leasing.endings import preemption_plan
+
     result = PassResult()
     queue = queued_requests(card_model_id, now=now)
     if not queue:
         return result
+    # Make room for a higher class first, so the plan below already sees the victims'
+    # end (their grace period) and gives the waiting lease an honest estimate.
+    preemption_plan(card_model_id, now=now)
     cards = card_slots(card_model_id, now=now)
     timeline = timeline_for(card_model_id, now=now)
     decisions = planner.plan_queue(cards, timeline, queue)

@@ -32,15 +32,29 @@ def card_slots(card_model_id: int, *, now: datetime) -> list[CardSlot]:
 
 
 def timeline_for(
-    card_model_id: int, *, now: datetime, exclude_lease: int | None = None
+    card_model_id: int,
+    *,
+    now: datetime,
+    exclude_lease: int | None = None,
+    ending_now: frozenset[int] = frozenset(),
 ) -> Timeline:
-    """Busy periods, from now on, of every card of the model."""
+    """Busy periods, from now on, of every card of the model.
+
+    A lease marked for preemption is busy only until its ``preempt_at`` (the end of its
+    grace period); leases in *ending_now* are treated as if they ended now (what-if).
+    """
     timeline = Timeline()
     allocations = Allocation.objects.filter(card__card_model_id=card_model_id, end_at__gt=now)
     if exclude_lease is not None:
         allocations = allocations.exclude(lease_id=exclude_lease)
-    for card_id, start, end in allocations.values_list("card_id", "start_at", "end_at"):
-        timeline.add(card_id, max(start, now), end)
+    rows = allocations.values_list("card_id", "start_at", "end_at", "lease_id", "lease__preempt_at")
+    for card_id, start, end, lease_id, preempt_at in rows:
+        if lease_id in ending_now:
+            continue
+        if preempt_at is not None:
+            end = min(end, max(preempt_at, now))
+        if end > max(start, now):
+            timeline.add(card_id, max(start, now), end)
     return timeline
 
 

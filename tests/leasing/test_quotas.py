@@ -212,7 +212,8 @@ def test_borrowing_idle_cards_as_preemptible(frozen, alice, vision, a100, small_
 def test_lead_is_told_about_a_request_waiting_for_approval(
     frozen, alice, lena, vision, a100, small_pool
 ):
-    from leasing import tasks
+    from leasing import tasks, tasks_notify
+    from leasing.models import Delivery
 
     lena.email = "lena@example.org"
     lena.save()
@@ -222,5 +223,7 @@ def test_lead_is_told_about_a_request_waiting_for_approval(
     )
     lease = ask(alice, vision, a100)
     tasks.notify_lease(lease.pk, "approval_requested")
+    for delivery in Delivery.objects.filter(notification__user=lena, channel="email"):
+        tasks_notify.deliver(delivery.pk)
     assert mail.outbox[-1].to == ["lena@example.org"]
     assert "approval" in mail.outbox[-1].subject

@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """cardpool-agent: read each card's utilisation, memory, temperature and power on a node and
 post them to the portal's ``POST /api/v1/telemetry/``.
 

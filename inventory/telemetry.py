@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import transaction
 from django.db.models import Count, F, Max, Sum
 from django.db.models.functions import TruncHour
@@ -52,11 +52,18 @@ PULL_WORKERS = 16
 PULL_TIMEOUT = 5  # seconds per exporter
 DEFAULT_MAX_GAP = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
+MIN_RETENTION_HOURS = 2
 
 
 def retention() -> timedelta:
     """How long raw samples are kept before they are summarised (default 48 hours)."""
-    return timedelta(hours=settings.CARDPOOL.get("TELEMETRY_RETENTION_HOURS", 48))
+    hours = settings.CARDPOOL.get("TELEMETRY_RETENTION_HOURS", 48)
+    if not isinstance(hours, int) or hours < MIN_RETENTION_HOURS:
+        raise ImproperlyConfigured(
+            f"CARDPOOL_TELEMETRY_RETENTION_HOURS={hours!r}: give a whole number of hours, "
+            f"at least {MIN_RETENTION_HOURS} (idle detection reads the recent raw samples)"
+        )
+    return timedelta(hours=hours)
 
 
 # --- Node tokens -----------------------------------------------------------------------------

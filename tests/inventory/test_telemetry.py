@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 import time_machine
 from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connections
 from django.urls import Resolver404, include, path, resolve
 from django.utils import translation
 
@@ -82,6 +85,7 @@ def token(node) -> str:
 
 
 def post(api, body, token=None, **extra):
+    extra.setdefault("HTTP_ACCEPT_LANGUAGE", "en")
     if token:
         extra["HTTP_AUTHORIZATION"] = f"Node {token}"
     data = body if isinstance(body, str) else json.dumps(body)
@@ -212,6 +216,14 @@ def test_malformed_bodies_get_400(api, node, token, body):
     response = post(api, body, token)
     assert response.status_code == 400
     assert CardSample.objects.count() == 0
+
+
+def test_errors_speak_the_sites_language_by_default(api, node, token):
+    body = {"samples": [{"index": 9, "utilization_pct": 1}]}
+    response = post(api, body, token, HTTP_ACCEPT_LANGUAGE="")
+    assert response.json() == {
+        "samples": ["samples[0]: 节点 gpu-a01 上没有序号为 9 的卡（现有：0, 1, 2, 3）。"]
+    }
 
 
 def test_every_bad_sample_is_named_and_the_list_is_capped(api, node, token):
@@ -377,6 +389,36 @@ def test_summarise_task_keeps_the_retention(node, settings):
     assert tasks.summarise_telemetry() == 1
     assert CardSample.objects.get().at == NOW - timedelta(hours=2)
     assert CardHourly.objects.get().hour == NOW - timedelta(hours=5)
+    settings.CARDPOOL = {**settings.CARDPOOL, "TELEMETRY_RETENTION_HOURS": 0}
+    with pytest.raises(ImproperlyConfigured, match="at least 2"):
+        tasks.summarise_telemetry()
+
+
+@pytest.mark.postgres
+def test_two_summaries_at_once_count_each_sample_once(transactional_db, h100):
+    """Two workers running the hourly job together: every sample lands in exactly one sum."""
+    node = make_node(h100, cards=2, hostname="gpu-pg")
+    hour = datetime(2026, 2, 27, 10, 0, tzinfo=UTC)
+    for card in node.cards.all():
+        # more than one chunk in all, so the runs meet at the chunk boundary too
+        make_samples(card, hour, 3000, step=timedelta(seconds=1))
+    start, results = threading.Barrier(2), []
+
+    def run():
+        try:
+            start.wait()
+            results.append(telemetry.telemetry_summarise(before=NOW))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(results) == 6000
+    assert sorted(CardHourly.objects.values_list("samples", flat=True)) == [3000, 3000]
+    assert not CardSample.objects.exists()
 
 
 # --- Reads -----------------------------------------------------------------------------------
@@ -470,6 +512,7 @@ def test_lease_series_shows_only_this_leases_time_on_its_cards(lease, frozen):
 
 def test_lease_page_partial_draws_the_chart(client, lease, alice, bob, frozen):
     client.force_login(alice)
+    client.cookies["django_language"] = "en"
     empty = client.get(f"/leases/{lease.pk}/utilisation/").content.decode()
     assert "No readings from these cards yet" in empty and "Plotly" not in empty
     frozen.shift(timedelta(minutes=30))

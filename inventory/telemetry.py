@@ -109,7 +109,7 @@ def node_by_token(token: str) -> Node | None:
 
 
 def _card_for(raw: dict, by_uuid: dict[str, Card], by_index: dict[int, Card], node: Node) -> Card:
-    uuid, index = raw.get("uuid"), raw.get("index")
+    uuid, index = raw.get("uuid") or None, raw.get("index")
     if uuid is None and index is None:
         raise ValidationError(_("Name the card by its uuid or index."))
     if uuid is not None and not isinstance(uuid, str):
@@ -174,6 +174,11 @@ def _sample_time(value: object, now: datetime) -> datetime:
     return at.astimezone(UTC)
 
 
+def _brief(value: float) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else text[:17] + "…"
+
+
 def _readings(raw: dict) -> dict[str, float | None]:
     values: dict[str, float | None] = {}
     for key, (low, high) in LIMITS.items():
@@ -183,10 +188,10 @@ def _readings(raw: dict) -> dict[str, float | None]:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValidationError(_("%(key)s must be a number.") % {"key": key})
-        if not math.isfinite(value) or not low <= value <= high:
+        if not low <= value <= high or not math.isfinite(value):
             raise ValidationError(
                 _("%(key)s %(value)s is outside %(low)s–%(high)s.")
-                % {"key": key, "value": value, "low": low, "high": high}
+                % {"key": key, "value": _brief(value), "low": low, "high": high}
             )
         values[key] = float(value)
     if all(value is None for value in values.values()):

@@ -181,6 +181,7 @@ def test_duplicates_are_skipped_not_refused(api, node, token):
         ({"index": 0, "utilization_pct": 120}, "utilization_pct 120 is outside 0–100"),
         ({"index": 0, "utilization_pct": -1}, "utilization_pct -1 is outside 0–100"),
         ({"index": 0, "temperature_c": 400}, "temperature_c 400 is outside"),
+        ({"index": 0, "power_w": 10**400}, "power_w 1000"),  # too big for a float
         ({"index": 0, "power_w": "lots"}, "power_w must be a number"),
         ({"index": 0}, "A sample needs at least one reading"),
         ({"index": 0, "utilization_pct": 1, "at": at(-60)}, "is in the future"),

@@ -8,7 +8,8 @@ the order of ``ROLES``. Every request is checked three ways:
 
 - the status (``LOGIN``: a redirect to the sign-in page; ``MOVED``: a redirect elsewhere, as
   the HTML forms answer both success and a refusal shown as a message);
-- the body never carries a lease the role may not see (``VISIBLE``), whatever the status;
+- the body never carries a lease, notification or webhook the role may not see
+  (``VISIBLE``), whatever the status;
   a row with ``sees`` also says exactly which objects a list shows to each role;
 - a write (``probe``) changes the database for the roles in ``writes`` and for nobody else.
 
@@ -31,12 +32,27 @@ from django.db import transaction
 from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from leasing import provisioning, services
-from leasing.models import Lease, LeaseStatus, MemberLimit, Quota
+from leasing import notifications, provisioning, services
+from leasing.models import (
+    Delivery,
+    Lease,
+    LeaseStatus,
+    MemberLimit,
+    Notification,
+    NotificationPreference,
+    Quota,
+    Webhook,
+)
 from portal.models import Membership, Profile
 from portal.tokens.models import ApiToken
 from portal.tokens.services import token_create
-from tests.factories import CardModelFactory, make_node
+from tests.factories import (
+    CardModelFactory,
+    MembershipFactory,
+    TeamFactory,
+    UserFactory,
+    make_node,
+)
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
 ROLES = ("anon", "bob", "alice", "lena", "fin", "ops")
@@ -44,15 +60,18 @@ LOGIN = "login"  # 302 to /accounts/login/?next=...
 MOVED = "moved"  # 302 anywhere but the login page
 PASSWORD = "pw-for-tests"  # tests/factories.py
 
-# The fixture's leases and teams, by key; VISIBLE is what each role may ever be shown.
+# The fixture's objects by key (teams by slug); VISIBLE: what each role may ever be shown.
 LEASES = ("alice_lease", "pending", "bob_lease")
+NOTES = ("alice_note", "bob_note")  # notifications: their owner's only
+HOOKS = ("alice_hook", "vision_hook")  # webhooks: alice's own; vision's (its leads, operators)
+MARKED = LEASES + NOTES + HOOKS
 VISIBLE = {
     "anon": set(),
-    "bob": {"bob_lease"},
-    "alice": {"alice_lease", "pending"},
-    "lena": {"alice_lease", "pending"},
+    "bob": {"bob_lease", "bob_note"},
+    "alice": {"alice_lease", "pending", "alice_note", "alice_hook"},
+    "lena": {"alice_lease", "pending", "vision_hook"},
     "fin": set(LEASES),
-    "ops": set(LEASES),
+    "ops": set(LEASES) | {"vision_hook"},
 }
 
 
@@ -93,6 +112,7 @@ TEAMS_SEEN = {
     "fin": "vision nlp",
     "ops": "vision nlp",
 }
+OWN_NOTES = {"bob": "bob_note", "alice": "alice_note", "lena": "", "fin": "", "ops": ""}
 PREVIEW = "card_model={model}&count=1&duration=1&unit=hours&start=now&team=vision"
 
 ROWS = [
@@ -108,6 +128,33 @@ ROWS = [
       probe="tokens", writes="bob alice lena fin ops"),
     r("profile:token_revoke", "POST", "/accounts/profile/tokens/{token}/revoke/",
       (L, 404, M, 404, 404, 404), probe="tokens", writes="alice"),
+    # --- pages: notifications and webhooks ------------------------------------------------
+    r("notifications:list", "GET", "/notifications/", ALL_IN, sees=OWN_NOTES),
+    r("notifications:read", "POST", "/notifications/{alice_note}/read/",
+      (L, 404, M, 404, 404, 404), probe="notes", writes="alice"),
+    r("notifications:read_all", "POST", "/notifications/read-all/", (L, M, M, M, M, M),
+      probe="notes", writes="bob alice"),
+    r("notifications:settings", "GET", "/notifications/settings/", ALL_IN,
+      sees={"bob": "", "alice": "alice_hook", "lena": "vision_hook", "fin": "",
+            "ops": "vision_hook"}),
+    r("notifications:settings", "POST", "/notifications/settings/", (L, M, M, M, M, M),
+      data={"lease_active": ["inapp", "webhook"]},
+      probe="prefs", writes="bob alice lena fin ops"),
+    # A webhook for team vision: its lead and operators only.
+    r("notifications:webhook_add", "POST", "/notifications/settings/webhooks/",
+      (L, 400, 400, M, 400, M),
+      data={"name": "ci", "url": "https://hooks.example.org/ci", "format": "generic",
+            "team": "{vision_team}"},
+      probe="webhooks", writes="lena ops"),
+    r("notifications:webhook_delete", "POST",
+      "/notifications/settings/webhooks/{vision_hook}/delete/", (L, 404, 404, M, 404, M),
+      probe="webhooks", writes="lena ops"),
+    r("notifications:webhook_delete", "POST",
+      "/notifications/settings/webhooks/{alice_hook}/delete/", (L, 404, M, 404, 404, 404),
+      probe="webhooks", writes="alice"),
+    r("notifications:webhook_test", "POST",
+      "/notifications/settings/webhooks/{vision_hook}/test/", (L, 404, 404, M, 404, M),
+      probe="deliveries", writes="lena ops"),
     # --- pages: teams ------------------------------------------------------------------
     r("team_list", "GET", "/teams/", ALL_IN, sees=TEAMS_SEEN),
     r("team_detail", "GET", "/teams/vision/", (L, 404, 404, 200, 200, 200),
@@ -209,6 +256,14 @@ ROWS = [
     r("api-estimate", "POST", "/api/v1/estimate/", API_ALL_IN,
       data={"profile": {"task": "qlora", "params_b": 7}, "duration_minutes": 60}, api=True,
       probe="leases"),
+    # --- API: notifications (each user's own; operators too see only theirs) ---------------
+    r("notification-list", "GET", "/api/v1/notifications/", API_ALL_IN, sees=OWN_NOTES),
+    r("notification-detail", "GET", "/api/v1/notifications/{alice_note}/",
+      (401, 404, 200, 404, 404, 404)),
+    r("notification-read", "POST", "/api/v1/notifications/{alice_note}/read/",
+      (401, 404, 200, 404, 404, 404), api=True, probe="notes", writes="alice"),
+    r("notification-read-all", "POST", "/api/v1/notifications/read-all/", API_ALL_IN,
+      api=True, probe="notes", writes="bob alice"),
     # --- API: teams and quotas -----------------------------------------------------------
     r("team-list", "GET", "/api/v1/teams/", API_ALL_IN, sees=TEAMS_SEEN),
     r("team-detail", "GET", "/api/v1/teams/vision/", (401, 404, 200, 200, 200, 200)),
@@ -238,6 +293,10 @@ STATE = {
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
     "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
     "profiles": lambda: list(Profile.objects.order_by("pk").values_list("pk", "timezone")),
+    "notes": lambda: list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
+    "prefs": lambda: list(NotificationPreference.objects.order_by("pk").values()),
+    "webhooks": lambda: list(Webhook.objects.order_by("pk").values_list("pk", "name")),
+    "deliveries": lambda: list(Delivery.objects.order_by("pk").values_list("pk")),
 }
 
 
@@ -248,15 +307,40 @@ STATE = {
 class World:
     ids: dict  # for the paths and data: {alice_lease}, {model}, ...
     users: dict  # role -> user (None for anon)
-    markers: dict  # lease key -> text only that lease's data carries
+    markers: dict  # object key -> text only that object's data carries
+
+
+@pytest.fixture(scope="module")
+def _world(django_db_setup, django_db_blocker):
+    """The world, built once for the module inside a transaction rolled back at its end.
+
+    Each test's ``db`` fixture opens a savepoint inside it (and ``test_matrix`` one more per
+    role), so every request still starts from this same state. Building it once per row
+    instead would double the module's run time.
+    """
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield _build_world()
+        transaction.set_rollback(True)
 
 
 @pytest.fixture
-def world(alice, lena, bob, fin, ops, vision, nlp):
-    """Quotas for both teams, an active lease of alice (vision, two cards) and of bob (nlp,
-    one card), a request of alice above her member limit waiting for lena, and an API token
-    of alice."""
+def world(_world, db):
     cache.clear()  # throttles of the token endpoint
+    return _world
+
+
+def _build_world() -> World:
+    """The users of tests/conftest.py; quotas for both teams, an active lease of alice
+    (vision, two cards) and of bob (nlp, one card), a request of alice above her member
+    limit waiting for lena, and an API token of alice; a notification each for alice and
+    bob, a webhook of alice's and one of vision."""
+    vision, nlp = TeamFactory(slug="vision", name="Vision"), TeamFactory(slug="nlp", name="NLP")
+    alice, lena, bob = (UserFactory(username=name) for name in ("alice", "lena", "bob"))
+    MembershipFactory(user=alice, team=vision, role=Membership.Role.MEMBER)
+    MembershipFactory(user=lena, team=vision, role=Membership.Role.LEAD)
+    MembershipFactory(user=bob, team=nlp, role=Membership.Role.MEMBER)
+    fin = UserFactory(username="fin", profile__is_finance=True)
+    ops = UserFactory(username="ops", profile__is_operator=True)
     with time_machine.travel(T0, tick=False):
         model = CardModelFactory(slug="perm-a100", name="Perm A100")
         node = make_node(model, cards=8, hostname="perm-node")
@@ -283,6 +367,22 @@ def world(alice, lena, bob, fin, ops, vision, nlp):
         )
         pending = ask(alice, vision, "pending", count=2)
         token, _key = token_create(user=alice, name="alice's laptop")
+        notes = {
+            f"{user.username}_note": Notification.objects.create(
+                user=user, lease=lease, kind="lease_active", title=f"marker-{user.username}_note",
+                created_at=T0,
+            )
+            for user, lease in ((alice, alice_lease), (bob, bob_lease))
+        }  # fmt: skip
+        hooks = {
+            "alice_hook": notifications.webhook_create(
+                user=alice, name="marker-alice_hook", url="https://hooks.example.org/alice"
+            ),
+            "vision_hook": notifications.webhook_create(
+                user=lena, team=vision, name="marker-vision_hook",
+                url="https://hooks.example.org/vision",
+            ),
+        }  # fmt: skip
     assert pending.status == LeaseStatus.PENDING_APPROVAL
     assert alice_lease.status == bob_lease.status == LeaseStatus.ACTIVE
     return World(
@@ -291,13 +391,15 @@ def world(alice, lena, bob, fin, ops, vision, nlp):
             "bob_lease": bob_lease.pk,
             "pending": pending.pk,
             "token": token.pk,
+            **{key: obj.pk for key, obj in (notes | hooks).items()},
             "alice_membership": membership.pk,
+            "vision_team": vision.pk,
             "model": model.slug,
             "node": node.hostname,
             "card": node.cards.order_by("index").first().uuid,
         },
         users={"anon": None, "bob": bob, "alice": alice, "lena": lena, "fin": fin, "ops": ops},
-        markers={key: f"marker-{key}" for key in LEASES},
+        markers={key: f"marker-{key}" for key in MARKED},
     )
 
 
@@ -333,8 +435,11 @@ def _shown(response, world: World, keys: set[str]) -> set[str]:
         return {k for k in keys if world.ids.get(k, k) in found}
     html = response.content.decode()
     leases = {k for k in keys & set(LEASES) if f'href="/leases/{world.ids[k]}/"' in html}
-    teams = {k for k in keys - set(LEASES) if f'<small class="muted mono">{k}</small>' in html}
-    return leases | teams
+    teams = {
+        k for k in keys & {"vision", "nlp"} if f'<small class="muted mono">{k}</small>' in html
+    }
+    others = {k for k in keys & set(NOTES + HOOKS) if world.markers[k] in html}
+    return leases | teams | others
 
 
 def _check_status(response, expected) -> str | None:
@@ -366,7 +471,7 @@ def _check(row: Row, role: str, world: World) -> list[str]:
         ]
     problems = []
     body = response.content.decode(errors="replace")
-    leaked = {k for k in LEASES if world.markers[k] in body} - VISIBLE[role]
+    leaked = {k for k in MARKED if world.markers[k] in body} - VISIBLE[role]
     if leaked:
         problems.append(f"{role}: shows {sorted(leaked)}")
     if row.sees and response.status_code == 200:

@@ -13,11 +13,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Min
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import Card, CardSample, Node
+from inventory.models import Card, Node
+from inventory.telemetry import utilization_stats
 from leasing import services
 from leasing.backends.local import access_details
 from leasing.locking import lock_card_models
@@ -125,13 +125,9 @@ def warnings_send_due(*, now: datetime | None = None) -> int:
 
 
 def utilisation_over(card_ids: list[int], since: datetime, until: datetime) -> dict:
-    """Max utilisation of the cards over [since, until) and whether samples cover the window."""
-    agg = CardSample.objects.filter(card_id__in=card_ids, at__gte=since, at__lt=until).aggregate(
-        peak=Max("utilization_pct"), first=Min("at"), n=Count("pk")
-    )
-    window = until - since
-    covered = agg["n"] > 0 and agg["first"] is not None and agg["first"] <= since + window / 4
-    return {"max": agg["peak"], "samples": agg["n"], "covered": covered}
+    """Max utilisation over the window and whether every card reported throughout it
+    (a silent agent is not an idle card)."""
+    return utilization_stats(card_ids, since, until)
 
 
 def idle_check(*, now: datetime | None = None) -> dict:

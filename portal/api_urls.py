@@ -4,6 +4,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
+from inventory import api_telemetry
 from leasing import api as leasing_api
 from leasing import api_notify
 from portal import api as portal_api
@@ -16,5 +17,6 @@ api_notify.register(router)
 urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),
     *leasing_api.extra_urlpatterns,
+    *api_telemetry.urlpatterns,
     path("", include(router.urls)),
 ]

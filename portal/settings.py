@@ -270,7 +270,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     # Throttled views name their scope; the token endpoint guards against password guessing.
-    "DEFAULT_THROTTLE_RATES": {"auth-token": env("CARDPOOL_TOKEN_RATE", "10/min")},
+    "DEFAULT_THROTTLE_RATES": {
+        "auth-token": env("CARDPOOL_TOKEN_RATE", "10/min"),
+        "telemetry": env("CARDPOOL_TELEMETRY_RATE", "120/min"),
+    },
     "NUM_PROXIES": ALLAUTH_TRUSTED_PROXY_COUNT,
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -365,11 +368,24 @@ CARDPOOL = {
     "IDLE_GRACE_MINUTES": env_int("CARDPOOL_IDLE_GRACE_MINUTES", 30),
     # Time a preempted lease's holder gets to checkpoint.
     "PREEMPT_GRACE_MINUTES": env_int("CARDPOOL_PREEMPT_GRACE_MINUTES", 10),
+    # Raw telemetry samples are kept this long, then summarised into hourly rows (at least 2).
+    "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
+    # Seconds between pulls from the nodes' DCGM exporters.
+    "TELEMETRY_PULL_SECONDS": env_int("CARDPOOL_TELEMETRY_PULL_SECONDS", 30),
 }
 
 # All periodic jobs, in one place.
 CELERY_BEAT_SCHEDULE = {
     "leasing-sweep": {"task": "leasing.tasks.sweep", "schedule": float(CARDPOOL["SWEEP_SECONDS"])},
+    "inventory-pull-dcgm": {
+        "task": "inventory.tasks.pull_dcgm",
+        "schedule": float(CARDPOOL["TELEMETRY_PULL_SECONDS"]),
+        "options": {"expires": float(CARDPOOL["TELEMETRY_PULL_SECONDS"])},
+    },
+    "inventory-summarise-telemetry": {
+        "task": "inventory.tasks.summarise_telemetry",
+        "schedule": 3600.0,
+    },
     "notifications-deliveries-sweep": {
         "task": "leasing.tasks_notify.deliveries_sweep",
         "schedule": 60.0,

@@ -6,6 +6,7 @@ urlpatterns = [
     path("", include("portal.site_urls")),
     path("inventory/", include("inventory.urls")),
     path("leases/", include("leasing.urls")),
+    path("leases/", include("inventory.urls_telemetry")),
     path("notifications/", include("leasing.urls_notify")),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -49,6 +49,10 @@ def ensure_venv(extras: str = "") -> None:
     stamp.write_text(digest)
 
 
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def demo() -> int:
     ensure_venv()
     env = os.environ.copy()
@@ -82,6 +86,8 @@ def demo() -> int:
         ),
         subprocess.Popen([*manage, "runserver", "--noreload", f"{host}:{port}"], cwd=ROOT, env=env),
     ]
+    # SIGTERM (a service manager, `timeout`) stops everything like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _stop)
     password = env.get("CARDPOOL_DEMO_PASSWORD", "cardpool-demo")
     time.sleep(2)
     say("")

@@ -15,11 +15,13 @@ def _html(fig: go.Figure) -> str:
         height=280,
         barmode="stack",
         legend={"orientation": "h", "y": -0.2},
+        showlegend=True,
         plot_bgcolor="white",
         paper_bgcolor="white",
         font={"family": "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"},
     )
     fig.update_yaxes(gridcolor="#e5e7eb", title=_("card-hours"))
+    fig.update_xaxes(type="category")  # whole days, never zoomed into milliseconds
     return fig.to_html(
         full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
     )

@@ -199,6 +199,11 @@ class Lease(models.Model):
         return self.count * (self.end_at - self.start_at) / timedelta(hours=1)
 
     @property
+    def hours(self) -> float:
+        """The requested duration in hours (for display)."""
+        return self.duration / timedelta(hours=1)
+
+    @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATES
 

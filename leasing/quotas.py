@@ -312,7 +312,7 @@ def admission_breaches(
         breaches += _check(
             scope="member",
             rule=rule,
-            who=_("You"),
+            who=user.get_username(),  # read by the lead who decides, and by the requester
             team=team,
             card_model=card_model,
             count=count,

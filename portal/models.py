@@ -44,7 +44,7 @@ class Team(models.Model):
         help_text=_("End a lease whose cards stay idle after the warning (reason: idle)."),
     )
     idle_threshold_pct = models.PositiveSmallIntegerField(
-        _("idle below (% utilisation)"), default=5
+        _("idle below (percent utilisation)"), default=5
     )
     idle_minutes = models.PositiveIntegerField(_("idle for (minutes)"), default=60)
     allow_borrowing = models.BooleanField(

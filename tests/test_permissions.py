@@ -190,6 +190,8 @@ ROWS = [
     r("leasing:calendar_model", "GET", "/leases/calendar/{model}/", ALL_IN),
     r("leasing:detail", "GET", "/leases/{alice_lease}/", (L, 404, 200, 200, 200, 200)),
     r("leasing:detail", "GET", "/leases/{bob_lease}/", (L, 200, 404, 404, 200, 200)),
+    r("telemetry:lease_utilisation", "GET", "/leases/{alice_lease}/utilisation/", (L, 404, 200, 200, 200, 200)),
+    r("telemetry:lease_utilisation", "GET", "/leases/{bob_lease}/utilisation/", (L, 200, 404, 404, 200, 200)),
     r("leasing:release", "POST", "/leases/{alice_lease}/release/", (L, 404, M, M, M, M),
       probe="leases", writes="alice lena ops"),
     r("leasing:cancel", "POST", "/leases/{pending}/cancel/", (L, 404, M, M, M, M),
@@ -253,6 +255,9 @@ ROWS = [
       (401, 200, 404, 404, 403, 200), data={"count": 2}, api=True,
       probe="leases", writes="bob ops"),
     # Asking by task: computed, never written.
+    # Node agents only (Authorization: Node <token>): no person's session or token works.
+    r("api-telemetry", "POST", "/api/v1/telemetry/", (401,) * 6,
+      data={"samples": [{"index": 0, "utilization_pct": 1}]}, api=True),
     r("api-estimate", "POST", "/api/v1/estimate/", API_ALL_IN,
       data={"profile": {"task": "qlora", "params_b": 7}, "duration_minutes": 60}, api=True,
       probe="leases"),

@@ -20,4 +20,6 @@ def test_docs_page_uses_local_assets_only(client, alice):
 def test_openapi_schema_is_valid_without_warnings(db, tmp_path):
     from django.core.management import call_command
 
-    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
+    call_command(
+        "spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml")
+    )

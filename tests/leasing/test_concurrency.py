@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from leasing import services
 from leasing.models import Allocation, Lease, LeaseStatus
@@ -31,13 +31,14 @@ def test_simultaneous_requests_never_double_book(transactional_db, vision):
     def request(i: int) -> None:
         try:
             barrier.wait()
-            services.lease_request(
-                user=users[i],
-                team=vision,
-                card_model=model,
-                count=1 + i % 3,
-                duration=timedelta(hours=1 + i % 4),
-            )
+            with translation.override("en"):  # threads do not inherit the test's language
+                services.lease_request(
+                    user=users[i],
+                    team=vision,
+                    card_model=model,
+                    count=1 + i % 3,
+                    duration=timedelta(hours=1 + i % 4),
+                )
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
@@ -126,13 +127,14 @@ def test_concurrent_quota_holds_under_simultaneous_requests(transactional_db, vi
     def request(i: int) -> None:
         try:
             barrier.wait()
-            services.lease_request(
-                user=users[i],
-                team=vision,
-                card_model=model,
-                count=1 + i % 2,
-                duration=timedelta(hours=1),
-            )
+            with translation.override("en"):  # threads do not inherit the test's language
+                services.lease_request(
+                    user=users[i],
+                    team=vision,
+                    card_model=model,
+                    count=1 + i % 2,
+                    duration=timedelta(hours=1),
+                )
         except ValidationError as exc:
             refused.append(" ".join(exc.messages))
         except BaseException as exc:  # noqa: BLE001 - reported below

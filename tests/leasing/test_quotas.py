@@ -107,7 +107,7 @@ def test_member_limit_goes_to_the_lead_who_approves(
     )
     lease = ask(alice, vision, a100, count=3)
     assert lease.status == LeaseStatus.PENDING_APPROVAL
-    assert "You may hold at most 2 cards" in lease.approval_reason
+    assert "alice may hold at most 2 cards" in lease.approval_reason
     assert not lease.allocations.exists()
     with pytest.raises(PermissionDenied):
         services.lease_approve(lease=lease, user=alice)

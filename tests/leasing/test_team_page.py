@@ -49,7 +49,7 @@ def test_lead_approves_and_rejects_from_the_page(
     )
     first, second = ask(alice, vision, a100, count=2), ask(alice, vision, a100, count=2)
     page = as_lena.get("/teams/vision/").content.decode()
-    assert f'data-lease="{first.pk}"' in page and "You may hold at most 1 cards" in page
+    assert f'data-lease="{first.pk}"' in page and "alice may hold at most 1 cards" in page
     as_lena.post(f"/teams/vision/approvals/{first.pk}/approve/", {"reason": "ok"})
     as_lena.post(f"/teams/vision/approvals/{second.pk}/reject/", {"reason": ""})
     first.refresh_from_db()

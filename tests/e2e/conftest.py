@@ -24,61 +24,78 @@ def _database_url() -> str:
     return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-@pytest.fixture
-def worker(transactional_db, tmp_path):
-    """A Celery worker process (prefork, 2 children) with beat, like production."""
-    from portal.celery import app
-
-    with app.connection_for_write() as conn:  # drop leftovers of earlier runs
-        conn.default_channel.queue_purge("celery")
+def start_worker(tmp_path, name: str = "worker") -> subprocess.Popen:
+    """Start a Celery worker process (prefork, 2 children) with beat, like production;
+    return once it is ready."""
     env = os.environ | {
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": _database_url(),
         "CARDPOOL_VAR_DIR": str(tmp_path),
         "CARDPOOL_SWEEP_SECONDS": "2",
     }
-    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "portal",
-            "worker",
-            "--beat",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            "2",
-            "--without-gossip",
-            "--without-mingle",
-            "--hostname",
-            f"e2e-{os.getpid()}@%h",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log_path = tmp_path / f"{name}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "--beat",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--without-gossip",
+                "--without-mingle",
+                "--hostname",
+                f"e2e-{name}-{os.getpid()}@%h",
+                "--schedule",
+                str(tmp_path / f"{name}-beat-schedule"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if " ready." in (tmp_path / "worker.log").read_text():
-            break
+        if " ready." in log_path.read_text():
+            return proc
         if proc.poll() is not None:
-            pytest.fail(
-                "the worker died on start:\n" + (tmp_path / "worker.log").read_text()[-3000:]
-            )
+            pytest.fail("the worker died on start:\n" + log_path.read_text()[-3000:])
         time.sleep(0.2)
-    else:
-        pytest.fail("the worker did not become ready in 30 s")
-    yield proc
+    proc.kill()
+    pytest.fail("the worker did not become ready in 30 s")
+
+
+def stop_worker(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
     proc.terminate()
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
-    log.close()
+
+
+def purge_broker() -> None:
+    """Drop messages left over from earlier runs."""
+    from portal.celery import app
+
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("celery")
+
+
+@pytest.fixture
+def worker(transactional_db, tmp_path):
+    """A real worker with beat against the test database and the real broker."""
+    purge_broker()
+    proc = start_worker(tmp_path)
+    yield proc
+    stop_worker(proc)
 
 
 def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.05):

@@ -1,0 +1,67 @@
+"""A worker killed during reclamation: once any worker runs again, nothing stays active past
+its end for longer than the sweep interval (the ETA task died with the worker; the sweep
+re-finds the lease)."""
+
+import os
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from leasing import services
+from leasing.models import EndReason, Lease, LeaseStatus
+from tests.e2e.conftest import purge_broker, start_worker, stop_worker, wait_for
+from tests.factories import CardModelFactory, make_node
+
+pytestmark = [pytest.mark.postgres, pytest.mark.broker]
+
+SWEEP_SECONDS = 2  # start_worker's CARDPOOL_SWEEP_SECONDS
+
+
+def test_killed_worker_leaves_no_lease_active_past_the_sweep_interval(
+    transactional_db, tmp_path, alice, vision
+):
+    purge_broker()
+    model = CardModelFactory(slug="crash-a100")
+    make_node(model, cards=4, domains=1, hostname="crash-node")
+    first = start_worker(tmp_path, "first")
+    try:
+        leases = [
+            services.lease_request(
+                user=alice, team=vision, card_model=model, count=1, duration=timedelta(seconds=6)
+            )
+            for _ in range(3)
+        ]
+        wait_for(lambda: Lease.objects.filter(status=LeaseStatus.ACTIVE).count() == 3, timeout=10)
+        # The worker holds the expiry tasks (ETA = end time) in memory; kill it hard.
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+    finally:
+        stop_worker(first)
+    time.sleep(max((max(lease.end_at for lease in leases) - timezone.now()).total_seconds(), 0) + 3)
+    assert (
+        Lease.objects.filter(status=LeaseStatus.ACTIVE).count() == 3
+    )  # nobody reclaims: no worker
+    second = start_worker(tmp_path, "second")
+    ready_at = timezone.now()
+    try:
+        wait_for(
+            lambda: (
+                not Lease.objects.filter(
+                    status__in=[LeaseStatus.ACTIVE, LeaseStatus.RELEASING]
+                ).exists()
+            ),
+            timeout=20,
+        )
+    finally:
+        stop_worker(second)
+    for lease in Lease.objects.all():
+        assert lease.end_reason == EndReason.EXPIRED
+        assert (
+            lease.ended_at == lease.end_at
+        )  # usage stops at the booked end, not at the late reclaim
+        reclaimed = lease.events.get(kind="expire").at
+        # Within a sweep interval (and a little processing) of a worker being back.
+        assert reclaimed - ready_at < timedelta(seconds=SWEEP_SECONDS + 5)

@@ -372,6 +372,8 @@ CARDPOOL = {
     "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
     # Seconds between pulls from the nodes' DCGM exporters.
     "TELEMETRY_PULL_SECONDS": env_int("CARDPOOL_TELEMETRY_PULL_SECONDS", 30),
+    # Bearer token Prometheus scrapes /metrics with (empty: operators' sessions only).
+    "METRICS_TOKEN": env("CARDPOOL_METRICS_TOKEN", ""),
 }
 
 # All periodic jobs, in one place.

@@ -155,6 +155,8 @@ ROWS = [
     r("notifications:webhook_test", "POST",
       "/notifications/settings/webhooks/{vision_hook}/test/", (L, 404, 404, M, 404, M),
       probe="deliveries", writes="lena ops"),
+    # --- monitoring: /metrics (operators' sessions; scrapers use the bearer token) ------------
+    r("metrics", "GET", "/metrics", (401, 403, 403, 403, 403, 200)),
     # --- pages: teams ------------------------------------------------------------------
     r("team_list", "GET", "/teams/", ALL_IN, sees=TEAMS_SEEN),
     r("team_detail", "GET", "/teams/vision/", (L, 404, 404, 200, 200, 200),

@@ -117,3 +117,4 @@ def sweep() -> dict:
 
 
 from leasing.tasks_notify import *  # noqa
+from leasing.tasks_usage import *  # noqa

@@ -374,6 +374,8 @@ CARDPOOL = {
     "TELEMETRY_PULL_SECONDS": env_int("CARDPOOL_TELEMETRY_PULL_SECONDS", 30),
     # Bearer token Prometheus scrapes /metrics with (empty: operators' sessions only).
     "METRICS_TOKEN": env("CARDPOOL_METRICS_TOKEN", ""),
+    # Preemptible leases pay this fraction of the price (0…1; checked in leasing.usage).
+    "PREEMPTIBLE_DISCOUNT": env("CARDPOOL_PREEMPTIBLE_DISCOUNT", "0.5"),
 }
 
 # All periodic jobs, in one place.
@@ -392,6 +394,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "leasing.tasks_notify.deliveries_sweep",
         "schedule": 60.0,
     },
+    "usage-record-missing": {"task": "leasing.tasks_usage.usage_record_missing", "schedule": 300.0},
 }
 
 LOGGING = {

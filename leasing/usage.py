@@ -1,0 +1,236 @@
+"""Usage records: what an ended lease held, minute by minute, at the price in force.
+
+A lease's allocations are the truth of which card it held when. When the lease ends (or
+fails) they are cut into pieces at month boundaries (site time zone) and at price changes,
+summed per node, and written as ``UsageRecord`` rows, once (a unique constraint and an
+existence check make a second run write nothing).
+
+Rounding, chosen so that every total reconciles exactly:
+
+- times are truncated to the whole minute (UTC) before anything is counted, so the pieces
+  of an allocation add up to its minutes exactly, however it is split;
+- ``price = (team price in force, else list price in force, else the card model's price)
+  × discount`` (the preemptible discount, or 1), kept to 4 decimal places (half up);
+- ``cost = round(card_minutes × price / 60, 2)`` half up, per record; reports and
+  statements only ever add up ``cost``.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef
+
+from leasing.models import (
+    Allocation,
+    Lease,
+    LeaseStatus,
+    Price,
+    Priority,
+    TeamPrice,
+    UsageRecord,
+)
+from leasing.quotas import month_of, months_between
+
+logger = logging.getLogger(__name__)
+
+RECORDED_STATES = (LeaseStatus.ENDED, LeaseStatus.FAILED)
+MINUTE = timedelta(minutes=1)
+CENT = Decimal("0.01")
+PRICE_PLACES = Decimal("0.0001")
+BATCH = 500
+
+
+def floor_minute(t: datetime) -> datetime:
+    return t.replace(second=0, microsecond=0)
+
+
+def preemptible_discount() -> Decimal:
+    """The factor a preemptible lease's price is multiplied by (setting, 0…1)."""
+    raw = settings.CARDPOOL.get("PREEMPTIBLE_DISCOUNT", "0.5")
+    try:
+        value = Decimal(str(raw))
+    except InvalidOperation as exc:
+        raise ImproperlyConfigured(
+            f"CARDPOOL_PREEMPTIBLE_DISCOUNT is not a number: {raw!r}"
+        ) from exc
+    if not Decimal(0) <= value <= Decimal(1):
+        raise ImproperlyConfigured(f"CARDPOOL_PREEMPTIBLE_DISCOUNT must be 0…1, not {raw!r}")
+    return value
+
+
+def record_cost(card_minutes: int, price: Decimal) -> Decimal:
+    """The one rounding rule: a record's cost to the cent, half up."""
+    return (Decimal(card_minutes) * price / 60).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+@dataclass
+class PriceBook:
+    """The prices a team pays for one card model over time (list, team override, default)."""
+
+    default: Decimal
+    list_prices: list[tuple[datetime, Decimal]]  # sorted by effective_from
+    team_prices: list[tuple[datetime, Decimal]]
+
+    @classmethod
+    def load(cls, *, card_model, team_id: int, until: datetime) -> PriceBook:
+        def rows(qs):
+            return [
+                (floor_minute(at), price)
+                for at, price in qs.filter(effective_from__lt=until)
+                .order_by("effective_from")
+                .values_list("effective_from", "price_per_hour")
+            ]
+
+        return cls(
+            default=card_model.price_per_hour,
+            list_prices=rows(Price.objects.filter(card_model=card_model)),
+            team_prices=rows(TeamPrice.objects.filter(card_model=card_model, team_id=team_id)),
+        )
+
+    @staticmethod
+    def _at(prices: list[tuple[datetime, Decimal]], t: datetime) -> Decimal | None:
+        i = bisect_right([at for at, _ in prices], t)
+        return prices[i - 1][1] if i else None
+
+    def list_price_at(self, t: datetime) -> Decimal:
+        """The price in force at *t*: a team override wins over the list price."""
+        for prices in (self.team_prices, self.list_prices):
+            found = self._at(prices, t)
+            if found is not None:
+                return found
+        return self.default
+
+    def changes(self) -> list[datetime]:
+        return [at for at, _ in self.list_prices + self.team_prices]
+
+
+@dataclass
+class _Piece:
+    start: datetime
+    end: datetime
+    card_minutes: int = 0
+    cards: set = field(default_factory=set)
+    region_id: int = 0
+
+
+def _windows(
+    lo: datetime, hi: datetime, changes: list[datetime]
+) -> list[tuple[datetime, datetime]]:
+    """[lo, hi) cut at every month start and price change inside it."""
+    cuts = {lo, hi}
+    cuts.update(m_start for m_start, _ in months_between(lo, hi) if lo < m_start < hi)
+    cuts.update(at for at in changes if lo < at < hi)
+    ordered = sorted(cuts)
+    return list(zip(ordered, ordered[1:], strict=False))
+
+
+def usage_pieces(lease: Lease) -> list[UsageRecord]:
+    """The usage records a lease's allocations make (unsaved)."""
+    allocations = [
+        (card, node, region, floor_minute(start), floor_minute(end))
+        for card, node, region, start, end in Allocation.objects.filter(lease=lease).values_list(
+            "card_id", "card__node_id", "card__node__region_id", "start_at", "end_at"
+        )
+    ]
+    allocations = [a for a in allocations if a[4] > a[3]]
+    if not allocations:
+        return []
+    lo = min(a[3] for a in allocations)
+    hi = max(a[4] for a in allocations)
+    book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
+    discount = preemptible_discount() if lease.priority == Priority.PREEMPTIBLE else Decimal(1)
+    records = []
+    for w_start, w_end in _windows(lo, hi, book.changes()):
+        by_node: dict[int, _Piece] = {}
+        for card, node, region, start, end in allocations:
+            s, e = max(start, w_start), min(end, w_end)
+            if e <= s:
+                continue
+            piece = by_node.setdefault(node, _Piece(start=s, end=e, region_id=region))
+            piece.start, piece.end = min(piece.start, s), max(piece.end, e)
+            piece.card_minutes += (e - s) // MINUTE
+            piece.cards.add(card)
+        list_price = book.list_price_at(w_start)
+        price = (list_price * discount).quantize(PRICE_PLACES, rounding=ROUND_HALF_UP)
+        for node, piece in sorted(by_node.items()):
+            records.append(
+                UsageRecord(
+                    lease=lease,
+                    user_id=lease.user_id,
+                    team_id=lease.team_id,
+                    department_id=lease.team.department_id,
+                    card_model_id=lease.card_model_id,
+                    vendor=lease.card_model.vendor,
+                    node_id=node,
+                    region_id=piece.region_id,
+                    priority=lease.priority,
+                    month=month_of(w_start)[0].date(),
+                    start_at=piece.start,
+                    end_at=piece.end,
+                    cards=len(piece.cards),
+                    minutes=(piece.end - piece.start) // MINUTE,
+                    card_minutes=piece.card_minutes,
+                    list_price=list_price,
+                    discount=discount,
+                    price=price,
+                    cost=record_cost(piece.card_minutes, price),
+                )
+            )
+    records.sort(key=lambda r: (r.start_at, r.node_id))
+    if lease.activated_at and lease.submitted_at:
+        wait = (lease.activated_at - lease.submitted_at).total_seconds()
+        records[0].wait_seconds = max(int(wait), 0)
+    return records
+
+
+def usage_record_lease(lease_id: int) -> int:
+    """Write the usage records of an ended or failed lease; returns how many were written.
+
+    Safe to call twice or concurrently: a lease that has records is left alone, and the
+    unique constraint turns a racing second writer into a no-op.
+    """
+    lease = (
+        Lease.objects.select_related("team", "card_model")
+        .filter(pk=lease_id, status__in=RECORDED_STATES)
+        .first()
+    )
+    if lease is None or UsageRecord.objects.filter(lease_id=lease_id).exists():
+        return 0
+    records = usage_pieces(lease)
+    try:
+        with transaction.atomic():
+            UsageRecord.objects.bulk_create(records)
+    except IntegrityError:
+        return 0
+    return len(records)
+
+
+def usage_record_lease_safely(lease_id: int) -> None:
+    """For the end-of-lease hook: never let a billing hiccup break an ending (the sweep retries)."""
+    try:
+        usage_record_lease(lease_id)
+    except Exception:
+        logger.exception(
+            "usage records for lease %s failed; the periodic task will retry", lease_id
+        )
+
+
+def leases_missing_usage():
+    """Ended or failed leases that held a card for at least a minute and have no records yet."""
+    held = Allocation.objects.filter(lease=OuterRef("pk"), end_at__gte=F("start_at") + MINUTE)
+    recorded = UsageRecord.objects.filter(lease=OuterRef("pk"))
+    return Lease.objects.filter(status__in=RECORDED_STATES).filter(Exists(held), ~Exists(recorded))
+
+
+def usage_record_missing(*, batch: int = BATCH) -> int:
+    """Record a bounded batch of leases the end-of-lease hook missed; returns records written."""
+    ids = list(leases_missing_usage().order_by("pk").values_list("pk", flat=True)[:batch])
+    return sum(usage_record_lease(lease_id) for lease_id in ids)

@@ -9,18 +9,24 @@ from inventory.selectors import card_models_with_counts
 from leasing import selectors as lease_selectors
 from leasing.models import OPEN_STATES, LeaseStatus
 from portal.models import Membership
+from portal.views_pool import next_free
 
 
 @login_required
 def dashboard(request):
-    """The pool at a glance (free now / total per card model, queue length) and my open leases."""
+    """The pool at a glance (free now / total per card model, queue length, when a busy model
+    frees up) and my open leases."""
     now = timezone.now()
-    board = (
+    board = list(
         card_models_with_counts(now)
         .filter(total__gt=0)
         .annotate(waiting=Count("leases", filter=Q(leases__status=LeaseStatus.QUEUED)))
         .order_by("vendor", "-memory_gb", "name")
     )
+    # None free now: when would one card be, behind the queue (3 queries for all such models).
+    frees_at = next_free(now, [cm.pk for cm in board if not cm.available])
+    for cm in board:
+        cm.frees_at = frees_at.get(cm.pk)
     context = {
         "board": board,
         "my_open": lease_selectors.my_leases(request.user).filter(status__in=OPEN_STATES)[:10],

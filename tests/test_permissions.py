@@ -119,6 +119,7 @@ ROWS = [
     # r(url name, method, path, expected per role: (anon, bob, alice, lena, fin, ops), ...)
     # --- pages: dashboard, profile -----------------------------------------------------
     r("dashboard", "GET", "/", ALL_IN, sees=OWN_OPEN),
+    r("pool", "GET", "/pool/", ALL_IN),
     r("profile:index", "GET", "/accounts/profile/", ALL_IN),
     r("profile:index", "POST", "/accounts/profile/", (L, M, M, M, M, M),
       data={"timezone": "Europe/Berlin", "language": "en"},

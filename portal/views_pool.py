@@ -1,0 +1,395 @@
+"""The pool page (/pool/): how the pool has been used, in plotly charts, for everyone signed in.
+
+Every series is aggregated in the database with a fixed number of queries, whatever the
+number of cards or leases: occupancy and queue length over time are running sums of
+per-hour counts (things that started minus things that ended in each hour, ``TruncHour``)
+on top of a baseline counted once at the window's start.
+
+Who sees names in "top users": operators and finance see everyone's; a team lead sees the
+names of the members of the teams they lead; anyone else sees only their own name — the
+other bars are labelled by rank.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import plotly.graph_objects as go
+from django.contrib.auth.decorators import login_required
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Greatest, Least, TruncHour
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, CardModel, Node
+from inventory.selectors import covering_allocations, node_takes_leases_q
+from leasing.models import WAITING_STATES, Allocation, Lease, LeaseEvent, LeaseStatus
+from leasing.scheduler import planner
+from portal.models import Membership
+from portal.permissions import is_finance, is_operator
+
+HOURS = 7 * 24
+TOP_USERS_DAYS = 30
+TOP_USERS = 10
+# Queue waits, in seconds: the upper bound of each bar of the histogram (the last is open).
+WAIT_BINS = (60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+# "Frees up": the earliest a 1-card request made now would start, behind the queue.
+FREE_FOR = timedelta(hours=1)
+
+
+def _hour_starts(now: datetime) -> list[datetime]:
+    """The starts of the last HOURS whole hours (UTC), the current one last."""
+    current = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return [current - timedelta(hours=HOURS - 1 - i) for i in range(HOURS)]
+
+
+def _hourly(rows, key: str) -> dict[int, dict[datetime, int]]:
+    out: dict[int, dict[datetime, int]] = defaultdict(dict)
+    for row in rows:
+        out[row[key]][row["hour"].astimezone(UTC)] = row["n"]
+    return out
+
+
+def _running(
+    baseline: dict[int, int],
+    ins: dict[int, dict[datetime, int]],
+    outs: dict[int, dict[datetime, int]],
+    hours: list[datetime],
+    model_ids,
+) -> dict[int, list[int]]:
+    """Per model: baseline + Σ(ins − outs) through each hour — the level at each hour's end."""
+    series = {}
+    for model_id in model_ids:
+        level = baseline.get(model_id, 0)
+        points = []
+        for hour in hours:
+            level += ins.get(model_id, {}).get(hour, 0) - outs.get(model_id, {}).get(hour, 0)
+            points.append(level)
+        series[model_id] = points
+    return series
+
+
+def held_per_hour(now: datetime, hours: list[datetime], model_ids) -> dict[int, list[int]]:
+    """Cards held at the end of each hour (at *now* for the current one), per model: 3 queries."""
+    start = hours[0]
+    model = "card__card_model_id"
+    allocations = Allocation.objects.filter(card__card_model_id__in=model_ids).order_by()
+    baseline = dict(
+        allocations.filter(start_at__lt=start, end_at__gte=start)
+        .values_list(model)
+        .annotate(n=Count("pk"))
+    )
+    starts = _hourly(
+        allocations.filter(start_at__gte=start, start_at__lte=now)
+        .values(model, hour=TruncHour("start_at", tzinfo=UTC))
+        .annotate(n=Count("pk")),
+        model,
+    )
+    ends = _hourly(
+        allocations.filter(end_at__gte=start, end_at__lte=now)
+        .values(model, hour=TruncHour("end_at", tzinfo=UTC))
+        .annotate(n=Count("pk")),
+        model,
+    )
+    return _running(baseline, starts, ends, hours, model_ids)
+
+
+def _left_queue() -> Q:
+    """A lease event that took a lease out of waiting (placed, booked, cancelled, rejected)."""
+    return Q(from_status__in=WAITING_STATES) & ~Q(to_status__in=(*WAITING_STATES, ""))
+
+
+def queue_per_hour(now: datetime, hours: list[datetime], model_ids) -> dict[int, list[int]]:
+    """Leases waiting at the end of each hour, per model: 4 queries.
+
+    A lease waits from its submission until the event that takes it out of waiting;
+    leases that never waited (a resize's new lease) have no such event and are not counted.
+    """
+    start = hours[0]
+    leaves = LeaseEvent.objects.filter(_left_queue(), lease__card_model_id__in=model_ids)
+    waited = Q(status__in=WAITING_STATES) | Exists(leaves.filter(lease=OuterRef("pk")))
+    leases = Lease.objects.filter(card_model_id__in=model_ids).order_by()
+    baseline: dict[int, int] = defaultdict(int)
+    for model_id, n in (
+        leaves.filter(at__gte=start, lease__submitted_at__lt=start)
+        .order_by()
+        .values_list("lease__card_model_id")
+        .annotate(n=Count("pk"))
+    ):
+        baseline[model_id] += n
+    for model_id, n in (
+        leases.filter(status__in=WAITING_STATES, submitted_at__lt=start)
+        .values_list("card_model_id")
+        .annotate(n=Count("pk"))
+    ):
+        baseline[model_id] += n
+    entries = _hourly(
+        leases.filter(waited, submitted_at__gte=start, submitted_at__lte=now)
+        .values("card_model_id", hour=TruncHour("submitted_at", tzinfo=UTC))
+        .annotate(n=Count("pk")),
+        "card_model_id",
+    )
+    exits = _hourly(
+        leaves.filter(at__gte=start, at__lte=now)
+        .order_by()
+        .values("lease__card_model_id", hour=TruncHour("at", tzinfo=UTC))
+        .annotate(n=Count("pk")),
+        "lease__card_model_id",
+    )
+    return _running(baseline, entries, exits, hours, model_ids)
+
+
+def queue_waits(now: datetime, model_ids) -> dict[int, list[int]]:
+    """Per model, how many leases got their cards in the last 7 days after waiting in each
+    WAIT_BINS bar (submission → placed or booked): one query."""
+    placed = LeaseEvent.objects.filter(
+        at__gt=now - timedelta(hours=HOURS),
+        at__lte=now,
+        from_status__in=WAITING_STATES,
+        to_status__in=(LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING),
+        lease__card_model_id__in=model_ids,
+    )
+    within = {
+        f"le_{b}": Count("pk", filter=Q(at__lte=F("lease__submitted_at") + timedelta(seconds=b)))
+        for b in WAIT_BINS
+    }
+    out = {}
+    for row in (
+        placed.order_by().values("lease__card_model_id").annotate(total=Count("pk"), **within)
+    ):
+        cumulative = [row[f"le_{b}"] for b in WAIT_BINS] + [row["total"]]
+        out[row["lease__card_model_id"]] = [
+            n - (cumulative[i - 1] if i else 0) for i, n in enumerate(cumulative)
+        ]
+    return out
+
+
+def down_now(now: datetime, model_ids) -> dict[int, int]:
+    """Cards out of service now (faulty, or healthy and idle on a node not taking leases).
+
+    The inventory keeps no history of card or node states, so the charts draw today's
+    count across the whole window.
+    """
+    down = Card.objects.filter(card_model_id__in=model_ids).exclude(status=Card.Status.RETIRED)
+    down = down.filter(
+        Q(status=Card.Status.FAULTY)
+        | (~node_takes_leases_q(now) & ~Exists(covering_allocations(now)))
+    )
+    return dict(down.order_by().values_list("card_model_id").annotate(n=Count("pk")))
+
+
+def top_users(now: datetime, viewer) -> list[dict]:
+    """The TOP_USERS users with the most card-hours held in the last 30 days: one query.
+
+    Each row has ``label`` (a name or a rank, per who is looking), ``hours`` and ``is_me``.
+    """
+    since = now - timedelta(days=TOP_USERS_DAYS)
+    held = ExpressionWrapper(
+        Least("end_at", Value(now, output_field=DateTimeField()))
+        - Greatest("start_at", Value(since, output_field=DateTimeField())),
+        output_field=DurationField(),
+    )
+    rows = list(
+        Allocation.objects.filter(start_at__lt=now, end_at__gt=since)
+        .order_by()
+        .values("lease__user_id", "lease__user__username")
+        .annotate(held=Sum(held))
+        .order_by("-held", "lease__user_id")[:TOP_USERS]
+    )
+    if is_operator(viewer) or is_finance(viewer):
+        named = {row["lease__user_id"] for row in rows}
+    else:
+        led = Membership.objects.filter(user=viewer, role=Membership.Role.LEAD).values("team")
+        named = set(
+            Membership.objects.filter(
+                team__in=led, user_id__in=[row["lease__user_id"] for row in rows]
+            ).values_list("user_id", flat=True)
+        )
+        named.add(viewer.pk)
+    return [
+        {
+            "label": row["lease__user__username"]
+            if row["lease__user_id"] in named
+            else _("user #%(rank)d") % {"rank": rank},
+            "hours": row["held"].total_seconds() / 3600 if row["held"] else 0.0,
+            "is_me": row["lease__user_id"] == viewer.pk,
+        }
+        for rank, row in enumerate(rows, start=1)
+    ]
+
+
+def next_free(now: datetime, model_ids) -> dict[int, datetime | None]:
+    """When a 1-card, FREE_FOR request made now would start, per model, behind the queue.
+
+    For the dashboard's fully busy models; three queries for all of them together.
+    None: no card of the model is in service.
+    """
+    if not model_ids:
+        return {}
+    slots: dict[int, list[planner.CardSlot]] = defaultdict(list)
+    for pk, model_id, node_id, domain, status, drain_at in (
+        Card.objects.filter(card_model_id__in=model_ids, status=Card.Status.OK)
+        .filter(node_takes_leases_q(now))
+        .values_list(
+            "pk",
+            "card_model_id",
+            "node_id",
+            "interconnect_domain",
+            "node__status",
+            "node__drain_at",
+        )
+        .order_by("node_id", "index")
+    ):
+        usable_until = drain_at if status == Node.Status.DRAINING else None
+        slots[model_id].append(planner.CardSlot(pk, node_id, domain, usable_until))
+    timelines: dict[int, planner.Timeline] = defaultdict(planner.Timeline)
+    for card_id, model_id, start, end, preempt_at in Allocation.objects.filter(
+        card__card_model_id__in=model_ids, end_at__gt=now
+    ).values_list("card_id", "card__card_model_id", "start_at", "end_at", "lease__preempt_at"):
+        if preempt_at is not None:
+            end = min(end, max(preempt_at, now))
+        if end > max(start, now):
+            timelines[model_id].add(card_id, max(start, now), end)
+    queues: dict[int, list[planner.Request]] = defaultdict(list)
+    for pk, model_id, count, duration, start, same_node in (
+        Lease.objects.filter(card_model_id__in=model_ids, status=LeaseStatus.QUEUED)
+        .order_by("-priority_rank", "submitted_at", "pk")
+        .values_list("pk", "card_model_id", "count", "duration", "start_at", "same_node")
+    ):
+        queues[model_id].append(planner.Request(pk, count, duration, max(start, now), same_node))
+    out = {}
+    for model_id in model_ids:
+        cards, timeline = slots.get(model_id, []), timelines[model_id]
+        if not cards:
+            out[model_id] = None
+            continue
+        planner.plan_queue(cards, timeline, queues.get(model_id, []))
+        decision = planner.earliest(cards, timeline, planner.Request(0, 1, FREE_FOR, now))
+        out[model_id] = decision.start
+    return out
+
+
+# --- charts ----------------------------------------------------------------------------------
+
+
+def _html(fig: go.Figure, *, y_title: str, height: int = 260, stack: bool = False) -> str:
+    fig.update_layout(
+        margin={"l": 50, "r": 10, "t": 30, "b": 40},
+        height=height,
+        barmode="stack" if stack else "group",
+        legend={"orientation": "h", "y": -0.25},
+        plot_bgcolor="white",
+        paper_bgcolor="white",
+        font={"family": "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"},
+    )
+    fig.update_yaxes(gridcolor="#e5e7eb", title=y_title, rangemode="tozero")
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
+    )
+
+
+def _local(hours: list[datetime], now: datetime) -> list[str]:
+    """Each hour's end (the moment its level is read), in the viewer's time zone."""
+    ends = [min(h + timedelta(hours=1), now) for h in hours]
+    return [timezone.localtime(t).strftime("%Y-%m-%d %H:%M") for t in ends]
+
+
+def utilisation_chart(name: str, x, held: list[int], total: int, down: int) -> str:
+    free = [max(total - h - down, 0) for h in held]
+    fig = go.Figure()
+    fig.add_scatter(x=x, y=held, name=_("held"), stackgroup="one", line={"color": "#2563eb"})
+    fig.add_scatter(x=x, y=free, name=_("free"), stackgroup="one", line={"color": "#16a34a"})
+    fig.add_scatter(
+        x=x, y=[down] * len(x), name=_("down"), stackgroup="one", line={"color": "#9ca3af"}
+    )
+    fig.update_layout(title={"text": name, "font": {"size": 14}})
+    return _html(fig, y_title=_("cards"), height=240)
+
+
+def queue_chart(x, series: dict[str, list[int]]) -> str:
+    fig = go.Figure()
+    for name, points in sorted(series.items()):
+        fig.add_scatter(x=x, y=points, name=name, mode="lines", line={"shape": "hv"})
+    return _html(fig, y_title=_("leases waiting"))
+
+
+def wait_chart(series: dict[str, list[int]]) -> str:
+    labels = [
+        _("< 1 min"),
+        _("1–5 min"),
+        _("5–15 min"),
+        _("15–60 min"),
+        _("1–4 h"),
+        _("4–24 h"),
+        _("> 24 h"),
+    ]
+    fig = go.Figure()
+    for name, counts in sorted(series.items()):
+        fig.add_bar(x=labels, y=counts, name=name)
+    fig.update_xaxes(type="category")
+    return _html(fig, y_title=_("leases"), stack=True)
+
+
+def top_users_chart(rows: list[dict]) -> str:
+    rows = list(reversed(rows))  # plotly draws horizontal bars bottom-up
+    fig = go.Figure()
+    fig.add_bar(
+        x=[round(r["hours"], 1) for r in rows],
+        y=[r["label"] for r in rows],
+        orientation="h",
+        marker={"color": ["#f59e0b" if r["is_me"] else "#2563eb" for r in rows]},
+        showlegend=False,
+    )
+    fig.update_yaxes(type="category")
+    return _html(fig, y_title="", height=60 + 28 * max(len(rows), 1))
+
+
+@login_required
+def pool(request):
+    """Pool utilisation, queue length and waits over the last 7 days; top users over 30."""
+    now = timezone.now()
+    totals = dict(
+        Card.objects.exclude(status=Card.Status.RETIRED)
+        .order_by()
+        .values_list("card_model_id")
+        .annotate(n=Count("pk"))
+    )
+    models = list(
+        CardModel.objects.filter(pk__in=list(totals))
+        .order_by("vendor", "-memory_gb", "name")
+        .values("pk", "name")
+    )
+    ids = [m["pk"] for m in models]
+    names = {m["pk"]: m["name"] for m in models}
+    hours = _hour_starts(now)
+    x = _local(hours, now)
+    held = held_per_hour(now, hours, ids)
+    down = down_now(now, ids)
+    queue = queue_per_hour(now, hours, ids)
+    waits = queue_waits(now, ids)
+    users = top_users(now, request.user)
+    context = {
+        "utilisation": [
+            utilisation_chart(names[i], x, held[i], totals.get(i, 0), down.get(i, 0)) for i in ids
+        ],
+        "queue_chart": queue_chart(x, {names[i]: queue[i] for i in ids}) if ids else "",
+        "wait_chart": wait_chart({names[i]: waits[i] for i in waits}) if waits else "",
+        "users_chart": top_users_chart(users) if users else "",
+        "days": HOURS // 24,
+        "top_days": TOP_USERS_DAYS,
+        "names_shown": is_operator(request.user) or is_finance(request.user),
+    }
+    return render(request, "portal/pool.html", context)

@@ -117,4 +117,5 @@ def sweep() -> dict:
 
 
 from leasing.tasks_notify import *  # noqa
+from leasing.tasks_slurm import *  # noqa
 from leasing.tasks_usage import *  # noqa

@@ -113,6 +113,12 @@ class Profile(models.Model):
         blank=True,
         help_text=_("Minutes before the end of each lease to warn, e.g. [1440, 60, 10]."),
     )
+    slurm_user = models.CharField(
+        _("Slurm user"),
+        max_length=64,
+        blank=True,
+        help_text=_("The Unix/Slurm account leases run as; empty means the same as the username."),
+    )
 
     class Meta:
         verbose_name = _("profile")

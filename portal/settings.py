@@ -329,6 +329,46 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
+
+# --- Slurm backend (docs/operations.md, "Slurm backend") --------------------------------
+def _slurm_gres_types(raw: str) -> dict[str, str]:
+    """``a100-80g-sxm=a100,h800=h800`` (card model slug=GRES type); fails loudly when malformed."""
+    pairs = {}
+    for item in (part.strip() for part in raw.split(",")):
+        slug, sep, gres = item.partition("=")
+        if item and (not sep or not slug.strip() or not gres.strip()):
+            raise ImproperlyConfigured(
+                f"CARDPOOL_SLURM_GRES_TYPES: {item!r} is not card-model-slug=gres-type"
+            )
+        if item:
+            pairs[slug.strip()] = gres.strip()
+    return pairs
+
+
+CARDPOOL_SLURM = {
+    # Where salloc/squeue/scontrol/scancel live ("" = on PATH) and the slurm.conf to use.
+    "BIN_DIR": env("CARDPOOL_SLURM_BIN_DIR", ""),
+    "CONF": env("CARDPOOL_SLURM_CONF", ""),
+    # How the worker runs salloc as the lease holder: sudo (sudo -n -u USER), runuser (root),
+    # uid (root: salloc --uid) or none (everything as the worker's own account).
+    "RUN_AS": env("CARDPOOL_SLURM_RUN_AS", "sudo"),
+    "IMMEDIATE_SECONDS": env_int("CARDPOOL_SLURM_IMMEDIATE_SECONDS", 5),
+    "COMMAND_TIMEOUT": env_int("CARDPOOL_SLURM_COMMAND_TIMEOUT", 30),
+    "JOB_PREFIX": env("CARDPOOL_SLURM_JOB_PREFIX", "cardpool-"),
+    "GRES_NAME": env("CARDPOOL_SLURM_GRES_NAME", "gpu"),
+    # Card model slug -> GRES type, e.g. "a100-80g-sxm=a100,h800=h800" (node labels
+    # slurm:gres:<slug>, written by sync_slurm, win over it).
+    "GRES_TYPES": _slurm_gres_types(env("CARDPOOL_SLURM_GRES_TYPES", "") or ""),
+    "PARTITION": env("CARDPOOL_SLURM_PARTITION", ""),
+    "ACCOUNT": env("CARDPOOL_SLURM_ACCOUNT", ""),
+    # Slurm's time limit runs this long past the lease's end: a backstop behind Cardpool's expiry.
+    "GRACE_MINUTES": env_int("CARDPOOL_SLURM_GRACE_MINUTES", 2),
+    # Region of nodes sync_slurm creates.
+    "REGION": env("CARDPOOL_SLURM_REGION", "slurm"),
+    # Seconds between reconciliations of active leases with Slurm's jobs.
+    "RECONCILE_SECONDS": env_int("CARDPOOL_SLURM_RECONCILE_SECONDS", 60),
+}
+
 # --- Email ----------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env("EMAIL_HOST", "localhost")
@@ -381,6 +421,11 @@ CARDPOOL = {
 # All periodic jobs, in one place.
 CELERY_BEAT_SCHEDULE = {
     "leasing-sweep": {"task": "leasing.tasks.sweep", "schedule": float(CARDPOOL["SWEEP_SECONDS"])},
+    "slurm-reconcile": {
+        "task": "leasing.tasks_slurm.reconcile_slurm",
+        "schedule": float(CARDPOOL_SLURM["RECONCILE_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_SLURM["RECONCILE_SECONDS"])},
+    },
     "inventory-pull-dcgm": {
         "task": "inventory.tasks.pull_dcgm",
         "schedule": float(CARDPOOL["TELEMETRY_PULL_SECONDS"]),

@@ -1,0 +1,344 @@
+"""The ``slurm`` backend: a lease is a Slurm allocation that holds exactly its cards.
+
+Provisioning runs, for each node of the lease,
+``salloc --no-shell --immediate=N --nodelist=NODE --gres=gpu:TYPE:COUNT --time=MIN
+--job-name=cardpool-<lease id>`` as the holder's Slurm user (through ``sudo -n -u`` or
+``runuser -u``, see CARDPOOL_SLURM["RUN_AS"]), so the job is theirs and they attach to it
+with ``srun --jobid=… --overlap --pty bash``. The job holds the GRES until it is cancelled;
+no one else's job can take those cards meanwhile. Everything else (reading jobs back,
+cancelling, raising time limits) runs as the portal's own account, which must be root,
+SlurmUser or a Slurm operator.
+
+Every call is idempotent on the lease id: the job name carries it, and an existing live
+``cardpool-<id>`` job on a node is reused rather than a second one made.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from leasing.backends.base import Backend, PermanentBackendError, TransientBackendError
+from leasing.backends.slurm_parse import (
+    SQUEUE_FORMAT,
+    QueuedJob,
+    SlurmJob,
+    SlurmNode,
+    classify_salloc_failure,
+    expand_hostlist,
+    format_time_limit,
+    parse_jobs,
+    parse_nodes,
+    parse_salloc,
+    parse_squeue,
+    parse_time_limit,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def slurm_settings() -> dict:
+    """CARDPOOL_SLURM with its defaults (tests override single keys)."""
+    defaults = {
+        "BIN_DIR": "",
+        "CONF": "",
+        "RUN_AS": "sudo",
+        "IMMEDIATE_SECONDS": 5,
+        "COMMAND_TIMEOUT": 30,
+        "JOB_PREFIX": "cardpool-",
+        "GRES_NAME": "gpu",
+        "GRES_TYPES": {},
+        "PARTITION": "",
+        "ACCOUNT": "",
+        "GRACE_MINUTES": 2,
+        "REGION": "slurm",
+    }
+    return {**defaults, **getattr(settings, "CARDPOOL_SLURM", {})}
+
+
+def parse_gres_types(text: str) -> dict[str, str]:
+    """``a100-80g-sxm=a100,h800=h800`` → {card model slug: GRES type}."""
+    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
+    return {slug.strip(): gres.strip() for slug, gres in pairs if slug.strip() and gres.strip()}
+
+
+@dataclass
+class Result:
+    """What a command printed (stdout and stderr together) and its exit status."""
+
+    rc: int
+    output: str
+
+
+class SlurmCli:
+    """Runs Slurm's client tools, optionally as another user. The one place with subprocess."""
+
+    def __init__(self, config: dict | None = None):
+        self.config = config or slurm_settings()
+
+    def _bin(self, tool: str) -> str:
+        return os.path.join(self.config["BIN_DIR"], tool) if self.config["BIN_DIR"] else tool
+
+    def argv(self, tool: str, args: list[str], *, as_user: str | None = None) -> list[str]:
+        env = [f"SLURM_CONF={self.config['CONF']}"] if self.config["CONF"] else []
+        cmd = [self._bin(tool), *args]
+        run_as = self.config["RUN_AS"]
+        if as_user is None or run_as == "none":
+            return cmd
+        if run_as == "uid":  # root only: salloc --uid
+            return [cmd[0], f"--uid={as_user}", *cmd[1:]]
+        if run_as == "runuser":
+            return ["runuser", "-u", as_user, "--", "env", *env, *cmd]
+        return ["sudo", "-n", "-u", as_user, "--", "env", *env, *cmd]
+
+    def run(self, tool: str, args: list[str], *, as_user: str | None = None) -> Result:
+        argv = self.argv(tool, args, as_user=as_user)
+        env = dict(os.environ)
+        if self.config["CONF"]:
+            env["SLURM_CONF"] = self.config["CONF"]
+        try:
+            done = subprocess.run(  # noqa: S603 - fixed argv, no shell
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self.config["COMMAND_TIMEOUT"],
+                env=env,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise PermanentBackendError(
+                f"{argv[0]} is not installed on the portal host ({exc})."
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise TransientBackendError(f"{tool} did not answer in time.") from exc
+        return Result(done.returncode, (done.stdout or "") + (done.stderr or ""))
+
+    def checked(self, tool: str, args: list[str]) -> str:
+        """Run as the portal's account; a non-zero exit is a transient error (controller busy)."""
+        result = self.run(tool, args)
+        if result.rc != 0:
+            raise TransientBackendError(f"{tool} failed: {result.output.strip()[-500:]}")
+        return result.output
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def queue(self, names: list[str] | None = None) -> list[QueuedJob]:
+        args = ["-h", "-a", "-o", SQUEUE_FORMAT]
+        if names:
+            args.append(f"--name={','.join(names)}")
+        return parse_squeue(self.checked("squeue", args))
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        result = self.run("scontrol", ["show", "job", "-d", str(job_id)])
+        if result.rc != 0:
+            if "Invalid job id" in result.output:
+                return None
+            raise TransientBackendError(f"scontrol failed: {result.output.strip()[-500:]}")
+        jobs = parse_jobs(result.output)
+        return jobs[0] if jobs else None
+
+    def nodes(self) -> list[SlurmNode]:
+        return parse_nodes(self.checked("scontrol", ["show", "node", "-d"]))
+
+    # --- writes --------------------------------------------------------------------------
+
+    def cancel(self, job_ids: list[int]) -> None:
+        if job_ids:
+            self.checked("scancel", [str(j) for j in job_ids])
+
+    def set_time_limit(self, job_id: int, minutes: int) -> None:
+        self.checked(
+            "scontrol", ["update", f"JobId={job_id}", f"TimeLimit={format_time_limit(minutes)}"]
+        )
+
+
+def slurm_user_for(user) -> str:
+    """The Slurm (Unix) account of a Cardpool user: Profile.slurm_user, else the username."""
+    profile = getattr(user, "profile", None)
+    return (getattr(profile, "slurm_user", "") or user.get_username()).strip()
+
+
+def gres_type_for(node, card_model_slug: str, config: dict | None = None) -> str:
+    """The GRES type of a card model on a node.
+
+    Node.labels["slurm:gres:<slug>"] (written by sync_slurm) wins over
+    CARDPOOL_SLURM["GRES_TYPES"]; without either the slug itself is tried.
+    """
+    config = config or slurm_settings()
+    labels = getattr(node, "labels", None) or {}
+    return (
+        labels.get(f"slurm:gres:{card_model_slug}")
+        or config["GRES_TYPES"].get(card_model_slug)
+        or card_model_slug
+    )
+
+
+@dataclass
+class Placement:
+    """What the lease holds on one node, in Cardpool's records."""
+
+    node: object
+    hostname: str
+    indices: list[int]
+
+
+def placements(lease) -> list[Placement]:
+    """The lease's current cards, grouped by node (a swapped-out card no longer counts)."""
+    from inventory.models import Node
+
+    per_node: dict[int, list[int]] = defaultdict(list)
+    current = lease.allocations.filter(end_at__gt=timezone.now())
+    for node_id, index in current.values_list("card__node_id", "card__index"):
+        per_node[node_id].append(index)
+    nodes = Node.objects.in_bulk(list(per_node))
+    return [
+        Placement(nodes[nid], nodes[nid].hostname, sorted(idx))
+        for nid, idx in sorted(per_node.items(), key=lambda kv: nodes[kv[0]].hostname)
+    ]
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+
+    def __init__(self, cli: SlurmCli | None = None, config: dict | None = None):
+        self.config = config or slurm_settings()
+        self.cli = cli or SlurmCli(self.config)
+
+    def job_name(self, lease) -> str:
+        return f"{self.config['JOB_PREFIX']}{lease.pk}"
+
+    def live_jobs(self, lease) -> list[QueuedJob]:
+        return [j for j in self.cli.queue([self.job_name(lease)]) if j.live]
+
+    # --- interface -----------------------------------------------------------------------
+
+    def provision(self, lease) -> dict:
+        minutes = self._minutes_left(lease)
+        user = slurm_user_for(lease.user)
+        existing = self.live_jobs(lease)
+        made: list[int] = []
+        for place in placements(lease):
+            if any(place.hostname in expand_hostlist(j.nodes) for j in existing):
+                continue
+            if any(j.nodes == "" and j.state == "PENDING" for j in existing):
+                # A salloc of an earlier attempt still waits; let it end before another.
+                raise TransientBackendError("An earlier allocation for this lease is pending.")
+            try:
+                made.append(self._salloc(lease, place, user, minutes))
+            except PermanentBackendError:
+                self.cli.cancel(made + [j.job_id for j in existing])
+                raise
+        return self.access(lease, user)
+
+    def release(self, lease) -> None:
+        self.cli.cancel([j.job_id for j in self.live_jobs(lease)])
+
+    def status(self, lease) -> str:
+        jobs = self.live_jobs(lease)
+        if not jobs:
+            return "released"
+        return "active" if all(j.state == "RUNNING" for j in jobs) else "unknown"
+
+    def extend(self, lease) -> int:
+        """Raise each job's time limit to the lease's (new) end plus the grace; returns jobs."""
+        changed = 0
+        for queued in self.live_jobs(lease):
+            job = self.cli.job(queued.job_id)
+            if job is None or not job.live:
+                continue
+            elapsed = self._elapsed_minutes(job)
+            left = math.ceil((lease.end_at - timezone.now()) / timedelta(minutes=1))
+            wanted = elapsed + max(left, 0) + self.config["GRACE_MINUTES"]
+            if job.time_limit_minutes is not None and job.time_limit_minutes >= wanted:
+                continue
+            self.cli.set_time_limit(job.job_id, wanted)
+            changed += 1
+        return changed
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _minutes_left(self, lease) -> int:
+        left = (lease.end_at - timezone.now()) / timedelta(minutes=1)
+        if left <= 0:
+            raise PermanentBackendError("The lease ended before its cards could be handed over.")
+        # Slurm's own limit is a backstop behind Cardpool's expiry, never ahead of it.
+        return math.ceil(left) + self.config["GRACE_MINUTES"]
+
+    def _salloc(self, lease, place: Placement, user: str, minutes: int) -> int:
+        gres_type = gres_type_for(place.node, lease.card_model.slug, self.config)
+        gres = f"{self.config['GRES_NAME']}:{gres_type}:{len(place.indices)}"
+        args = [
+            "--no-shell",
+            f"--immediate={self.config['IMMEDIATE_SECONDS']}",
+            f"--nodelist={place.hostname}",
+            f"--gres={gres}",
+            f"--time={format_time_limit(minutes)}",
+            f"--job-name={self.job_name(lease)}",
+        ]
+        if self.config["PARTITION"]:
+            args.append(f"--partition={self.config['PARTITION']}")
+        if self.config["ACCOUNT"]:
+            args.append(f"--account={self.config['ACCOUNT']}")
+        result = self.cli.run("salloc", args, as_user=user)
+        job_id = parse_salloc(result.output)
+        if result.rc == 0 and job_id is not None:
+            logger.info("lease %s: slurm job %s for %s on %s", lease.pk, job_id, user, gres)
+            return job_id
+        permanent = classify_salloc_failure(result.output)
+        if permanent:
+            raise PermanentBackendError(permanent.format(user=user, node=place.hostname, gres=gres))
+        raise TransientBackendError(
+            f"Slurm could not give {gres} on {place.hostname} to {user} now "
+            f"(held by a job outside Cardpool?): {result.output.strip()[-300:]}"
+        )
+
+    @staticmethod
+    def _elapsed_minutes(job: SlurmJob) -> int:
+        return job.run_time_minutes or 0
+
+    def access(self, lease, user: str) -> dict:
+        """How to use the cards: the job per node, the devices Slurm gave, how to attach."""
+        env_name = lease.card_model.devices_env
+        nodes = []
+        job_ids = []
+        for queued in self.live_jobs(lease):
+            job = self.cli.job(queued.job_id)
+            held = job.gres if job else {}
+            job_ids.append(queued.job_id)
+            for host in expand_hostlist(queued.nodes):
+                devices = sorted(i for g in held.get(host, []) for i in g.indices)
+                nodes.append(
+                    {
+                        "host": host,
+                        "job_id": queued.job_id,
+                        "devices": devices,
+                        "env": {env_name: ",".join(str(i) for i in devices)},
+                        "shell": f"srun --jobid={queued.job_id} --overlap --pty bash",
+                    }
+                )
+        return {
+            "backend": "slurm",
+            "slurm_user": user,
+            "job_ids": sorted(job_ids),
+            "env_var": env_name,
+            "nodes": sorted(nodes, key=lambda n: n["host"]),
+        }
+
+
+__all__ = [
+    "SlurmBackend",
+    "SlurmCli",
+    "gres_type_for",
+    "parse_gres_types",
+    "parse_time_limit",
+    "slurm_settings",
+    "slurm_user_for",
+]

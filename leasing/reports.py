@@ -117,6 +117,11 @@ def hours(card_minutes: int | None) -> Decimal:
     return (Decimal(card_minutes or 0) / HOUR_MINUTES).quantize(TWO)
 
 
+def money(value) -> Decimal:
+    """A sum of costs to the fen (SQLite hands back 84 for 84.00)."""
+    return Decimal(value or 0).quantize(TWO)
+
+
 def usage_report(f: ReportFilter) -> dict:
     """Rows per period × group, and the totals: card-hours, cost, leases, average queue wait.
 
@@ -141,6 +146,7 @@ def usage_report(f: ReportFilter) -> dict:
             names.get(row["key"], str(row["key"])) if row["key"] is not None else str(_("(none)"))
         )
         row["card_hours"] = hours(row["card_minutes"])
+        row["cost"] = money(row["cost"])
         row["wait_minutes"] = (
             None if row["wait"] is None else round(Decimal(row["wait"]) / HOUR_MINUTES, 1)
         )
@@ -150,7 +156,7 @@ def usage_report(f: ReportFilter) -> dict:
         leases=Count("lease_id", distinct=True),
         wait=Avg("wait_seconds"),
     )
-    totals["cost"] = totals["cost"] or Decimal("0.00")
+    totals["cost"] = money(totals["cost"])
     totals["card_hours"] = hours(totals["card_minutes"])
     totals["wait_minutes"] = (
         None if totals["wait"] is None else round(Decimal(totals["wait"]) / HOUR_MINUTES, 1)
@@ -228,10 +234,10 @@ def statement(team: Team, month: date) -> dict:
         leases=Count("lease_id", distinct=True),
         first=Min("start_at"),
     )
-    totals["cost"] = totals["cost"] or Decimal("0.00")
+    totals["cost"] = money(totals["cost"])
     totals["card_hours"] = hours(totals["card_minutes"])
     by_model = [
-        {**row, "card_hours": hours(row["card_minutes"])}
+        {**row, "card_hours": hours(row["card_minutes"]), "cost": money(row["cost"])}
         for row in lines.order_by()
         .values("card_model__name")
         .annotate(card_minutes=Sum("card_minutes"), cost=Sum("cost"))

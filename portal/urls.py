@@ -10,6 +10,7 @@ urlpatterns = [
     path("leases/", include("leasing.urls")),
     path("leases/", include("inventory.urls_telemetry")),
     path("notifications/", include("leasing.urls_notify")),
+    path("reports/", include("leasing.urls_reports")),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

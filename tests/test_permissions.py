@@ -206,6 +206,14 @@ ROWS = [
     r("leasing:resize", "POST", "/leases/{alice_lease}/resize/", (L, 404, M, M, M, M),
       data={"count": "1"}, probe="leases", writes="alice lena ops"),
     r("leasing:estimate", "GET", "/leases/estimate/", ALL_IN),
+    # --- pages: reports and statements (finance, operators; leads for their teams) ----------
+    r("reports:index", "GET", "/reports/", (L, 403, 403, 200, 200, 200)),
+    r("reports:index", "GET", "/reports/?format=csv&team=vision", (L, 403, 403, 200, 200, 200)),
+    r("reports:index", "GET", "/reports/?format=xlsx&team=nlp", (L, 403, 403, 200, 200, 200)),
+    r("reports:statement", "GET", "/reports/statements/vision/2026-12/",
+      (L, 404, 404, 200, 200, 200)),
+    r("reports:statement", "GET", "/reports/statements/nlp/2026-12/?format=xlsx",
+      (L, 404, 404, 404, 200, 200)),
     # --- pages: inventory --------------------------------------------------------------
     r("inventory:catalogue", "GET", "/inventory/", ALL_IN),
     r("inventory:card_model", "GET", "/inventory/models/{model}/", ALL_IN),
@@ -264,6 +272,10 @@ ROWS = [
     r("api-estimate", "POST", "/api/v1/estimate/", API_ALL_IN,
       data={"profile": {"task": "qlora", "params_b": 7}, "duration_minutes": 60}, api=True,
       probe="leases"),
+    # --- API: reports (finance, operators; leads for their teams; a team not theirs: 400) ---
+    r("api-reports-usage", "GET", "/api/v1/reports/usage/", (401, 403, 403, 200, 200, 200)),
+    r("api-reports-usage", "GET", "/api/v1/reports/usage/?team=nlp&format=csv",
+      (401, 403, 403, 400, 200, 200)),
     # --- API: notifications (each user's own; operators too see only theirs) ---------------
     r("notification-list", "GET", "/api/v1/notifications/", API_ALL_IN, sees=OWN_NOTES),
     r("notification-detail", "GET", "/api/v1/notifications/{alice_note}/",
@@ -462,6 +474,13 @@ def _check_status(response, expected) -> str | None:
     return None if ok else f"expected {expected}, got {code} {location}".strip()
 
 
+def _body(response) -> bytes:
+    """The whole body, also of a streamed answer (CSV exports, files)."""
+    if response.streaming:
+        return b"".join(response.streaming_content)
+    return response.content
+
+
 def _check(row: Row, role: str, world: World) -> list[str]:
     """What is wrong with *role*'s answer to *row* (nothing: an empty list)."""
     client = APIClient(HTTP_ACCEPT_LANGUAGE="en")
@@ -478,7 +497,7 @@ def _check(row: Row, role: str, world: World) -> list[str]:
             f"{role}: {problem} {response.content[:200]!r}" if json_body else f"{role}: {problem}"
         ]
     problems = []
-    body = response.content.decode(errors="replace")
+    body = _body(response).decode(errors="replace")
     leaked = {k for k in MARKED if world.markers[k] in body} - VISIBLE[role]
     if leaked:
         problems.append(f"{role}: shows {sorted(leaked)}")

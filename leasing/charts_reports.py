@@ -1,0 +1,84 @@
+"""Plotly figures for the reports page: card-hours by team per day, top users."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+import plotly.graph_objects as go
+from django.db.models import F, Sum
+from django.db.models.functions import TruncDay
+from django.utils.translation import gettext as _
+
+from leasing import reports
+from leasing.quotas import site_tz
+
+TOP_USERS = 10
+
+
+def _html(fig: go.Figure, *, height: int = 320) -> str:
+    fig.update_layout(
+        margin={"l": 40, "r": 10, "t": 10, "b": 40},
+        height=height,
+        legend={"orientation": "h", "y": -0.2},
+        plot_bgcolor="white",
+        paper_bgcolor="white",
+        font={"family": "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"},
+    )
+    return fig.to_html(
+        full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
+    )
+
+
+def team_days(f: reports.ReportFilter) -> str:
+    """Stacked bars: card-hours per day (the day a record starts), one colour per team."""
+    rows = (
+        reports.records(f)
+        .values(day=TruncDay("start_at", tzinfo=site_tz()), key=F("team_id"))
+        .annotate(card_minutes=Sum("card_minutes"))
+        .order_by("day", "key")
+    )
+    per_team: dict[int, dict[date, float]] = {}
+    for row in rows:
+        day = reports._as_date(row["day"])
+        per_team.setdefault(row["key"], {})[day] = float(reports.hours(row["card_minutes"]))
+    if not per_team:
+        return ""
+    names = reports.labels("team", per_team)
+    days = [f.start + timedelta(days=i) for i in range((f.end - f.start).days + 1)]
+    fig = go.Figure()
+    for key, per_day in sorted(per_team.items(), key=lambda kv: str(names.get(kv[0]))):
+        fig.add_bar(
+            name=names.get(key, str(key)),
+            x=[d.isoformat() for d in days],
+            y=[per_day.get(d, 0) for d in days],
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(gridcolor="#e5e7eb", title=_("card-hours"))
+    fig.update_xaxes(type="category")
+    return _html(fig)
+
+
+def top_users(f: reports.ReportFilter) -> str:
+    """Horizontal bars: the users with the most card-hours in the filter."""
+    rows = list(
+        reports.records(f)
+        .values(key=F("user_id"))
+        .annotate(card_minutes=Sum("card_minutes"), cost=Sum("cost"))
+        .order_by("-card_minutes", "key")[:TOP_USERS]
+    )
+    if not rows:
+        return ""
+    names = reports.labels("user", [r["key"] for r in rows])
+    rows.reverse()  # largest on top
+    fig = go.Figure()
+    fig.add_bar(
+        orientation="h",
+        x=[float(reports.hours(r["card_minutes"])) for r in rows],
+        y=[names.get(r["key"], str(r["key"])) for r in rows],
+        customdata=[float(r["cost"]) for r in rows],
+        hovertemplate="%{y}: %{x} " + _("card-hours") + " · ¥%{customdata:,.2f}<extra></extra>",
+        name=_("card-hours"),
+    )
+    fig.update_xaxes(gridcolor="#e5e7eb", title=_("card-hours"))
+    fig.update_layout(showlegend=False)
+    return _html(fig, height=max(200, 40 + 28 * len(rows)))

@@ -1,0 +1,260 @@
+"""CSV and XLSX files of reports and statements.
+
+CSV is streamed row by row from a database cursor (``StreamingHttpResponse``), so memory stays
+flat whatever the size. XLSX is written by openpyxl in write-only mode (rows go straight to a
+temporary file, not kept in memory) and then sent as a file.
+"""
+
+from __future__ import annotations
+
+import csv
+import tempfile
+from collections.abc import Iterable, Iterator
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.http import FileResponse, StreamingHttpResponse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
+from openpyxl.styles import Font
+
+from leasing import reports
+from leasing.quotas import site_tz
+
+CSV_TYPE = "text/csv; charset=utf-8"
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+MONEY = "#,##0.00"
+HOURS = "#,##0.00"
+
+
+class _Echo:
+    """A file-like object whose write() returns the line instead of keeping it."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _cell(value):
+    if isinstance(value, datetime):
+        return value.astimezone(site_tz()).strftime("%Y-%m-%d %H:%M")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def csv_response(
+    filename: str, header: Iterable, rows: Iterable[Iterable]
+) -> StreamingHttpResponse:
+    """Stream *rows* as CSV (UTF-8 with a BOM, so Excel reads Chinese names right)."""
+    writer = csv.writer(_Echo())
+
+    def lines() -> Iterator[str]:
+        yield "\ufeff" + writer.writerow([str(h) for h in header])
+        for row in rows:
+            yield writer.writerow([_cell(v) for v in row])
+
+    response = StreamingHttpResponse(lines(), content_type=CSV_TYPE)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _report_header(f: reports.ReportFilter) -> list:
+    return [
+        _("Period"),
+        str(reports.GROUPS[f.group_by][1]),
+        _("Card-hours"),
+        _("Cost"),
+        _("Leases"),
+        _("Average queue wait (min)"),
+    ]
+
+
+def _report_values(report: dict) -> Iterator[list]:
+    for row in report["rows"]:
+        yield [
+            row["period"],
+            row["label"],
+            row["card_hours"],
+            row["cost"],
+            row["leases"],
+            row["wait_minutes"],
+        ]
+
+
+def report_filename(f: reports.ReportFilter, ext: str, detail: bool = False) -> str:
+    kind = "usage-records" if detail else f"usage-{f.group_by}-{f.period}"
+    return f"cardpool-{kind}-{f.start:%Y%m%d}-{f.end:%Y%m%d}.{ext}"
+
+
+def report_csv(f: reports.ReportFilter, *, detail: bool = False) -> StreamingHttpResponse:
+    if detail:
+        return csv_response(
+            report_filename(f, "csv", True),
+            reports.DETAIL_HEADINGS,
+            reports.usage_detail_rows(f),
+        )
+    return csv_response(
+        report_filename(f, "csv"), _report_header(f), _report_values(reports.usage_report(f))
+    )
+
+
+# --- XLSX -------------------------------------------------------------------------------------
+
+
+def _styled(ws, value, *, bold: bool = False, number_format: str | None = None):
+    cell = WriteOnlyCell(ws, value=_xlsx_value(value))
+    if bold:
+        cell.font = Font(bold=True)
+    if number_format:
+        cell.number_format = number_format
+    return cell
+
+
+def _xlsx_value(value):
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.astimezone(site_tz()).replace(tzinfo=None)
+    return value
+
+
+def _file_response(wb: Workbook, filename: str) -> FileResponse:
+    handle = tempfile.TemporaryFile()
+    wb.save(handle)
+    handle.seek(0)
+    return FileResponse(handle, as_attachment=True, filename=filename, content_type=XLSX_TYPE)
+
+
+def _title_rows(ws, title: str, filters: list[tuple[str, str]], width: int) -> None:
+    ws.append([_styled(ws, title, bold=True)])
+    for name, value in filters:
+        ws.append([_styled(ws, name, bold=True), value])
+    ws.append([_("Generated"), timezone.now().astimezone(site_tz()).strftime("%Y-%m-%d %H:%M")])
+    ws.append([])
+
+
+def _filters(f: reports.ReportFilter, teams: str) -> list[tuple[str, str]]:
+    return [
+        (_("From"), f.start.isoformat()),
+        (_("To (inclusive)"), f.end.isoformat()),
+        (_("Group by"), str(reports.GROUPS[f.group_by][1])),
+        (_("Period"), str(reports.PERIODS[f.period])),
+        (_("Teams"), teams),
+    ]
+
+
+def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) -> FileResponse:
+    """The report (or every record) as a sheet: the filter on top, a bold totals row at the end."""
+    wb = Workbook(write_only=True)
+    ws = wb.create_sheet(_("Usage"))
+    _title_rows(ws, _("Cardpool usage report"), _filters(f, teams), 6)
+    if detail:
+        header = [str(h) for h in reports.DETAIL_HEADINGS]
+        ws.append([_styled(ws, h, bold=True) for h in header])
+        minutes = 0
+        cost = Decimal(0)
+        for row in reports.usage_detail_rows(f):
+            minutes += row[12]
+            cost += row[14]
+            cells = list(row)
+            ws.append(
+                [
+                    _styled(ws, v, number_format=MONEY if i in (13, 14) else None)
+                    for i, v in enumerate(cells)
+                ]
+            )
+        total = [_styled(ws, _("Total"), bold=True)] + [None] * 11
+        total += [
+            _styled(ws, minutes, bold=True),
+            None,
+            _styled(ws, cost, bold=True, number_format=MONEY),
+        ]
+        ws.append(total)
+        return _file_response(wb, report_filename(f, "xlsx", True))
+    report = reports.usage_report(f)
+    ws.append([_styled(ws, h, bold=True) for h in _report_header(f)])
+    for values in _report_values(report):
+        ws.append(
+            [
+                _styled(ws, values[0].isoformat()),
+                values[1],
+                _styled(ws, values[2], number_format=HOURS),
+                _styled(ws, values[3], number_format=MONEY),
+                values[4],
+                _xlsx_value(values[5]),
+            ]
+        )
+    t = report["totals"]
+    ws.append(
+        [
+            _styled(ws, _("Total"), bold=True),
+            None,
+            _styled(ws, t["card_hours"], bold=True, number_format=HOURS),
+            _styled(ws, t["cost"], bold=True, number_format=MONEY),
+            _styled(ws, t["leases"], bold=True),
+            _xlsx_value(t["wait_minutes"]),
+        ]
+    )
+    return _file_response(wb, report_filename(f, "xlsx"))
+
+
+STATEMENT_HEADINGS = (
+    _("Lease"),
+    _("User"),
+    _("Card model"),
+    _("Node"),
+    _("Cards"),
+    _("Start"),
+    _("End"),
+    _("Card-hours"),
+    _("Price per card-hour"),
+    _("Cost"),
+)
+
+
+def statement_rows(st: dict) -> Iterator[list]:
+    for line in st["lines"].iterator(chunk_size=2000):
+        yield [
+            line.lease_id,
+            line.user.username,
+            line.card_model.name,
+            line.node.hostname,
+            line.cards,
+            line.start_at,
+            line.end_at,
+            reports.hours(line.card_minutes),
+            line.price,
+            line.cost,
+        ]
+
+
+def statement_xlsx(st: dict) -> FileResponse:
+    team, month, totals = st["team"], st["month"], st["totals"]
+    wb = Workbook(write_only=True)
+    ws = wb.create_sheet(_("Statement"))
+    _title_rows(
+        ws,
+        _("Cardpool statement"),
+        [(_("Team"), team.name), (_("Month"), f"{month:%Y-%m}")],
+        10,
+    )
+    ws.append([_styled(ws, str(h), bold=True) for h in STATEMENT_HEADINGS])
+    for row in statement_rows(st):
+        ws.append(
+            [
+                _styled(ws, v, number_format=MONEY if i in (7, 8, 9) else None)
+                for i, v in enumerate(row)
+            ]
+        )
+    ws.append(
+        [_styled(ws, _("Total"), bold=True)]
+        + [None] * 6
+        + [
+            _styled(ws, totals["card_hours"], bold=True, number_format=HOURS),
+            None,
+            _styled(ws, totals["cost"], bold=True, number_format=MONEY),
+        ]
+    )
+    return _file_response(wb, f"cardpool-statement-{team.slug}-{month:%Y-%m}.xlsx")

@@ -1,0 +1,142 @@
+"""GET /api/v1/reports/usage/, the /reports/ page and the monthly statement: who sees what,
+the 400s, and the files (CSV streamed, XLSX with the filter on top and a totals row)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from decimal import Decimal
+
+import openpyxl
+import pytest
+
+from leasing.models import UsageRecord
+from tests.leasing import test_usage_reconcile as reconcile
+
+world, november = reconcile.world, reconcile.november  # the same fixtures
+
+NOV = "start=2026-11-01&end=2026-11-30"
+
+
+def _body(response) -> bytes:
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+@pytest.fixture
+def as_user(client):
+    def login(user):
+        client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
+        client.force_login(user)
+        return client
+
+    return login
+
+
+def test_finance_gets_every_team_as_json(november, fin, as_user):
+    body = as_user(fin).get(f"/api/v1/reports/usage/?{NOV}&group_by=team").json()
+    assert {row["label"]: Decimal(row["cost"]) for row in body["rows"]} == {
+        "Vision": Decimal("637.00"),
+        "NLP": Decimal("84.00"),
+    }
+    assert Decimal(body["totals"]["cost"]) == Decimal("721.00")
+    assert body["rows"][0]["period"] == "2026-11-01"
+
+
+def test_lead_sees_only_the_teams_they_lead(november, lena, as_user):
+    client = as_user(lena)
+    body = client.get(f"/api/v1/reports/usage/?{NOV}&group_by=user").json()
+    assert [row["label"] for row in body["rows"]] == ["alice"]
+    refused = client.get(f"/api/v1/reports/usage/?{NOV}&team=nlp")
+    assert refused.status_code == 400 and "team" in refused.json()
+
+
+def test_members_are_refused(november, alice, as_user):
+    client = as_user(alice)
+    assert client.get("/api/v1/reports/usage/").status_code == 403
+    assert client.get("/reports/").status_code == 403
+
+
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ("start=2026-13-01", "start"),
+        ("end=yesterday", "end"),
+        ("start=2026-11-10&end=2026-11-01", "end"),
+        ("group_by=colour", "group_by"),
+        ("period=year", "period"),
+        ("format=pdf", "format"),
+        ("team=nope", "team"),
+    ],
+)
+def test_bad_parameters_get_a_400_naming_them(fin, as_user, query, field):
+    response = as_user(fin).get(f"/api/v1/reports/usage/?{query}")
+    assert response.status_code == 400
+    assert list(response.json()) == [field]
+
+
+def test_csv_is_streamed_and_matches_the_report(november, fin, as_user):
+    response = as_user(fin).get(f"/api/v1/reports/usage/?{NOV}&group_by=team&format=csv")
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(_body(response).decode("utf-8-sig"))))
+    assert rows[0][:4] == ["Period", "Team", "Card-hours", "Cost"]
+    assert sorted((r[1], r[3]) for r in rows[1:]) == [("NLP", "84.00"), ("Vision", "637.00")]
+
+
+def test_csv_of_every_record_streams_each_record(november, fin, as_user):
+    response = as_user(fin).get(f"/api/v1/reports/usage/?{NOV}&format=csv&detail=true")
+    assert response.streaming
+    rows = list(csv.reader(io.StringIO(_body(response).decode("utf-8-sig"))))[1:]
+    expected = UsageRecord.objects.filter(month="2026-11-01")
+    assert len(rows) == expected.count()
+    assert sum(Decimal(r[-1]) for r in rows) == Decimal("721.00")
+
+
+def _sheet(response):
+    wb = openpyxl.load_workbook(io.BytesIO(_body(response)), read_only=True)
+    return [list(row) for row in wb.worksheets[0].iter_rows(values_only=True)]
+
+
+def test_xlsx_has_the_filter_on_top_and_a_totals_row(november, fin, as_user):
+    response = as_user(fin).get(f"/api/v1/reports/usage/?{NOV}&group_by=team&format=xlsx")
+    assert response.status_code == 200
+    assert "attachment" in response["Content-Disposition"]
+    rows = _sheet(response)
+    assert rows[0][0] == "Cardpool usage report"
+    header = {row[0]: row[1] for row in rows[1:6]}
+    assert header["From"] == "2026-11-01" and header["To (inclusive)"] == "2026-11-30"
+    assert header["Group by"] == "Team" and header["Teams"] == "all"
+    total = rows[-1]
+    assert total[0] == "Total" and total[3] == pytest.approx(721.00) and total[4] == 5
+
+
+def test_report_page_shows_table_charts_and_export_links(november, fin, as_user):
+    response = as_user(fin).get(f"/reports/?{NOV}&group_by=team&period=month")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "637.00" in html and "721.00" in html
+    assert "vendor/plotly.min.js" in html and html.count("plotly-graph-div") == 2
+    assert 'data-export="xlsx"' in html and "/reports/statements/vision/2026-11/" in html
+    xlsx = as_user(fin).get(f"/reports/?{NOV}&group_by=team&format=xlsx")
+    assert _sheet(xlsx)[-1][3] == pytest.approx(721.00)
+
+
+def test_statement_lists_every_lease_and_totals(november, lena, as_user):
+    client = as_user(lena)
+    response = client.get("/reports/statements/vision/2026-11/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    for key in ("boundary", "price_change", "preemptible", "seconds"):
+        assert f'data-lease="{november[key].pk}"' in html
+    assert f'data-lease="{november["december"].pk}"' not in html
+    assert "637.00" in html and "@media print" not in html  # the print rules live in reports.css
+    rows = _sheet(client.get("/reports/statements/vision/2026-11/?format=xlsx"))
+    assert rows[-1][0] == "Total" and rows[-1][-1] == pytest.approx(637.00)
+    assert client.get("/reports/statements/nlp/2026-11/").status_code == 404
+
+
+def test_print_stylesheet_hides_the_chrome():
+    from pathlib import Path
+
+    css = (Path(__file__).parents[2] / "static/css/reports.css").read_text()
+    assert "@media print" in css and ".site-header" in css

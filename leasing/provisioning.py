@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 
 def _call(lease: Lease, action: str, attempt: int, fn):
-    backend = get_backend()
+    backend = get_backend(lease=lease)
     call = BackendCall.objects.create(
         lease=lease, backend=backend.name, action=action, attempt=attempt, started_at=timezone.now()
     )

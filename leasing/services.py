@@ -827,6 +827,7 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
         )
         if lease.status == LeaseStatus.ACTIVE:
             transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease.pk,), eta=new_end))
+            transaction.on_commit(lambda: tasks.extend_lease_backend.delay(lease.pk))
     lease.refresh_from_db()
     return lease
 

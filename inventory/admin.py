@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import admin
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Card, CardModel, Node, Region
@@ -92,6 +95,16 @@ class NodeAdmin(admin.ModelAdmin):
     list_select_related = ["region"]
     readonly_fields = ["created_at", "updated_at"]
     inlines = [CardInline]
+    actions = ["drain_in_one_hour"]
+
+    @admin.action(description=_("Drain in one hour (warn holders, then maintenance)"))
+    def drain_in_one_hour(self, request, queryset):
+        from leasing import endings
+
+        at = timezone.now() + timedelta(hours=1)
+        for node in queryset:
+            warned = endings.node_drain(user=request.user, node=node, drain_at=at)
+            self.message_user(request, f"{node.hostname}: draining, {warned} holder(s) warned")
 
 
 @admin.register(Card)
@@ -102,3 +115,14 @@ class CardAdmin(admin.ModelAdmin):
     list_select_related = ["node", "card_model"]
     autocomplete_fields = ["node"]
     ordering = ["node__hostname", "index"]
+    actions = ["mark_faulty"]
+
+    @admin.action(description=_("Mark faulty (move its lease to a spare, or end it)"))
+    def mark_faulty(self, request, queryset):
+        from leasing import endings
+
+        for card in queryset:
+            outcome = endings.card_mark_faulty(
+                user=request.user, card=card, note="marked in the admin"
+            )
+            self.message_user(request, f"{card}: faulty; lease {outcome}")

@@ -6,7 +6,10 @@ import django_filters
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
 from inventory import selectors
@@ -165,6 +168,24 @@ class CardFilter(django_filters.FilterSet):
         fields: list[str] = []
 
 
+class DrainSerializer(serializers.Serializer):
+    drain_at = serializers.DateTimeField(
+        help_text="When the node goes into maintenance (ISO 8601)."
+    )
+
+
+class DrainResultSerializer(serializers.Serializer):
+    warned = serializers.IntegerField(help_text="Leases whose holders were warned.")
+
+
+class FaultySerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class FaultyResultSerializer(serializers.Serializer):
+    lease = serializers.ChoiceField(choices=["moved", "ended", "idle"])
+
+
 # --- Viewsets -------------------------------------------------------------------------
 
 
@@ -192,6 +213,19 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self) -> QuerySet[Node]:
         return selectors.nodes_with_counts(timezone.now())
 
+    @extend_schema(request=DrainSerializer, responses={200: DrainResultSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request, hostname=None):
+        """Operators: no lease may run past ``drain_at``; holders of longer leases are warned."""
+        from leasing import endings
+
+        data = DrainSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        warned = endings.node_drain(
+            user=request.user, node=self.get_object(), drain_at=data.validated_data["drain_at"]
+        )
+        return Response({"warned": warned})
+
 
 class CardViewSet(viewsets.ReadOnlyModelViewSet):
     """Cards, each with the end of the allocation holding it now (if any)."""
@@ -204,6 +238,19 @@ class CardViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Card]:
         return selectors.cards_list(timezone.now())
+
+    @extend_schema(request=FaultySerializer, responses={200: FaultyResultSerializer})
+    @action(detail=True, methods=["post"])
+    def faulty(self, request, uuid=None):
+        """Operators: take the card out of service; its lease moves to a spare or ends."""
+        from leasing import endings
+
+        data = FaultySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        outcome = endings.card_mark_faulty(
+            user=request.user, card=self.get_object(), note=data.validated_data["note"]
+        )
+        return Response({"lease": outcome})
 
 
 def register(router: BaseRouter) -> None:

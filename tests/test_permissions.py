@@ -234,6 +234,11 @@ ROWS = [
     r("node-detail", "GET", "/api/v1/nodes/{node}/", API_ALL_IN),
     r("card-list", "GET", "/api/v1/cards/", API_ALL_IN),
     r("card-detail", "GET", "/api/v1/cards/{card}/", API_ALL_IN),
+    # Maintenance: operators only. (A drain far ahead warns nobody and changes nothing else.)
+    r("node-drain", "POST", "/api/v1/nodes/{node}/drain/", (401, 403, 403, 403, 403, 200),
+      data={"drain_at": "2099-01-01T00:00:00Z"}, api=True),
+    r("card-faulty", "POST", "/api/v1/cards/{card}/faulty/", (401, 403, 403, 403, 403, 200),
+      data={"note": "matrix"}, api=True),
     # --- API: leases ---------------------------------------------------------------------
     r("lease-list", "GET", "/api/v1/leases/", API_ALL_IN, sees=OWN_OPEN),
     r("lease-list", "GET", "/api/v1/leases/?scope=all", API_ALL_IN,

@@ -140,3 +140,11 @@ def test_print_stylesheet_hides_the_chrome():
 
     css = (Path(__file__).parents[2] / "static/css/reports.css").read_text()
     assert "@media print" in css and ".site-header" in css
+
+
+def test_pages_read_in_chinese(november, fin, client):
+    client.force_login(fin)
+    html = client.get("/reports/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "用量与费用报表" in html and "报表" in html
+    statement = client.get("/reports/statements/vision/2026-11/", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert "月结单" in statement.content.decode()

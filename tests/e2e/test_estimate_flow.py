@@ -22,8 +22,6 @@ pytestmark = [
     pytest.mark.postgres,
     pytest.mark.broker,
     pytest.mark.browser,
-    # The site's URLs with the estimate page included as leasing/urls.py includes it.
-    pytest.mark.urls("tests.leasing.test_estimate_api"),
 ]
 
 

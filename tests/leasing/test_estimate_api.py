@@ -1,45 +1,13 @@
-"""POST /api/v1/estimate/ and leases asked for by profile: the contract and errors a script can act on.
-
-This module is also the URL configuration of the ask-by-task tests (``urlpatterns`` below):
-the site's URLs with the estimate page and API included the way ``leasing/urls.py`` and
-``leasing/api.py`` include them, so the tests hold before and after that wiring.
-"""
+"""POST /api/v1/estimate/ and leases asked for by profile: the contract and errors a script can act on."""
 
 from __future__ import annotations
 
 import pytest
-from django.urls import include, path
-from rest_framework import status
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from leasing import api_estimate, urls_estimate
-from leasing import urls as leasing_urls
 from leasing.models import Lease, LeaseStatus
-from leasing.serializers import LeaseSerializer
-from portal import urls as portal_urls
 from tests.leasing.test_recommend import pool
 
-
-class LeaseByProfileView(APIView):
-    """What ``LeaseViewSet.create`` does with a body holding a ``profile``."""
-
-    def post(self, request):
-        lease = api_estimate.lease_by_profile(request)
-        return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
-
-
-urlpatterns = [
-    path(
-        "leases/",
-        include(([*urls_estimate.urlpatterns, *leasing_urls.urlpatterns], "leasing")),
-    ),
-    path("api/v1/", include(api_estimate.urlpatterns)),
-    path("api/v1/by-profile/", LeaseByProfileView.as_view()),
-    *[p for p in portal_urls.urlpatterns if str(p.pattern) != "leases/"],
-]
-
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
@@ -173,7 +141,7 @@ def test_lease_by_profile_places_the_top_option(api, frozen, alice, vision):
         api,
         alice,
         {"profile": QLORA, "duration_minutes": 120, "team": "vision"},
-        url="/api/v1/by-profile/",
+        url="/api/v1/leases/",
     )
     assert response.status_code == 201, response.content
     body = response.json()
@@ -187,27 +155,21 @@ def test_lease_by_profile_errors(api, frozen, alice, bob, vision):
         api,
         alice,
         {"profile": {"task": "full_finetune", "params_b": 70}, "duration_minutes": 60},
-        url="/api/v1/by-profile/",
+        url="/api/v1/leases/",
     )
     assert too_big.status_code == 400 and too_big.json()["profile"][0].startswith("Needs")
     not_member = post(
         api,
         bob,
         {"profile": {"task": "inference", "params_b": 1}, "duration_minutes": 60, "team": "vision"},
-        url="/api/v1/by-profile/",
+        url="/api/v1/leases/",
     )
     assert not_member.status_code == 403, not_member.content
     assert not Lease.objects.exists()
 
 
-def test_leases_endpoint_accepts_a_profile_once_wired(api, frozen, alice, vision):
-    """POST /api/v1/leases/ with a profile (skipped until leasing/api.py hands it over)."""
-    import inspect
-
-    from leasing import api as leasing_api
-
-    if "lease_by_profile" not in inspect.getsource(leasing_api):
-        pytest.skip("leasing/api.py does not hand a profile to api_estimate.lease_by_profile yet")
+def test_leases_endpoint_accepts_a_profile(api, frozen, alice, vision):
+    """POST /api/v1/leases/ with a profile instead of a card model."""
     pool("rtx-4090")
     response = post(api, alice, {"profile": QLORA, "duration_minutes": 60}, url="/api/v1/leases/")
     assert response.status_code == 201, response.content

@@ -9,7 +9,7 @@ import pytest
 from leasing.models import Lease
 from tests.leasing.test_recommend import pool
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.leasing.test_estimate_api")]
+pytestmark = pytest.mark.django_db
 
 URL = "/leases/estimate/"
 

@@ -323,6 +323,36 @@ def admission_breaches(
     return breaches
 
 
+def require_team_quota(
+    *,
+    lease,
+    card_model: CardModel,
+    count: int,
+    start: datetime,
+    duration: timedelta,
+    field: str | None = None,
+) -> None:
+    """Raise ValidationError with every team limit that *count* more cards of *card_model*
+    over [start, start + duration) would break for the lease's team (member limits aside:
+    this is for a lead's approval and for a resize, where those were already weighed)."""
+    from django.core.exceptions import ValidationError
+
+    messages = [
+        b.message
+        for b in admission_breaches(
+            team=lease.team,
+            user=lease.user,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+        )
+        if b.scope == "team"
+    ]
+    if messages:
+        raise ValidationError({field: messages} if field else messages)
+
+
 def team_rule_for(team: Team, card_model_id: int | None) -> Quota | None:
     return Quota.objects.filter(team=team, card_model_id=card_model_id).first()
 

@@ -26,17 +26,14 @@ from portal.permissions import can_manage_lease
 
 
 def _check_quota(lease: Lease, card_model: CardModel, count: int, now: datetime) -> None:
-    breaches = quotas.admission_breaches(
-        team=lease.team,
-        user=lease.user,
+    quotas.require_team_quota(
+        lease=lease,
         card_model=card_model,
         count=count,
         start=now,
         duration=lease.end_at - now,
+        field="count",
     )
-    team_breaches = [b.message for b in breaches if b.scope == "team"]
-    if team_breaches:
-        raise ValidationError({"count": team_breaches})
 
 
 def lease_resize(

@@ -853,20 +853,13 @@ def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = 
                 _("This request is %(status)s, not waiting for approval.")
                 % {"status": lease.get_status_display()}
             )
-        team_breaches = [
-            b
-            for b in quotas.admission_breaches(
-                team=lease.team,
-                user=lease.user,
-                card_model=lease.card_model,
-                count=lease.count,
-                start=max(lease.start_at, now),
-                duration=lease.duration,
-            )
-            if b.scope == "team"
-        ]
-        if team_breaches:
-            raise ValidationError([b.message for b in team_breaches])
+        quotas.require_team_quota(
+            lease=lease,
+            card_model=lease.card_model,
+            count=lease.count,
+            start=max(lease.start_at, now),
+            duration=lease.duration,
+        )
         start = max(lease.start_at, now)
         transition(
             lease.pk,

@@ -6,7 +6,7 @@ devices back (provision), then ``squeue`` + ``scancel`` and waiting until squeue
 lists the job (release) — and prints the median and worst of each. No database: the
 Cardpool part (a few queries) is small next to these.
 
-    LAB_NODES="gpu01:a100=4,h800=2 gpu02:a100=2" bash ../shared/tools/slurm-lab.sh up
+    LAB_NODES="gpu01:a100=4,h800=2 gpu02:a100=2" bash tests/slurm/slurm-lab.sh up
     .venv/bin/python bench/slurm_roundtrip.py --rounds 20 --user alice --gres gpu:h800:2
 """
 

@@ -1,4 +1,4 @@
-"""The slurm backend against a real Slurm (the lab: ../shared/tools/slurm-lab.sh, or any
+"""The slurm backend against a real Slurm (the lab: tests/slurm/slurm-lab.sh, or any
 cluster with nodes gpu01 (gpu:a100:4,gpu:h800:2) and gpu02 (gpu:a100:2) and Unix users
 alice and bob). Skipped, with the reason, where Slurm's client or the cluster is missing.
 

@@ -364,3 +364,50 @@ def leads_of(team: Team) -> list:
             "user"
         )
     ]
+
+
+BUDGET_LEVELS = ((100, "budget_100"), (80, "budget_80"))
+
+
+def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
+    """Tell the team's leads when a monthly budget (card-hours or money) this request touched
+    reaches 80% or 100%: once per rule, month and level (the notification key)."""
+    from leasing.notifications import notify_team_leads
+
+    month = month_of(now)
+    rules = Quota.objects.filter(team=team).filter(
+        Q(card_model__isnull=True) | Q(card_model_id=card_model_id)
+    )
+    sent = 0
+    for rule in rules.select_related("card_model"):
+        hours, money = month_usage(team.pk, month, card_model_id=rule.card_model_id)
+        for used, limit, unit in (
+            (hours, rule.card_hours_per_month, "h"),
+            (money, rule.money_per_month, "¥"),
+        ):
+            if not limit:
+                continue
+            share = used * 100 / limit
+            for level, kind in BUDGET_LEVELS:
+                if share < level:
+                    continue
+                scope = _scope_name(rule.card_model)
+                notify_team_leads(
+                    team=team,
+                    kind=kind,
+                    title=_("%(team)s: %(pct)s%% of the %(month)s budget for %(scope)s is used")
+                    % {
+                        "team": team.name,
+                        "pct": level,
+                        "month": formats.date_format(month[0], "Y-m"),
+                        "scope": scope,
+                    },
+                    body=_("%(used)s of %(limit)s %(unit)s used or booked this month.")
+                    % {"used": _hours(used), "limit": _hours(Decimal(limit)), "unit": unit},
+                    url=f"/teams/{team.slug}/",
+                    now=now,
+                    key=f"budget:{rule.pk}:{unit}:{month[0]:%Y-%m}:{level}",
+                )
+                sent += 1
+                break  # the highest level reached is the one to tell
+    return sent

@@ -485,6 +485,9 @@ def lease_request(
             transaction.on_commit(lambda: _notify(lease.pk, "approval_requested"))
         else:
             _after_pass(schedule_card_model(card_model.pk, now=now))
+            transaction.on_commit(
+                lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
+            )
             if (
                 verdict.borrowed
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()

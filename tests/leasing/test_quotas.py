@@ -227,3 +227,23 @@ def test_lead_is_told_about_a_request_waiting_for_approval(
         tasks_notify.deliver(delivery.pk)
     assert mail.outbox[-1].to == ["lena@example.org"]
     assert "approval" in mail.outbox[-1].subject
+
+
+def test_leads_hear_at_80_and_100_percent_of_a_budget_once(
+    frozen, alice, lena, vision, a100, small_pool, quota
+):
+    from leasing.models import Notification
+
+    quota(card_hours_per_month=Decimal("10"))
+    ask(alice, vision, a100, count=1, duration=hours(4))
+    assert quotas.budget_alerts(team=vision, card_model_id=a100.pk, now=T0) == 0  # 40%
+    ask(alice, vision, a100, count=1, duration=hours(4))
+    quotas.budget_alerts(team=vision, card_model_id=a100.pk, now=T0)  # 80%
+    quotas.budget_alerts(team=vision, card_model_id=a100.pk, now=T0)  # again: no second notice
+    ask(alice, vision, a100, count=1, duration=hours(2))
+    quotas.budget_alerts(team=vision, card_model_id=a100.pk, now=T0)  # 100%
+    kinds = list(
+        Notification.objects.filter(user=lena).order_by("pk").values_list("kind", flat=True)
+    )
+    assert kinds == ["budget_80", "budget_100"]
+    assert not Notification.objects.filter(user=alice, kind__startswith="budget").exists()

@@ -1,7 +1,8 @@
 """Usage records: what an ended lease held, minute by minute, at the price in force.
 
 A lease's allocations are the truth of which card it held when. When the lease ends (or
-fails) they are cut into pieces at month boundaries (site time zone) and at price changes,
+fails) they are cut into pieces at day boundaries (site time zone; so at month boundaries
+too) and at price changes,
 summed per node, and written as ``UsageRecord`` rows, once (a unique constraint and an
 existence check make a second run write nothing).
 
@@ -37,7 +38,7 @@ from leasing.models import (
     TeamPrice,
     UsageRecord,
 )
-from leasing.quotas import month_of, months_between
+from leasing.quotas import month_of, site_tz
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +125,14 @@ class _Piece:
 def _windows(
     lo: datetime, hi: datetime, changes: list[datetime]
 ) -> list[tuple[datetime, datetime]]:
-    """[lo, hi) cut at every month start and price change inside it."""
+    """[lo, hi) cut at every day start (site time zone; so also every month start) and every
+    price change inside it — a record never spans two days, so day and week reports are exact."""
     cuts = {lo, hi}
-    cuts.update(m_start for m_start, _ in months_between(lo, hi) if lo < m_start < hi)
+    day = lo.astimezone(site_tz()).replace(hour=0, minute=0, second=0, microsecond=0)
+    while day < hi:
+        if lo < day:
+            cuts.add(day)
+        day = (day + timedelta(days=1, hours=2)).replace(hour=0)  # safe across DST changes
     cuts.update(at for at in changes if lo < at < hi)
     ordered = sorted(cuts)
     return list(zip(ordered, ordered[1:], strict=False))

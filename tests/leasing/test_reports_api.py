@@ -148,3 +148,35 @@ def test_pages_read_in_chinese(november, fin, client):
     assert "用量与费用报表" in html and "报表" in html
     statement = client.get("/reports/statements/vision/2026-11/", HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert "月结单" in statement.content.decode()
+
+
+def test_day_report_puts_each_hour_on_its_own_day(fin, alice, vision, as_user):
+    """A lease over midnight counts on both days (records never span two days)."""
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    import time_machine
+
+    from leasing import provisioning, services, usage
+    from tests.factories import CardModelFactory, make_node
+
+    model = CardModelFactory(slug="day-split", price_per_hour=Decimal("6.00"))
+    make_node(model, cards=1, domains=1, hostname="day")
+    start = datetime(2026, 11, 10, 20, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
+    with time_machine.travel(start, tick=False) as clock:
+        lease = services.lease_request(
+            user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=6)
+        )
+        provisioning.provision_step(lease_id=lease.pk)
+        clock.move_to(start + timedelta(hours=6))
+        services.lease_expire(lease_id=lease.pk)
+        services.lease_finish_release(lease_id=lease.pk, reason="expired")
+    usage.usage_record_lease(lease.pk)
+    body = (
+        as_user(fin)
+        .get("/api/v1/reports/usage/?start=2026-11-10&end=2026-11-11&group_by=team&period=day")
+        .json()
+    )
+    by_day = {row["period"]: Decimal(row["card_hours"]) for row in body["rows"]}
+    assert by_day == {"2026-11-10": Decimal("4"), "2026-11-11": Decimal("2")}
+    assert Decimal(body["totals"]["cost"]) == Decimal("36.00")

@@ -4,7 +4,18 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from leasing import services
-from leasing.models import Allocation, BackendCall, Lease, LeaseEvent, MemberLimit, Quota
+from leasing.models import (
+    Allocation,
+    BackendCall,
+    Delivery,
+    Lease,
+    LeaseEvent,
+    MemberLimit,
+    Price,
+    Quota,
+    TeamPrice,
+    UsageRecord,
+)
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -111,3 +122,66 @@ class MemberLimitAdmin(admin.ModelAdmin):
         services.member_limit_set(
             user=request.user, membership=obj.membership, card_model=obj.card_model, **limits
         )
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """List prices with the date they take effect: a change next month does not rewrite this one."""
+
+    list_display = ["card_model", "price_per_hour", "effective_from"]
+    list_filter = ["card_model"]
+    date_hierarchy = "effective_from"
+
+
+@admin.register(TeamPrice)
+class TeamPriceAdmin(admin.ModelAdmin):
+    list_display = ["team", "card_model", "price_per_hour", "effective_from"]
+    list_filter = ["team", "card_model"]
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(admin.ModelAdmin):
+    """Read-only: written by the usage service when a lease ends."""
+
+    list_display = [
+        "lease",
+        "team",
+        "user",
+        "card_model",
+        "start_at",
+        "end_at",
+        "card_minutes",
+        "price",
+        "cost",
+    ]
+    list_filter = ["team", "card_model", "month"]
+    list_select_related = ["team", "user", "card_model"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    """Every notification sent by email or webhook, with its attempts and the last response."""
+
+    list_display = [
+        "notification",
+        "channel",
+        "webhook",
+        "status",
+        "attempts",
+        "last_attempt_at",
+        "response_code",
+    ]
+    list_filter = ["status", "channel"]
+    list_select_related = ["notification", "webhook"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -23,3 +23,15 @@ def test_openapi_schema_is_valid_without_warnings(db, tmp_path):
     call_command(
         "spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml")
     )
+
+
+def test_admin_pages_render_for_operators(client, db):
+    from django.contrib import admin
+
+    from tests.factories import UserFactory
+
+    staff = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client.force_login(staff)
+    for model in admin.site._registry:
+        url = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        assert client.get(url).status_code == 200, url

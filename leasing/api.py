@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
@@ -67,7 +68,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 
     @extend_schema(request=LeaseRequestSerializer, responses={201: LeaseSerializer})
     def create(self, request):
-        if "profile" in request.data:  # ask by task: the best-ranked option is requested
+        # Ask by task: the best-ranked option is requested. A body that is not a JSON object
+        # (null, a list, a number) goes on to the serializer, which answers 400.
+        if isinstance(request.data, Mapping) and "profile" in request.data:
             lease = api_estimate.lease_by_profile(request)
             return Response(
                 LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED

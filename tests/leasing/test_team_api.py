@@ -24,6 +24,17 @@ def test_teams_list_shows_your_teams_and_all_for_operators(api, alice, bob, ops,
     assert [t["slug"] for t in api.get("/api/v1/teams/").json()["results"]] == ["nlp", "vision"]
 
 
+@pytest.mark.parametrize("url", ["/api/v1/teams/", "/api/v1/leases/", "/api/v1/cards/"])
+def test_a_huge_limit_or_offset_is_a_page_not_a_500(api, alice, vision, url):
+    """Found by schemathesis: ?limit=10**35 overflowed the database's LIMIT (a 500)."""
+    api.force_authenticate(alice)
+    huge = 35236248283336200714282259802226688
+    response = api.get(url, {"limit": huge})
+    assert response.status_code == 200, response.content
+    assert api.get(url, {"limit": 5, "offset": huge}).json()["results"] == []
+    assert api.get(url, {"limit": huge, "offset": huge}).status_code == 200
+
+
 def test_operator_puts_quotas_and_members_read_use(
     api, frozen, alice, ops, vision, a100, small_pool
 ):

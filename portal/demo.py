@@ -177,7 +177,7 @@ def seed_leases() -> int:
     from leasing.services import lease_request
 
     User = get_user_model()
-    if Lease.objects.exists():
+    if Lease.objects.exclude(description="demo history").exists():
         return 0
     alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
     vision, nlp = Team.objects.get(slug="vision"), Team.objects.get(slug="nlp")
@@ -199,4 +199,89 @@ def seed_leases() -> int:
                 purpose=purpose,
             )
             made += 1
+    return made
+
+
+def seed_history(days: int = 21) -> int:
+    """Ended leases over the past weeks, with their usage, so reports and charts have data.
+
+    Only on the first run. Each day one lease per (user, model) below, on the first cards of
+    the model's first node, at a different hour per user: past periods never overlap.
+    """
+    from django.utils import timezone
+
+    from leasing import usage
+    from leasing.models import Allocation, EndReason, Lease, LeaseEvent, LeaseStatus
+
+    if Lease.objects.filter(status=LeaseStatus.ENDED).exists():
+        return 0
+    User = get_user_model()
+    plan = [
+        ("alice", "vision", "a100-80g-sxm", 2, 9, 5),
+        ("lena", "vision", "h800", 4, 10, 3),
+        ("bob", "nlp", "ascend-910b", 8, 8, 7),
+        ("bob", "nlp", "rtx-4090", 1, 14, 2),
+    ]
+    today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    made = 0
+    with transaction.atomic():
+        for username, team_slug, slug, count, hour, hours in plan:
+            model = CardModel.objects.filter(slug=slug).first()
+            node = (
+                Node.objects.filter(cards__card_model=model).order_by("hostname").first()
+                if model
+                else None
+            )
+            if node is None:
+                continue
+            cards = list(node.cards.filter(card_model=model).order_by("index")[:count])
+            user, team = User.objects.get(username=username), Team.objects.get(slug=team_slug)
+            for back in range(days, 0, -1):
+                if back % 7 in (0, 6):
+                    continue  # quieter weekends
+                start = today - timedelta(days=back) + timedelta(hours=hour)
+                end = start + timedelta(hours=hours + back % 3)
+                submitted = start - timedelta(minutes=back % 4 * 5)
+                lease = Lease.objects.create(
+                    user=user,
+                    team=team,
+                    card_model=model,
+                    count=len(cards),
+                    duration=end - start,
+                    start_at=start,
+                    end_at=end,
+                    status=LeaseStatus.ENDED,
+                    end_reason=EndReason.EXPIRED,
+                    submitted_at=submitted,
+                    activated_at=start,
+                    ended_at=end,
+                    status_changed_at=end,
+                    purpose="training",
+                    description="demo history",
+                )
+                Allocation.objects.bulk_create(
+                    Allocation(card=c, lease=lease, start_at=start, end_at=end) for c in cards
+                )
+                LeaseEvent.objects.bulk_create(
+                    [
+                        LeaseEvent(lease=lease, at=submitted, kind="requested", to_status="queued"),
+                        LeaseEvent(
+                            lease=lease,
+                            at=start,
+                            kind="active",
+                            from_status="provisioning",
+                            to_status="active",
+                        ),
+                        LeaseEvent(
+                            lease=lease,
+                            at=end,
+                            kind="ended",
+                            from_status="releasing",
+                            to_status="ended",
+                        ),
+                    ]
+                )
+                made += 1
+    for lease_id in Lease.objects.filter(description="demo history").values_list("pk", flat=True):
+        usage.usage_record_lease(lease_id)
     return made

@@ -47,6 +47,11 @@ def test_seed_demo_is_idempotent_and_complete(db, settings):
 
     assert Quota.objects.filter(team__slug="vision").count() == 2
     assert MemberLimit.objects.filter(membership__user__username="alice").exists()
+    from leasing.models import LeaseStatus, UsageRecord
+
+    assert Lease.objects.filter(status=LeaseStatus.ENDED).count() >= 30  # history for the reports
+    assert UsageRecord.objects.exists()
+    assert Lease.objects.filter(status=LeaseStatus.PROVISIONING).exists()  # and some running now
 
 
 def test_demo_users_sign_in_with_username_or_email(client, db):

@@ -10,8 +10,9 @@ class Command(BaseCommand):
         inventory = demo.seed_inventory()
         users = demo.seed_people()
         quotas = demo.seed_quotas()
+        history = demo.seed_history()
         leases = demo.seed_leases()
         self.stdout.write(
             f"demo data: {inventory['regions']} regions, {inventory['nodes']} nodes, {inventory['cards']} cards, "
-            f"{users} users, {quotas} quota rules and {leases} leases created"
+            f"{users} users, {quotas} quota rules, {history} past leases and {leases} leases created"
         )

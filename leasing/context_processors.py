@@ -1,8 +1,8 @@
-"""Values the site header needs on every page: the unread notification count (the bell)."""
+"""Values every page needs: the unread notification count (the bell), the broker notice."""
 
 from __future__ import annotations
 
-from leasing import notifications
+from leasing import enqueue, notifications
 
 
 def notifications_unread(request) -> dict:
@@ -19,3 +19,9 @@ def notifications_unread(request) -> dict:
         return cache["n"]
 
     return {"notification_unread": unread}
+
+
+def broker_status(request) -> dict:
+    """``broker_down``: true while the broker is unreachable (checked at most every 10 s per
+    process, leasing.enqueue), so pages can say that background work is delayed."""
+    return {"broker_down": lambda: not enqueue.broker_up()}

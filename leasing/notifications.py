@@ -217,13 +217,12 @@ def _hooks_for(user, kind: str, channels: set[str], team: Team | None, team_even
 
 
 def _enqueue(delivery_ids: list[int]) -> None:
+    from leasing.enqueue import enqueue
     from leasing.tasks_notify import deliver
 
     for delivery_id in delivery_ids:
-        try:
-            deliver.delay(delivery_id)
-        except Exception:  # the row is durable: deliveries_sweep sends it once the broker is back
-            logger.exception("could not queue delivery %s", delivery_id)
+        # The row is durable: deliveries_sweep sends it once the broker is back.
+        enqueue(deliver, delivery_id)
 
 
 def _create(
@@ -553,6 +552,16 @@ def webhook_create(
         URLValidator(schemes=["http", "https"])(url)
     except ValidationError:
         errors["url"] = [_("Enter the full http:// or https:// address of the webhook.")]
+    else:
+        try:
+            webhooks.check_destination(url)
+        except webhooks.BlockedDestination:
+            errors["url"] = [
+                _(
+                    "This address is inside the network (loopback, private or link-local); "
+                    "webhooks may not reach it unless an operator allows it."
+                )
+            ]
     if format == Webhook.Format.WECOM and secret:
         errors["secret"] = [_("WeCom group robots are not signed: leave the secret empty.")]
     owner = Q(team=team) if team is not None else Q(user=user)

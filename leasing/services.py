@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
 from leasing import quotas
+from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     HOLDING_STATES,
@@ -110,12 +111,10 @@ def _after_pass(result: PassResult) -> None:
     from leasing import tasks
 
     for lease_id in result.started:
-        transaction.on_commit(lambda pk=lease_id: tasks.provision_lease.delay(pk))
+        enqueue_after_commit(tasks.provision_lease, lease_id)
     for lease_id in result.booked:
         start = Lease.objects.values_list("start_at", flat=True).get(pk=lease_id)
-        transaction.on_commit(
-            lambda pk=lease_id, eta=start: tasks.start_lease.apply_async((pk,), eta=eta)
-        )
+        enqueue_after_commit(tasks.start_lease, lease_id, eta=start)
 
 
 def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:
@@ -277,9 +276,11 @@ def _admit(
 
 
 def _notify(lease_id: int, kind: str) -> None:
+    """Tell people about *kind* once the transaction commits (inline if the broker is down:
+    no sweep would re-find a lost notice)."""
     from leasing import tasks
 
-    tasks.notify_lease.delay(lease_id, kind)
+    enqueue_after_commit(tasks.notify_lease, lease_id, kind, inline_if_down=True)
 
 
 REQUIREMENT_KEYS = {"vendor", "min_memory_gb", "precision", "interconnect"}
@@ -482,7 +483,7 @@ def lease_request(
             )
         if verdict.status == LeaseStatus.PENDING_APPROVAL:
             _event(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
-            transaction.on_commit(lambda: _notify(lease.pk, "approval_requested"))
+            _notify(lease.pk, "approval_requested")
         else:
             _after_pass(schedule_card_model(card_model.pk, now=now))
             transaction.on_commit(
@@ -506,7 +507,7 @@ def lease_request(
                 )
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
-        transaction.on_commit(lambda: _notify(lease.pk, "lease_queued"))
+        _notify(lease.pk, "lease_queued")
         _event(
             lease.pk,
             kind="queued",
@@ -562,7 +563,7 @@ def lease_start(*, lease_id: int, now: datetime | None = None) -> bool:
             at=now,
         ):
             return False
-        transaction.on_commit(lambda: tasks.provision_lease.delay(lease_id))
+        enqueue_after_commit(tasks.provision_lease, lease_id)
     return True
 
 
@@ -585,10 +586,10 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
             end_at, replaces_id = Lease.objects.values_list("end_at", "replaces_id").get(
                 pk=lease_id
             )
-            transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease_id,), eta=end_at))
+            enqueue_after_commit(tasks.expire_lease, lease_id, eta=end_at)
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
-            transaction.on_commit(lambda: _notify(lease_id, kind))
+            _notify(lease_id, kind)
             if replaces_id:
                 # A resize to another model: the old cards go only now that the new ones are held.
                 old = Lease.objects.filter(pk=replaces_id).first()
@@ -606,7 +607,6 @@ def _free_cards(lease: Lease, now: datetime) -> None:
 
 def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
     """Provisioning failed for good: the lease is failed, its cards free, the user told why."""
-    from leasing import tasks
 
     now = now or timezone.now()
     with transaction.atomic():
@@ -627,7 +627,7 @@ def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bo
             return False
         _free_cards(lease, now)
         _after_pass(schedule_card_model(lease.card_model_id, now=now))
-        transaction.on_commit(lambda: tasks.notify_lease.delay(lease_id, "failed"))
+        _notify(lease_id, "failed")
     return True
 
 
@@ -660,7 +660,7 @@ def _begin_release(
         return False
     _free_cards(lease, cut_at)
     _after_pass(schedule_card_model(lease.card_model_id, now=now))
-    transaction.on_commit(lambda: tasks.release_lease.delay(lease.pk, reason))
+    enqueue_after_commit(tasks.release_lease, lease.pk, reason)
     return True
 
 
@@ -716,7 +716,7 @@ def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = N
             end_reason=reason,
         )
         if ended and reason != EndReason.RELEASED:  # the holder released it: no need to say so
-            transaction.on_commit(lambda: _notify(lease_id, "lease_ended"))
+            _notify(lease_id, "lease_ended")
     return ended
 
 
@@ -829,8 +829,8 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
             data={"from": old_end.isoformat(), "to": new_end.isoformat()},
         )
         if lease.status == LeaseStatus.ACTIVE:
-            transaction.on_commit(lambda: tasks.expire_lease.apply_async((lease.pk,), eta=new_end))
-            transaction.on_commit(lambda: tasks.extend_lease_backend.delay(lease.pk))
+            enqueue_after_commit(tasks.expire_lease, lease.pk, eta=new_end)
+            enqueue_after_commit(tasks.extend_lease_backend, lease.pk)
     lease.refresh_from_db()
     return lease
 
@@ -876,7 +876,7 @@ def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = 
             end_at=start + lease.duration,
         )
         _after_pass(schedule_card_model(lease.card_model_id, now=now))
-        transaction.on_commit(lambda: _notify(lease.pk, "approved"))
+        _notify(lease.pk, "approved")
     lease.refresh_from_db()
     return lease
 
@@ -904,7 +904,7 @@ def lease_reject(*, lease: Lease, user, reason: str, now: datetime | None = None
                 _("This request is %(status)s, not waiting for approval.")
                 % {"status": lease.get_status_display()}
             )
-        transaction.on_commit(lambda: _notify(lease.pk, "rejected"))
+        _notify(lease.pk, "rejected")
     lease.refresh_from_db()
     return lease
 

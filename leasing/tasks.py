@@ -6,11 +6,13 @@ import logging
 from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
 from leasing import endings, notifications, provisioning, services
 from leasing.backends import PermanentBackendError, TransientBackendError
+from leasing.enqueue import enqueue
 from leasing.models import Lease, LeaseStatus
 
 logger = logging.getLogger(__name__)
@@ -83,14 +85,14 @@ def sweep() -> dict:
     starting = Lease.objects.filter(status=LeaseStatus.SCHEDULED, start_at__lte=now)
     for lease_id in starting.order_by("start_at").values_list("pk", flat=True)[:BATCH]:
         done["started"] += services.lease_start(lease_id=lease_id, now=now)
-    stale = now - timedelta(seconds=60)
+    stale = now - timedelta(seconds=settings.CARDPOOL["STUCK_SECONDS"])
     stuck = Lease.objects.filter(
         Q(status=LeaseStatus.PROVISIONING) | Q(status=LeaseStatus.RELEASING),
         status_changed_at__lt=stale,
     )
     for lease_id, status in stuck.values_list("pk", "status")[:BATCH]:
         if status == LeaseStatus.PROVISIONING:
-            provision_lease.delay(lease_id)
+            enqueue(provision_lease, lease_id)
             done["reprovisioned"] += 1
         else:
             reason = (
@@ -98,7 +100,7 @@ def sweep() -> dict:
                 .values_list("events__data__reason", flat=True)
                 .last()
             )
-            release_lease.delay(lease_id, reason or "admin")
+            enqueue(release_lease, lease_id, reason or "admin")
             done["rereleased"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = endings.drains_due(now=now)

@@ -68,6 +68,9 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("CARDPOOL_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 CSRF_TRUSTED_ORIGINS = env_list("CARDPOOL_CSRF_TRUSTED_ORIGINS")
 SITE_URL = env("CARDPOOL_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+# Webhooks may reach loopback, private and link-local addresses only when this is true
+# (self-hosted receivers); otherwise a user could aim the workers inside the network (SSRF).
+CARDPOOL_WEBHOOK_ALLOW_PRIVATE = env_bool("CARDPOOL_WEBHOOK_ALLOW_PRIVATE", False)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -96,6 +99,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "portal.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -124,6 +128,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.site",
                 "leasing.context_processors.notifications_unread",
+                "leasing.context_processors.broker_status",
             ],
         },
     },
@@ -133,7 +138,9 @@ TEMPLATES = [
 # SQLite by default; DATABASE_URL=postgres://... switches to PostgreSQL.
 DATABASE_URL = env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'cardpool.sqlite3'}")
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions serialize writers: two requests can never both read
@@ -327,6 +334,15 @@ CELERY_TASK_ALWAYS_EAGER = (
 )
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A down broker must fail a publish fast (leasing.enqueue logs it; the sweeps re-find the
+# work): one quick retry (a pooled connection that died with a Redis restart), short timeouts.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 
@@ -402,6 +418,8 @@ CARDPOOL = {
     "BACKEND": env("CARDPOOL_BACKEND", "local"),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
+    # A hand-over still provisioning or releasing after this long is sent again (lost task).
+    "STUCK_SECONDS": env_int("CARDPOOL_STUCK_SECONDS", 60),
     # Furthest ahead of a lease's end a warning may be sent, in minutes (7 days).
     "MAX_WARNING_MINUTES": env_int("CARDPOOL_MAX_WARNING_MINUTES", 7 * 24 * 60),
     # After an idle warning, how long the cards must stay idle before a reclaim.

@@ -8,6 +8,7 @@ without them they skip with the reason (tests/conftest.py).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,15 +25,19 @@ def _database_url() -> str:
     return f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-def start_worker(tmp_path, name: str = "worker") -> subprocess.Popen:
+def start_worker(tmp_path, name: str = "worker", env: dict | None = None) -> subprocess.Popen:
     """Start a Celery worker process (prefork, 2 children) with beat, like production;
-    return once it is ready."""
-    env = os.environ | {
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": _database_url(),
-        "CARDPOOL_VAR_DIR": str(tmp_path),
-        "CARDPOOL_SWEEP_SECONDS": "2",
-    }
+    return once it is ready. *env* adds to (or overrides) the worker's environment."""
+    env = (
+        os.environ
+        | {
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": _database_url(),
+            "CARDPOOL_VAR_DIR": str(tmp_path),
+            "CARDPOOL_SWEEP_SECONDS": "2",
+        }
+        | (env or {})
+    )
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -79,6 +84,18 @@ def stop_worker(proc: subprocess.Popen) -> None:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def kill_worker(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker and its pool children at once, as a machine or OOM kill would."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    os.kill(proc.pid, signal.SIGKILL)
+    for pid in children:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=10)
 
 
 def purge_broker() -> None:

@@ -81,7 +81,11 @@ def opener(monkeypatch):
 def queued(monkeypatch):
     """The delivery ids handed to the broker (the tests run tasks by calling them)."""
     ids: list[int] = []
-    monkeypatch.setattr(tasks_notify.deliver, "delay", lambda delivery_id: ids.append(delivery_id))
+    monkeypatch.setattr(
+        tasks_notify.deliver,
+        "apply_async",
+        lambda args, kwargs=None, **options: ids.append(args[0]),
+    )
     return ids
 
 

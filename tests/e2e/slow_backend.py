@@ -1,0 +1,13 @@
+"""A local backend whose provisioning takes a while (CARDPOOL_TEST_PROVISION_SECONDS), so a
+test can kill the worker in the middle of it. Selected by dotted path: CARDPOOL_BACKEND."""
+
+import os
+import time
+
+from leasing.backends.local import LocalBackend
+
+
+class SlowLocalBackend(LocalBackend):
+    def provision(self, lease) -> dict:
+        time.sleep(float(os.environ.get("CARDPOOL_TEST_PROVISION_SECONDS", "3")))
+        return super().provision(lease)

@@ -20,12 +20,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import http.client
+import ipaddress
 import json
+import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from django.conf import settings
 
 GENERIC, WECOM, DINGTALK, FEISHU = "generic", "wecom", "dingtalk", "feishu"
 ROBOTS = (WECOM, DINGTALK, FEISHU)
@@ -80,6 +85,7 @@ class HttpResponse:
     body: str = ""
     error: str = ""
     retry_after: int | None = None
+    blocked: bool = False  # the address is not allowed: trying again will not help
 
 
 @dataclass(frozen=True)
@@ -259,6 +265,8 @@ def build(fmt: str, *, url: str, secret: str, message: Message, now: datetime) -
 def judge(fmt: str, response: HttpResponse) -> Verdict:
     """Sent, failed for good, or worth another try (network errors, 5xx, 429, rate limits)."""
     status = response.status
+    if response.blocked:
+        return Verdict(ok=False, error=response.error)
     if status is None:
         return Verdict(ok=False, retry=True, error=response.error or "no response")
     if status == 429 or status == 408 or status >= 500:
@@ -289,6 +297,101 @@ def judge(fmt: str, response: HttpResponse) -> Verdict:
 # --- the network -------------------------------------------------------------------------
 
 
+class BlockedDestination(OSError):
+    """The webhook's host is (or resolves to) an address inside the network."""
+
+
+def is_private_address(ip: str) -> bool:
+    """Loopback, private, link-local, shared (CGNAT), multicast, reserved or unspecified."""
+    address = ipaddress.ip_address(ip.split("%", 1)[0])  # drop an IPv6 zone (fe80::1%eth0)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return not address.is_global or address.is_multicast
+
+
+def public_addresses(host: str, port: int | None) -> list:
+    """``getaddrinfo`` for *host*; BlockedDestination if any address is not public.
+
+    Every address is checked, not just the first, so a name that resolves to a public and a
+    private address cannot slip through. CARDPOOL_WEBHOOK_ALLOW_PRIVATE=true lifts the rule
+    (self-hosted receivers inside the network).
+    """
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    if not settings.CARDPOOL_WEBHOOK_ALLOW_PRIVATE:
+        private = sorted({info[4][0] for info in infos if is_private_address(info[4][0])})
+        if private:
+            raise BlockedDestination(
+                f"{host} is a private, loopback or link-local address ({', '.join(private)}); "
+                "an operator may allow these with CARDPOOL_WEBHOOK_ALLOW_PRIVATE=true"
+            )
+    return infos
+
+
+def check_destination(url: str) -> None:
+    """BlockedDestination if *url*'s host is inside the network now (checked again at send)."""
+    parts = urlsplit(url.strip())
+    try:
+        public_addresses(parts.hostname or "", parts.port)
+    except BlockedDestination:
+        raise
+    except (OSError, ValueError):
+        pass  # does not resolve (yet): each send resolves and checks again
+
+
+def _connect_public(address, timeout=socket._GLOBAL_DEFAULT_TIMEOUT, source_address=None):
+    """socket.create_connection to an address that was checked, so a name that resolves to a
+    public address at the check and a private one at the connect (DNS rebinding) cannot."""
+    host, port = address
+    error: OSError = OSError(f"cannot resolve {host}")
+    for family, kind, proto, _name, sockaddr in public_addresses(host, port):
+        sock = socket.socket(family, kind, proto)
+        try:
+            if timeout is not socket._GLOBAL_DEFAULT_TIMEOUT:
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error
+
+
+class _PublicHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = _connect_public
+
+
+class _PublicHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = _connect_public
+
+
+def _through_proxy(req: urllib.request.Request) -> bool:
+    """An operator's egress proxy connects for us: check the destination's name, not the proxy."""
+    if not (req.has_proxy() or getattr(req, "_tunnel_host", None)):
+        return False
+    target = urlsplit(req.full_url)
+    public_addresses(target.hostname or "", target.port)
+    return True
+
+
+class _PublicHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        proxied = _through_proxy(req)
+        return self.do_open(http.client.HTTPConnection if proxied else _PublicHTTPConnection, req)
+
+
+class _PublicHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        proxied = _through_proxy(req)
+        conn = http.client.HTTPSConnection if proxied else _PublicHTTPSConnection
+        return self.do_open(conn, req, context=self._context)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A hook that redirects is reported as it is; a POST is never replayed elsewhere."""
 
@@ -296,7 +399,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-OPENER = urllib.request.build_opener(_NoRedirect)
+OPENER = urllib.request.build_opener(_NoRedirect, _PublicHTTPHandler, _PublicHTTPSHandler)
 
 
 def _retry_after(headers) -> int | None:
@@ -324,7 +427,11 @@ def http_post(request: HttpRequest, *, timeout: float = TIMEOUT_SECONDS) -> Http
             error=f"HTTP {exc.code} {exc.reason}",
             retry_after=_retry_after(exc.headers),
         )
+    except BlockedDestination as exc:  # from a proxied request's check
+        return HttpResponse(status=None, error=str(exc), blocked=True)
     except urllib.error.URLError as exc:
+        if isinstance(exc.reason, BlockedDestination):
+            return HttpResponse(status=None, error=str(exc.reason), blocked=True)
         return HttpResponse(status=None, error=f"cannot connect: {exc.reason}")
     except TimeoutError:
         return HttpResponse(status=None, error=f"no answer within {timeout:g} s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import date
 from decimal import Decimal
+from html import escape  # plotly renders a little HTML in labels; names are user data
 
 import plotly.graph_objects as go
 from django.utils.translation import gettext as _
@@ -32,6 +33,8 @@ def daily_card_hours(daily: dict[str, dict[date, Decimal]], days: list[date]) ->
     fig = go.Figure()
     for name, per_day in sorted(daily.items()):
         fig.add_bar(
-            name=name, x=[d.isoformat() for d in days], y=[float(per_day.get(d, 0)) for d in days]
+            name=escape(name),
+            x=[d.isoformat() for d in days],
+            y=[float(per_day.get(d, 0)) for d in days],
         )
     return _html(fig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, timedelta
+from html import escape  # plotly renders a little HTML in labels; names are user data
 
 import plotly.graph_objects as go
 from django.db.models import F, Sum
@@ -48,7 +49,7 @@ def team_days(f: reports.ReportFilter) -> str:
     fig = go.Figure()
     for key, per_day in sorted(per_team.items(), key=lambda kv: str(names.get(kv[0]))):
         fig.add_bar(
-            name=names.get(key, str(key)),
+            name=escape(names.get(key, str(key))),
             x=[d.isoformat() for d in days],
             y=[per_day.get(d, 0) for d in days],
         )
@@ -74,7 +75,7 @@ def top_users(f: reports.ReportFilter) -> str:
     fig.add_bar(
         orientation="h",
         x=[float(reports.hours(r["card_minutes"])) for r in rows],
-        y=[names.get(r["key"], str(r["key"])) for r in rows],
+        y=[escape(names.get(r["key"], str(r["key"]))) for r in rows],
         customdata=[float(r["cost"]) for r in rows],
         hovertemplate="%{y}: %{x} " + _("card-hours") + " · ¥%{customdata:,.2f}<extra></extra>",
         name=_("card-hours"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from html import escape  # plotly renders a little HTML in labels; names are user data
 
 import plotly.graph_objects as go
 from django.contrib.auth.decorators import login_required
@@ -315,14 +316,14 @@ def utilisation_chart(name: str, x, held: list[int], total: int, down: int) -> s
     fig.add_scatter(
         x=x, y=[down] * len(x), name=_("down"), stackgroup="one", line={"color": "#9ca3af"}
     )
-    fig.update_layout(title={"text": name, "font": {"size": 14}})
+    fig.update_layout(title={"text": escape(name), "font": {"size": 14}})
     return _html(fig, y_title=_("cards"), height=240)
 
 
 def queue_chart(x, series: dict[str, list[int]]) -> str:
     fig = go.Figure()
     for name, points in sorted(series.items()):
-        fig.add_scatter(x=x, y=points, name=name, mode="lines", line={"shape": "hv"})
+        fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
     return _html(fig, y_title=_("leases waiting"))
 
 
@@ -338,7 +339,7 @@ def wait_chart(series: dict[str, list[int]]) -> str:
     ]
     fig = go.Figure()
     for name, counts in sorted(series.items()):
-        fig.add_bar(x=labels, y=counts, name=name)
+        fig.add_bar(x=labels, y=counts, name=escape(name))
     fig.update_xaxes(type="category")
     return _html(fig, y_title=_("leases"), stack=True)
 
@@ -348,7 +349,7 @@ def top_users_chart(rows: list[dict]) -> str:
     fig = go.Figure()
     fig.add_bar(
         x=[round(r["hours"], 1) for r in rows],
-        y=[r["label"] for r in rows],
+        y=[escape(r["label"]) for r in rows],
         orientation="h",
         marker={"color": ["#f59e0b" if r["is_me"] else "#2563eb" for r in rows]},
         showlegend=False,

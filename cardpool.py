@@ -49,6 +49,13 @@ def ensure_venv(extras: str = "") -> None:
     stamp.write_text(digest)
 
 
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _stop(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -83,8 +90,14 @@ def demo() -> int:
             ],
             cwd=ROOT,
             env=env,
+            start_new_session=True,  # its pool and beat children stop with it (killpg below)
         ),
-        subprocess.Popen([*manage, "runserver", "--noreload", f"{host}:{port}"], cwd=ROOT, env=env),
+        subprocess.Popen(
+            [*manage, "runserver", "--noreload", f"{host}:{port}"],
+            cwd=ROOT,
+            env=env,
+            start_new_session=True,
+        ),
     ]
     # SIGTERM (a service manager, `timeout`) stops everything like Ctrl-C does.
     signal.signal(signal.SIGTERM, _stop)
@@ -105,13 +118,13 @@ def demo() -> int:
         pass
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+            _signal_group(p, signal.SIGTERM)
         for p in procs:
             try:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                p.kill()
+                pass
+            _signal_group(p, signal.SIGKILL)  # whatever is left of its children (beat, pool)
     codes = [p.returncode for p in procs if p.returncode not in (None, 0, -signal.SIGTERM)]
     return max(codes, default=0)
 

@@ -110,6 +110,7 @@ def main() -> int:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # so its beat and pool children die with it
         )
         time.sleep(4)
         return proc
@@ -139,7 +140,7 @@ def main() -> int:
         restarted = None
         if args.kill:
             time.sleep(max((first_end - timezone.now()).total_seconds() - 5, 0))
-            os.kill(worker.pid, signal.SIGKILL)
+            os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
             time.sleep(args.down)
             worker = start("w2")
@@ -150,7 +151,7 @@ def main() -> int:
         ):
             time.sleep(0.5)
     finally:
-        worker.kill()
+        os.killpg(worker.pid, signal.SIGKILL)
         worker.wait()
     rows = LeaseEvent.objects.filter(kind="expire").values_list("at", "lease__end_at")
     lags = sorted((at - end).total_seconds() for at, end in rows)

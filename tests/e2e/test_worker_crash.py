@@ -2,8 +2,6 @@
 its end for longer than the sweep interval (the ETA task died with the worker; the sweep
 re-finds the lease)."""
 
-import os
-import signal
 import time
 from datetime import timedelta
 
@@ -12,7 +10,7 @@ from django.utils import timezone
 
 from leasing import services
 from leasing.models import EndReason, Lease, LeaseStatus
-from tests.e2e.conftest import purge_broker, start_worker, stop_worker, wait_for
+from tests.e2e.conftest import kill_worker, purge_broker, start_worker, stop_worker, wait_for
 from tests.factories import CardModelFactory, make_node
 
 pytestmark = [pytest.mark.postgres, pytest.mark.broker]
@@ -36,8 +34,7 @@ def test_killed_worker_leaves_no_lease_active_past_the_sweep_interval(
         ]
         wait_for(lambda: Lease.objects.filter(status=LeaseStatus.ACTIVE).count() == 3, timeout=10)
         # The worker holds the expiry tasks (ETA = end time) in memory; kill it hard.
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=10)
+        kill_worker(first)
     finally:
         stop_worker(first)
     time.sleep(max((max(lease.end_at for lease in leases) - timezone.now()).total_seconds(), 0) + 3)

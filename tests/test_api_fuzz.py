@@ -27,6 +27,20 @@ from tests.factories import CardModelFactory, make_node
 EXAMPLES = int(os.environ.get("CARDPOOL_FUZZ_EXAMPLES", "20"))
 
 
+@pytest.fixture(autouse=True)
+def keep_the_test_connection():
+    """Calls go through the WSGI app, whose request signals would close the database
+    connection that holds the test's transaction (Django's test client disconnects them too)."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
 @pytest.fixture
 def seeded(alice, lena, vision):
     """A card model with nodes, a lease of alice's, a team quota."""

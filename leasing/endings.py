@@ -33,6 +33,7 @@ from leasing.models import (
 )
 from leasing.scheduler import planner
 from leasing.scheduler.snapshot import card_slots, timeline_for
+from portal.audit import audit
 from portal.models import default_warning_offsets
 from portal.permissions import is_operator
 
@@ -330,6 +331,7 @@ def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = N
         )
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(status=Node.Status.DRAINING, drain_at=drain_at)
+        audit(actor=user, action="node_drain", target=node.hostname, drain_at=drain_at)
         affected = (
             Lease.objects.filter(
                 allocations__card__node=node,
@@ -390,6 +392,7 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
     with transaction.atomic():
         lock_card_models([card.card_model_id])
         Card.objects.filter(pk=card.pk).update(status=Card.Status.FAULTY, health_note=note[:200])
+        audit(actor=user, action="card_faulty", target=card.uuid, note=note[:200])
         holding = (
             Allocation.objects.filter(
                 card=card, start_at__lte=now, end_at__gt=now, lease__status__in=RUNNING

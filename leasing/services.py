@@ -40,6 +40,7 @@ from leasing.models import (
 from leasing.scheduler import planner
 from leasing.scheduler.run import PassResult, schedule_card_model
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from portal.audit import audit
 from portal.models import Membership, Team
 from portal.permissions import can_manage_lease, is_operator, leads_team
 
@@ -936,6 +937,7 @@ def quota_set(*, user, team: Team, card_model: CardModel | None, **limits) -> Qu
         quota, _created = Quota.objects.update_or_create(
             team=team, card_model=card_model, defaults=values
         )
+        audit(actor=user, action="quota_set", target=str(quota), **values)
     return quota
 
 
@@ -963,6 +965,7 @@ def member_limit_set(
         limit, _created = MemberLimit.objects.update_or_create(
             membership=membership, card_model=card_model, defaults=values
         )
+        audit(actor=user, action="member_limit_set", target=str(limit), **values)
     return limit
 
 
@@ -989,4 +992,10 @@ def quota_replace(*, user, team: Team, rules: list[dict]) -> list[Quota]:
             )
             kept.append(quota)
         Quota.objects.filter(team=team).exclude(pk__in=[q.pk for q in kept]).delete()
+        audit(
+            actor=user,
+            action="quota_replace",
+            target=team.slug,
+            rules=[{k: str(v) if v is not None else None for k, v in r.items()} for r in rules],
+        )
     return kept

@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
-from portal.models import Department, Membership, Profile, Team
+from portal.models import AuditEntry, Department, Membership, Profile, Team
 
 User = get_user_model()
 
@@ -59,3 +59,22 @@ class UserAdmin(BaseUserAdmin):
     @admin.display(boolean=True, description=Profile._meta.get_field("is_finance").verbose_name)
     def is_finance(self, user) -> bool:
         return bool(getattr(user, "profile", None) and user.profile.is_finance)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """Read-only: who changed quotas, limits and the pool, and when."""
+
+    list_display = ["at", "actor", "action", "target"]
+    list_filter = ["action"]
+    search_fields = ["target", "actor__username"]
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -77,6 +77,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--time-limit", type=float, default=300, help="give up after this many seconds (300)"
     )
     p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0,
+        metavar="PCT",
+        help="first wait (up to 10 min) until the machine is PCT%% idle over 15 s; for shared hosts",
+    )
+    p.add_argument(
         "--skip-analyze",
         action="store_true",
         help="do not ANALYZE after building the pools (what a fresh import looks like)",
@@ -264,6 +271,29 @@ class Processes:
                     pass
                 proc.wait(timeout=5)
         self.procs.clear()
+
+
+def wait_until_idle(percent: float, *, window: float = 15, give_up_after: float = 600) -> float:
+    """Wait until the CPUs were at least *percent* idle over *window* seconds (Linux).
+
+    Returns the last idle share seen; gives up (and goes on) after *give_up_after* seconds.
+    """
+
+    def ticks() -> tuple[int, int]:
+        f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return sum(f), f[3] + f[4]
+
+    deadline = time.monotonic() + give_up_after
+    idle = 0.0
+    while time.monotonic() < deadline:
+        total0, idle0 = ticks()
+        time.sleep(window)
+        total1, idle1 = ticks()
+        idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
+        if idle >= percent:
+            break
+        print(f"machine {idle:.0f}% idle; waiting for {percent:.0f}% …", flush=True)
+    return idle
 
 
 def git_revision() -> str:
@@ -740,6 +770,9 @@ def print_report(results: dict) -> None:
     print(f"- overlapping allocation pairs (same card): {check['overlapping_allocation_pairs']}")
     print(f"- leases whose card count is wrong: {check['leases_with_wrong_card_count']}")
     print(f"- leases by status: {check['lease_statuses']}; allocations: {check['allocations']}")
+    stuck = sum(n for status, n in check["lease_statuses"].items() if status != "active")
+    if stuck:
+        print(f"- !! {stuck} lease(s) never became active: see the worker's log (path below)")
     print(f"\n(total run {meta['total_s']:.0f} s)")
 
 
@@ -748,6 +781,8 @@ def print_report(results: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.wait_idle:
+        wait_until_idle(args.wait_idle)
     started = time.monotonic()
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     deadline = started + args.time_limit

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -92,7 +92,13 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             description=v["description"],
             override_reason=v["override_reason"],
         )
-        return Response(LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED)
+        # The service's own lease, not a re-read: its user, team and model are the objects
+        # passed in, so the allocations (with card and node) are the one query left.
+        prefetch_related_objects(
+            [lease],
+            Prefetch("allocations", queryset=Allocation.objects.select_related("card__node")),
+        )
+        return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
 
     def _fresh(self, pk):
         return self.get_queryset().get(pk=pk)

@@ -284,6 +284,17 @@ def _check(
     return breaches
 
 
+def rules_apply(*, team: Team, user, card_model: CardModel) -> bool:
+    """Whether any team quota or member limit covers a request of *user* for *card_model*."""
+    scope = Q(card_model__isnull=True) | Q(card_model=card_model)
+    return (
+        Quota.objects.filter(team=team).filter(scope).exists()
+        or MemberLimit.objects.filter(membership__team=team, membership__user=user)
+        .filter(scope)
+        .exists()
+    )
+
+
 def admission_breaches(
     *, team: Team, user, card_model: CardModel, count: int, start: datetime, duration: timedelta
 ) -> list[Breach]:

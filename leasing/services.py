@@ -7,6 +7,7 @@ LeaseEvent, which is the lease's timeline and the audit trail.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -15,13 +16,13 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
 from leasing import quotas
-from leasing.enqueue import enqueue_after_commit
+from leasing.enqueue import enqueue, enqueue_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     HOLDING_STATES,
@@ -37,12 +38,14 @@ from leasing.models import (
     Quota,
     QuotaLimits,
 )
-from leasing.scheduler import planner
+from leasing.scheduler import fastpath, planner
 from leasing.scheduler.run import PassResult, schedule_card_model
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
 from portal.audit import audit
 from portal.models import Membership, Team
 from portal.permissions import can_manage_lease, is_operator, leads_team
+
+logger = logging.getLogger(__name__)
 
 # Requests that start within this much of "now" count as "start now": clocks of
 # browsers and scripts drift, and a form takes a while to submit.
@@ -143,9 +146,8 @@ def _pool_capacity(card_model: CardModel) -> tuple[int, int]:
         .values("node_id")
         .annotate(n=Count("pk"))
     )
-    agg = per_node.aggregate(most=Max("n"))
-    total = sum(row["n"] for row in per_node)
-    return total, agg["most"] or 0
+    agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
+    return agg["total"] or 0, agg["most"] or 0
 
 
 def lease_validate_request(
@@ -282,6 +284,19 @@ def _notify(lease_id: int, kind: str) -> None:
     from leasing import tasks
 
     enqueue_after_commit(tasks.notify_lease, lease_id, kind, inline_if_down=True)
+
+
+def _notify_here(lease_id: int, kind: str) -> None:
+    """Word and write the notice in this process, after the commit: the caller is a worker
+    already, and a second task per lease for an in-app notice costs more than the notice
+    (email and webhooks still go out as their own tasks). If it fails, it is queued instead."""
+    from leasing import notifications, tasks
+
+    try:
+        notifications.notify_lease_event(lease_id=lease_id, kind=kind)
+    except Exception:
+        logger.exception("notice %s for lease %s failed here; queued instead", kind, lease_id)
+        enqueue(tasks.notify_lease, lease_id, kind, inline_if_down=False)
 
 
 REQUIREMENT_KEYS = {"vendor", "min_memory_gb", "precision", "interconnect"}
@@ -434,18 +449,35 @@ def lease_request(
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
     with transaction.atomic():
-        lock_team(team.pk)
+        # The team lock serializes quota checks; a team without rules for this request has
+        # nothing to check, so its members' requests do not queue behind each other.
+        has_rules = quotas.rules_apply(team=team, user=user, card_model=card_model)
+        if has_rules:
+            lock_team(team.pk)
         lock_card_models([card_model.pk])
-        verdict = _admit(
-            team=team,
-            user=user,
-            card_model=card_model,
-            count=count,
-            start=start,
-            duration=duration,
-            priority=priority,
-            override_reason=override_reason,
+        verdict = (
+            _admit(
+                team=team,
+                user=user,
+                card_model=card_model,
+                count=count,
+                start=start,
+                duration=duration,
+                priority=priority,
+                override_reason=override_reason,
+            )
+            if has_rules
+            else Verdict()
         )
+        # Nobody waits for the model and the request is for now: place it in SQL, written as
+        # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
+        placed = None
+        if (
+            verdict.status == LeaseStatus.QUEUED
+            and start == now
+            and fastpath.queue_is_empty(card_model.pk)
+        ):
+            placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
         lease = Lease.objects.create(
             user=user,
             team=team,
@@ -455,7 +487,7 @@ def lease_request(
             duration=duration,
             start_at=start,
             end_at=start + duration,
-            status=verdict.status,
+            status=LeaseStatus.PROVISIONING if placed else verdict.status,
             status_changed_at=now,
             priority=priority,
             priority_rank=PRIORITY_RANK[priority],
@@ -466,30 +498,60 @@ def lease_request(
             borrowed=verdict.borrowed,
             approval_reason="\n".join(b.message for b in verdict.member_breaches),
         )
-        _event(
-            lease.pk,
-            kind="requested",
-            at=now,
-            actor=user,
-            data={"count": count, "minutes": duration // timedelta(minutes=1)},
-        )
-        if override_reason:
-            _event(
-                lease.pk,
-                kind="quota_override",
+        events = [
+            LeaseEvent(
+                lease=lease,
+                kind="requested",
                 at=now,
                 actor=user,
-                message=override_reason,
-                data={"breaches": [b.message for b in verdict.overridden]},
+                data={"count": count, "minutes": duration // timedelta(minutes=1)},
             )
+        ]
+        if override_reason:
+            events.append(
+                LeaseEvent(
+                    lease=lease,
+                    kind="quota_override",
+                    at=now,
+                    actor=user,
+                    message=override_reason,
+                    data={"breaches": [b.message for b in verdict.overridden]},
+                )
+            )
+        if placed:
+            # The same record the queue pass's transition leaves (queued → provisioning).
+            events.append(
+                LeaseEvent(
+                    lease=lease,
+                    kind="placed",
+                    at=now,
+                    from_status=LeaseStatus.QUEUED,
+                    to_status=LeaseStatus.PROVISIONING,
+                )
+            )
+        LeaseEvent.objects.bulk_create(events)
+        if placed:
+            from leasing import tasks
+
+            Allocation.objects.bulk_create(
+                Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at)
+                for c in placed
+            )
+            enqueue_after_commit(tasks.provision_lease, lease.pk)
+            if has_rules:
+                transaction.on_commit(
+                    lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
+                )
+            return lease
         if verdict.status == LeaseStatus.PENDING_APPROVAL:
             _event(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
             _notify(lease.pk, "approval_requested")
         else:
             _after_pass(schedule_card_model(card_model.pk, now=now))
-            transaction.on_commit(
-                lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
-            )
+            if has_rules:
+                transaction.on_commit(
+                    lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
+                )
             if (
                 verdict.borrowed
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()
@@ -590,7 +652,7 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
             enqueue_after_commit(tasks.expire_lease, lease_id, eta=end_at)
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
-            _notify(lease_id, kind)
+            transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)
             if replaces_id:
                 # A resize to another model: the old cards go only now that the new ones are held.
                 old = Lease.objects.filter(pk=replaces_id).first()

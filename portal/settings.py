@@ -344,6 +344,12 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_max": 0.2,
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Keep a worker's database connection between tasks instead of opening one per task (Celery's
+# Django fixup closes it after every task when this is unset: two new PostgreSQL backends per
+# lease, measured at ~20 ms of CPU per request in docs/performance.md). portal/celery.py still
+# drops a connection that errored or outlived DB_CONN_MAX_AGE before each task. 0: close
+# after every task.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000)
 
 
 # --- Slurm backend (docs/operations.md, "Slurm backend") --------------------------------

@@ -182,3 +182,25 @@ def test_list_runs_bounded_queries(
     with django_assert_max_num_queries(8):
         assert api.get("/api/v1/leases/").json()["count"] == 6
     assert T0
+
+
+def test_a_request_for_free_cards_is_a_handful_of_queries(
+    api, frozen, alice, vision, a100, small_pool, monkeypatch
+):
+    """Nobody waits: the request is placed in SQL (scheduler/fastpath.py), not by loading the
+    whole pool into the planner, and the answer is built from the service's own lease."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from leasing import services
+
+    def full_pass(*args, **kwargs):
+        raise AssertionError("the full queue pass ran for a request that met no queue")
+
+    monkeypatch.setattr(services, "schedule_card_model", full_pass)
+    post(api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60})  # warm
+    with CaptureQueriesContext(connection) as queries:
+        response = post(api, alice, {"card_model": a100.slug, "count": 2, "duration_minutes": 60})
+    assert response.status_code == 201 and response.json()["status"] == "provisioning"
+    assert len(response.json()["allocations"]) == 2
+    assert len(queries) <= 16, [q["sql"][:120] for q in queries.captured_queries]

@@ -86,8 +86,8 @@ def test_a_request_cut_off_midway_leaves_no_lease(api, alice, vision, monkeypatc
     def lost(*args, **kwargs):
         raise OperationalError("terminating connection due to administrator command")
 
-    # After the Lease row is written, before the queue pass has placed it.
-    monkeypatch.setattr(services, "schedule_card_model", lost)
+    # After the Lease row, its events and its cards are written, before the commit.
+    monkeypatch.setattr(services, "enqueue_after_commit", lost)
     api.force_authenticate(alice)
     response = api.post(
         "/api/v1/leases/",

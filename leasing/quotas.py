@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, Q
 from django.utils import formats
 from django.utils.translation import gettext as _
 
@@ -287,12 +287,18 @@ def _check(
 def rules_apply(*, team: Team, user, card_model: CardModel) -> bool:
     """Whether any team quota or member limit covers a request of *user* for *card_model*."""
     scope = Q(card_model__isnull=True) | Q(card_model=card_model)
-    return (
-        Quota.objects.filter(team=team).filter(scope).exists()
-        or MemberLimit.objects.filter(membership__team=team, membership__user=user)
-        .filter(scope)
-        .exists()
+    found = (
+        Team.objects.filter(pk=team.pk)
+        .annotate(
+            quota=Exists(Quota.objects.filter(scope, team=team)),
+            limit=Exists(
+                MemberLimit.objects.filter(scope, membership__team=team, membership__user=user)
+            ),
+        )
+        .values_list("quota", "limit")
+        .first()
     )
+    return bool(found and any(found))
 
 
 def admission_breaches(

@@ -73,11 +73,16 @@ def transition(
     nothing is written then.
     """
     frm = list(frm)
-    current = (
-        Lease.objects.filter(pk=lease_id, status__in=frm).values_list("status", flat=True).first()
-    )
-    if current is None:
-        return False
+    if len(frm) == 1:
+        current = frm[0]  # the UPDATE below is the compare-and-set; no read needed
+    else:
+        current = (
+            Lease.objects.filter(pk=lease_id, status__in=frm)
+            .values_list("status", flat=True)
+            .first()
+        )
+        if current is None:
+            return False
     updated = Lease.objects.filter(pk=lease_id, status=current).update(
         status=to, status_changed_at=at, **fields
     )
@@ -116,9 +121,8 @@ def _after_pass(result: PassResult) -> None:
 
     for lease_id in result.started:
         enqueue_after_commit(tasks.provision_lease, lease_id)
-    for lease_id in result.booked:
-        start = Lease.objects.values_list("start_at", flat=True).get(pk=lease_id)
-        enqueue_after_commit(tasks.start_lease, lease_id, eta=start)
+    # Booked leases (result.booked) are started by the tick (tasks.tick) when their start
+    # comes: no ETA task, which Redis would redeliver every visibility timeout.
 
 
 def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:
@@ -162,8 +166,14 @@ def lease_validate_request(
     purpose: str,
     same_node: bool,
     now: datetime,
+    check_capacity: bool = True,
 ) -> None:
-    """Raise ValidationError (or PermissionDenied) with a message a person can act on."""
+    """Raise ValidationError (or PermissionDenied) with a message a person can act on.
+
+    ``check_capacity=False`` leaves out whether the pool could ever hold the request (a
+    query over the model's cards): ``lease_request`` asks that only when the request is not
+    placed at once, since cards that were just found free answer it already.
+    """
     membership = Membership.objects.filter(user=user, team=team).first()
     if membership is None and not is_operator(user):
         raise PermissionDenied(
@@ -208,28 +218,36 @@ def lease_validate_request(
             _("Unknown purpose; choose one of: %(choices)s.")
             % {"choices": ", ".join(Purpose.values)}
         )
-    if count >= 1 and card_model is not None:
-        total, most_on_node = _pool_capacity(card_model)
-        if total == 0:
-            errors.setdefault("card_model", []).append(
-                _("The pool has no %(model)s cards yet; choose another card model.")
-                % {"model": card_model.name}
-            )
-        elif count > total:
-            errors.setdefault("count", []).append(
-                _("The pool has only %(total)s %(model)s cards; ask for %(total)s or fewer.")
-                % {"total": total, "model": card_model.name}
-            )
-        elif same_node and count > most_on_node:
-            errors.setdefault("count", []).append(
-                _(
-                    "No node has %(count)s %(model)s cards (at most %(most)s on one node); ask for fewer "
-                    "or allow the cards to span nodes."
-                )
-                % {"count": count, "model": card_model.name, "most": most_on_node}
-            )
+    if count >= 1 and card_model is not None and check_capacity:
+        _capacity_errors(errors, card_model=card_model, count=count, same_node=same_node)
     if errors:
         raise ValidationError(errors)
+
+
+def _capacity_errors(
+    errors: dict[str, list[str]], *, card_model: CardModel, count: int, same_node: bool
+) -> dict[str, list[str]]:
+    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*."""
+    total, most_on_node = _pool_capacity(card_model)
+    if total == 0:
+        errors.setdefault("card_model", []).append(
+            _("The pool has no %(model)s cards yet; choose another card model.")
+            % {"model": card_model.name}
+        )
+    elif count > total:
+        errors.setdefault("count", []).append(
+            _("The pool has only %(total)s %(model)s cards; ask for %(total)s or fewer.")
+            % {"total": total, "model": card_model.name}
+        )
+    elif same_node and count > most_on_node:
+        errors.setdefault("count", []).append(
+            _(
+                "No node has %(count)s %(model)s cards (at most %(most)s on one node); ask for fewer "
+                "or allow the cards to span nodes."
+            )
+            % {"count": count, "model": card_model.name, "most": most_on_node}
+        )
+    return errors
 
 
 @dataclass
@@ -445,6 +463,7 @@ def lease_request(
         purpose=purpose,
         same_node=same_node,
         now=now,
+        check_capacity=False,  # below, unless the request is placed at once
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
@@ -455,6 +474,15 @@ def lease_request(
         if has_rules:
             lock_team(team.pk)
         lock_card_models([card_model.pk])
+        # Nobody waits for the model and the request is for now: place it in SQL, written as
+        # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
+        placed = None
+        if start == now and fastpath.queue_is_empty(card_model.pk):
+            placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
+        if not placed and (
+            errors := _capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
+        ):
+            raise ValidationError(errors)
         verdict = (
             _admit(
                 team=team,
@@ -469,15 +497,8 @@ def lease_request(
             if has_rules
             else Verdict()
         )
-        # Nobody waits for the model and the request is for now: place it in SQL, written as
-        # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
-        placed = None
-        if (
-            verdict.status == LeaseStatus.QUEUED
-            and start == now
-            and fastpath.queue_is_empty(card_model.pk)
-        ):
-            placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
+        if verdict.status != LeaseStatus.QUEUED:
+            placed = None  # waits for the lead's approval first
         lease = Lease.objects.create(
             user=user,
             team=team,
@@ -632,7 +653,6 @@ def lease_start(*, lease_id: int, now: datetime | None = None) -> bool:
 
 def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) -> bool:
     """The backend has handed the cards over: the lease is active until its end."""
-    from leasing import tasks
 
     now = now or timezone.now()
     with transaction.atomic():
@@ -646,10 +666,8 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
             activated_at=now,
         )
         if ok:
-            end_at, replaces_id = Lease.objects.values_list("end_at", "replaces_id").get(
-                pk=lease_id
-            )
-            enqueue_after_commit(tasks.expire_lease, lease_id, eta=end_at)
+            # The tick (tasks.tick) expires it at its end.
+            replaces_id = Lease.objects.values_list("replaces_id", flat=True).get(pk=lease_id)
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
             transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)
@@ -892,7 +910,6 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
             data={"from": old_end.isoformat(), "to": new_end.isoformat()},
         )
         if lease.status == LeaseStatus.ACTIVE:
-            enqueue_after_commit(tasks.expire_lease, lease.pk, eta=new_end)
             enqueue_after_commit(tasks.extend_lease_backend, lease.pk)
     lease.refresh_from_db()
     return lease

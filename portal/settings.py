@@ -422,6 +422,9 @@ CARDPOOL = {
     # How far ahead an advance reservation may start, in days.
     "MAX_ADVANCE_DAYS": env_int("CARDPOOL_MAX_ADVANCE_DAYS", 90),
     "BACKEND": env("CARDPOOL_BACKEND", "local"),
+    # Seconds between ticks that end leases whose end has come and start due reservations:
+    # the most a lease outlives its end (besides the time to take the cards back).
+    "TICK_SECONDS": env_int("CARDPOOL_TICK_SECONDS", 2),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
     # A hand-over still provisioning or releasing after this long is sent again (lost task).
@@ -444,6 +447,11 @@ CARDPOOL = {
 
 # All periodic jobs, in one place.
 CELERY_BEAT_SCHEDULE = {
+    "leasing-tick": {
+        "task": "leasing.tasks.tick",
+        "schedule": float(CARDPOOL["TICK_SECONDS"]),
+        "options": {"expires": float(CARDPOOL["TICK_SECONDS"])},  # a late tick is redundant
+    },
     "leasing-sweep": {"task": "leasing.tasks.sweep", "schedule": float(CARDPOOL["SWEEP_SECONDS"])},
     "slurm-reconcile": {
         "task": "leasing.tasks_slurm.reconcile_slurm",

@@ -66,6 +66,33 @@ def test_advance_reservation_starts_on_time(frozen, alice, vision, a100, small_p
     assert activate(lease).status == LeaseStatus.ACTIVE
 
 
+def test_the_tick_ends_leases_and_starts_reservations_when_due(
+    frozen, alice, bob, vision, nlp, a100, django_capture_on_commit_callbacks, monkeypatch
+):
+    from leasing import enqueue
+
+    sent = []
+    monkeypatch.setattr(enqueue, "enqueue", lambda task, *a, **kw: sent.append((task.name, kw)))
+    make_node(a100, cards=2, domains=1, hostname="two")
+    with django_capture_on_commit_callbacks(execute=True):
+        held = activate(ask(alice, vision, a100, duration=hours(1)))
+    # No ETA task is queued for the end (Redis would redeliver it every visibility timeout).
+    assert [name for name, _kw in sent] == ["leasing.tasks.provision_lease"]
+    booked = ask(bob, nlp, a100, start_at=T0 + hours(1) + timedelta(seconds=1))
+    assert booked.status == LeaseStatus.SCHEDULED
+    frozen.move_to(T0 + hours(1) - timedelta(seconds=1))
+    assert tasks.tick() == {"expired": 0, "started": 0}
+    frozen.move_to(T0 + hours(1) + timedelta(seconds=1))
+    assert tasks.tick() == {"expired": 1, "started": 1}
+    assert tasks.tick() == {"expired": 0, "started": 0}  # once
+    held.refresh_from_db()
+    booked.refresh_from_db()
+    assert held.status == LeaseStatus.RELEASING  # cards free; the backend is told next
+    assert booked.status == LeaseStatus.PROVISIONING
+    tick = settings.CELERY_BEAT_SCHEDULE["leasing-tick"]
+    assert tick["task"] == "leasing.tasks.tick" and tick["schedule"] <= 5
+
+
 def test_expiry_reclaims_at_end_time_once(frozen, alice, bob, vision, nlp, a100):
     make_node(a100, cards=1, domains=1, hostname="one")
     lease = activate(ask(alice, vision, a100, duration=hours(1)))

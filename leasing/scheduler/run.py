@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.models import Allocation, Lease, LeaseEvent, LeaseStatus
 from leasing.scheduler import planner
+from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
 
 
@@ -43,26 +45,13 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     requests = {r.lease_id: r for r in queue}
     estimates = dict(Lease.objects.filter(pk__in=requests).values_list("pk", "estimated_start"))
 
+    starting: list[tuple[Request, Decision]] = []
+    waiting: list[Lease] = []
     for decision in decisions:
         request = requests[decision.lease_id]
         fits_when_wanted = decision.start is not None and decision.start == request.not_before
         if fits_when_wanted and decision.start <= now:
-            end = now + request.duration
-            if transition(
-                decision.lease_id,
-                frm=[LeaseStatus.QUEUED],
-                to=LeaseStatus.PROVISIONING,
-                kind="placed",
-                at=now,
-                start_at=now,
-                end_at=end,
-                estimated_start=None,
-            ):
-                Allocation.objects.bulk_create(
-                    Allocation(card_id=c, lease_id=decision.lease_id, start_at=now, end_at=end)
-                    for c in decision.card_ids
-                )
-                result.started.append(decision.lease_id)
+            starting.append((request, decision))
         elif fits_when_wanted:
             end = decision.start + request.duration
             if transition(
@@ -85,7 +74,54 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
         else:
             result.waiting[decision.lease_id] = decision.start
             if estimates.get(decision.lease_id) != decision.start:
-                Lease.objects.filter(pk=decision.lease_id, status=LeaseStatus.QUEUED).update(
-                    estimated_start=decision.start
-                )
+                waiting.append(Lease(pk=decision.lease_id, estimated_start=decision.start))
+    if starting:
+        result.started = _start_now(starting, now=now)
+    # One statement per 500 changed estimates, not one per waiting lease (the queue is
+    # re-planned on every pass, and a long queue's estimates all move together).
+    Lease.objects.bulk_update(waiting, ["estimated_start"], batch_size=500)
     return result
+
+
+def _start_now(starting: list[tuple[Request, Decision]], *, now: datetime) -> list[int]:
+    """queued → provisioning for every lease the pass starts now, in three statements for the
+    whole batch: the compare-and-set UPDATE, the events, the allocations (so a queue that
+    drains at once after a big release costs one round trip per kind, not per lease)."""
+    ids = [decision.lease_id for _request, decision in starting]
+    updated = Lease.objects.filter(pk__in=ids, status=LeaseStatus.QUEUED).update(
+        status=LeaseStatus.PROVISIONING,
+        status_changed_at=now,
+        start_at=now,
+        end_at=ExpressionWrapper(Value(now) + F("duration"), output_field=DateTimeField()),
+        estimated_start=None,
+    )
+    if updated != len(ids):
+        # Someone else changed one of them (they hold the model's lock too, so this is a
+        # defence): keep only those this UPDATE moved.
+        moved = set(
+            Lease.objects.filter(
+                pk__in=ids, status=LeaseStatus.PROVISIONING, status_changed_at=now, start_at=now
+            ).values_list("pk", flat=True)
+        )
+        starting = [(r, d) for r, d in starting if d.lease_id in moved]
+    LeaseEvent.objects.bulk_create(
+        LeaseEvent(
+            lease_id=decision.lease_id,
+            at=now,
+            kind="placed",
+            from_status=LeaseStatus.QUEUED,
+            to_status=LeaseStatus.PROVISIONING,
+        )
+        for _request, decision in starting
+    )
+    Allocation.objects.bulk_create(
+        (
+            Allocation(
+                card_id=c, lease_id=decision.lease_id, start_at=now, end_at=now + request.duration
+            )
+            for request, decision in starting
+            for c in decision.card_ids
+        ),
+        batch_size=2000,
+    )
+    return [decision.lease_id for _request, decision in starting]

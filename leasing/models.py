@@ -189,6 +189,8 @@ class Lease(models.Model):
             ),
             models.Index(fields=["status", "end_at"], name="lease_status_end_idx"),
             models.Index(fields=["user", "status"], name="lease_user_status_idx"),
+            # The pool page's queue history reads the last days' submissions (bench/page_scale).
+            models.Index(fields=["submitted_at"], name="lease_submitted_idx"),
         ]
 
     def __str__(self) -> str:

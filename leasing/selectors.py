@@ -203,8 +203,10 @@ def team_overview(team: Team, *, now: datetime) -> dict:
             row.money += c.count * quotas.overlap_hours(c.start, c.end, *month) * c.price_per_hour
             if c.start <= now < c.end and c.status in quotas.HELD_STATES:
                 row.concurrent_now += c.count
-        day = month[0]
-        while day < min(month[1], now):
+        # Only the days the charge touches (a lease is mostly hours long; a month has 31).
+        lo, hi = max(c.start, month[0]), min(c.end, now, month[1])
+        day = month[0] + timedelta(days=(lo - month[0]) // timedelta(days=1))
+        while day < hi:
             hours = c.count * quotas.overlap_hours(
                 c.start, min(c.end, now), day, day + timedelta(days=1)
             )

@@ -119,8 +119,15 @@ def _after_pass(result: PassResult) -> None:
     """Hand the leases a queue pass started to the workers, once the transaction commits."""
     from leasing import tasks
 
-    for lease_id in result.started:
-        enqueue_after_commit(tasks.provision_lease, lease_id)
+    if len(result.started) == 1:
+        enqueue_after_commit(tasks.provision_lease, result.started[0])
+    else:
+        # A queue draining at once (a big release): one message per PROVISION_BATCH leases,
+        # so the transaction's caller does not publish a thousand; the workers share them.
+        for i in range(0, len(result.started), tasks.PROVISION_BATCH):
+            enqueue_after_commit(
+                tasks.provision_batch, result.started[i : i + tasks.PROVISION_BATCH]
+            )
     # Booked leases (result.booked) are started by the tick (tasks.tick) when their start
     # comes: no ETA task, which Redis would redeliver every visibility timeout.
 

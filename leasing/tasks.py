@@ -38,6 +38,23 @@ def provision_lease(self, lease_id: int) -> None:
         services.lease_fail(lease_id=lease_id, reason=str(exc))
 
 
+PROVISION_BATCH = 25
+
+
+@shared_task(acks_late=True)
+def provision_batch(lease_ids: list[int]) -> None:
+    """Hand over the leases one queue pass started, in one message. A lease whose backend
+    fails here gets its own ``provision_lease``, with its retries and backoff."""
+    for lease_id in lease_ids:
+        try:
+            provisioning.provision_step(lease_id=lease_id)
+        except PermanentBackendError as exc:
+            services.lease_fail(lease_id=lease_id, reason=str(exc))
+        except Exception:
+            logger.warning("lease %s: hand-over failed in a batch; retried alone", lease_id)
+            enqueue(provision_lease, lease_id, countdown=_backoff(0))
+
+
 @shared_task(bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
 def release_lease(self, lease_id: int, reason: str) -> None:
     try:

@@ -165,18 +165,23 @@ def earliest(
     sweep over the free windows of every card (see ``_first_feasible``), then let
     ``place`` choose the cards there. Same answer, in one pass instead of one per candidate.
     """
-    card_ids = [c.card_id for c in cards]
-    candidates = [request.not_before, *timeline.ends_after(card_ids, request.not_before)]
-    first = 0
-    if request.count > 0 and request.duration > timedelta(0) and len(candidates) > 1:
-        t0 = candidates[0]
+    t0 = request.not_before
+    valid = request.count > 0 and request.duration > timedelta(0)
+    if valid:
         if horizon is not None and t0 > horizon:
             return Decision(request.lease_id, None)
+        # Fits when it asks to start (the common case): no need to list the candidates.
         chosen = place(
             cards, timeline, request.count, t0, t0 + request.duration, same_node=request.same_node
         )
         if chosen is not None:
             return Decision(request.lease_id, t0, tuple(chosen))
+    card_ids = [c.card_id for c in cards]
+    candidates = [t0, *timeline.ends_after(card_ids, t0)]
+    first = 0
+    if valid:
+        if len(candidates) == 1:
+            return Decision(request.lease_id, None)  # tried above; nothing ever frees up
         first = _first_feasible(cards, timeline, request, candidates)
         if first is None:
             return Decision(request.lease_id, None)

@@ -10,7 +10,7 @@ from django.test import override_settings
 from leasing import provisioning, services, tasks
 from leasing.backends import PermanentBackendError, TransientBackendError
 from leasing.backends.local import LocalBackend
-from leasing.models import Allocation, BackendCall, EndReason, LeaseStatus
+from leasing.models import Allocation, BackendCall, EndReason, Lease, LeaseStatus
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 
@@ -224,3 +224,52 @@ def test_someone_else_cannot_release_your_lease(frozen, alice, bob, vision, a100
 def test_lead_may_release_a_member_lease(frozen, alice, lena, vision, a100, small_pool):
     lease = activate(ask(alice, vision, a100))
     assert services.lease_release(lease=lease, user=lena).status == LeaseStatus.RELEASING
+
+
+def test_a_queue_that_drains_at_once_is_handed_over_in_batches(
+    frozen, alice, bob, vision, nlp, a100, django_capture_on_commit_callbacks, monkeypatch
+):
+    from leasing import enqueue
+
+    make_node(a100, cards=4, domains=1, hostname="four")
+    holder = activate(ask(alice, vision, a100, count=4, duration=hours(8)))
+    waiting = [ask(bob, nlp, a100, duration=hours(1)) for _ in range(3)]
+    sent = []
+    monkeypatch.setattr(enqueue, "enqueue", lambda task, *a, **kw: sent.append((task.name, a)))
+    monkeypatch.setattr(tasks, "PROVISION_BATCH", 2)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.lease_release(lease=holder, user=alice)
+    ids = [lease.pk for lease in waiting]
+    batches = [a[0] for name, a in sent if name == "leasing.tasks.provision_batch"]
+    assert batches == [ids[:2], ids[2:]]
+    for batch in batches:
+        tasks.provision_batch(batch)
+    assert set(Lease.objects.filter(pk__in=ids).values_list("status", flat=True)) == {
+        LeaseStatus.ACTIVE
+    }
+
+
+@override_settings(CARDPOOL=with_backend("tests.leasing.test_lifecycle.FlakyBackend"))
+def test_a_lease_failing_in_a_batch_is_retried_on_its_own(
+    frozen, alice, vision, a100, small_pool, monkeypatch
+):
+    from leasing import enqueue
+
+    lease = ask(alice, vision, a100)
+    sent = []
+    monkeypatch.setattr(enqueue, "enqueue", lambda task, *a, **kw: sent.append((task.name, a)))
+    monkeypatch.setattr(tasks, "enqueue", enqueue.enqueue)
+    tasks.provision_batch([lease.pk])
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.PROVISIONING
+    assert sent == [("leasing.tasks.provision_lease", (lease.pk,))]
+
+
+@override_settings(CARDPOOL=with_backend("tests.leasing.test_lifecycle.BrokenBackend"))
+def test_a_lease_refused_in_a_batch_fails_with_its_cards_freed(frozen, alice, vision, a100):
+    make_node(a100, cards=1, domains=1, hostname="one")
+    lease = ask(alice, vision, a100)
+    tasks.provision_batch([lease.pk])
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.FAILED and "no such device" in lease.failure_reason
+    assert not Allocation.objects.filter(lease=lease, end_at__gt=T0).exists()

@@ -95,3 +95,17 @@ def test_members_and_other_teams_get_404(client, frozen, alice, bob, vision, nlp
         client.force_login(user)
         assert client.get("/teams/vision/").status_code == 404
         assert client.post("/teams/vision/limits/", {}).status_code == 404
+
+
+def test_daily_chart_splits_card_hours_at_midnight(frozen, alice, vision, a100, small_pool):
+    from datetime import date
+
+    from leasing import selectors
+    from tests.leasing.conftest import T0
+
+    lease = ask(alice, vision, a100, count=2, duration=hours(20))  # 09:00 → 05:00 next day
+    provisioning.provision_step(lease_id=lease.pk)
+    ask(alice, vision, a100, count=1, duration=hours(1), start_at=T0 + hours(40))  # not yet
+    frozen.move_to(T0 + hours(30))
+    daily = selectors.team_overview(vision, now=T0 + hours(30))["daily"]
+    assert daily == {a100.name: {date(2026, 12, 1): Decimal(30), date(2026, 12, 2): Decimal(10)}}

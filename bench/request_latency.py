@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1000,
         help="lease_request calls in the in-process service-layer run (default 1000; 0 skips)",
     )
+    p.add_argument(
+        "--floor",
+        type=int,
+        default=400,
+        help="GETs of one card model at the highest level: the stack's own ceiling (0 skips)",
+    )
     p.add_argument("--nodes", type=int, default=200, help="nodes per pool (default 200)")
     p.add_argument("--cards-per-node", type=int, default=8, help="cards per node (default 8)")
     p.add_argument("--count", type=int, default=1, help="cards per request (default 1)")
@@ -416,9 +422,18 @@ class LevelRun:
 
 
 def run_level(
-    requesters: int, total: int, *, port: int, tokens: list[str], body: dict, deadline: float
+    requesters: int,
+    total: int,
+    *,
+    port: int,
+    tokens: list[str],
+    body: dict | None,
+    deadline: float,
+    method: str = "POST",
+    path: str = "/api/v1/leases/",
 ) -> LevelRun:
-    """*requesters* threads, each its own user, POST until *total* requests are sent."""
+    """*requesters* threads, each its own user, POST (or *method*) until *total* requests
+    are sent."""
     run = LevelRun(requesters)
     lock = threading.Lock()
     sent = 0
@@ -433,12 +448,12 @@ def run_level(
             wall = time.time()
             t0 = time.perf_counter()
             try:
-                status, raw = http("POST", port, "/api/v1/leases/", token, body)
+                status, raw = http(method, port, path, token, body)
             except OSError:
                 status, raw = 0, b""
             api_s = time.perf_counter() - t0
             lease_id, lease_status = None, ""
-            if status == 201:
+            if status == 201 and method == "POST":
                 data = json.loads(raw)
                 lease_id, lease_status = data["id"], data["status"]
             with lock:
@@ -734,6 +749,19 @@ def print_report(results: dict) -> None:
             f"| {lv['admitted_per_s']:.1f} | {lv['activated_per_s']:.1f} "
             f"| {lv['active']} | {lv['failed']} |"
         )
+    floor = results.get("floor")
+    if floor:
+        a = floor["api"]
+        print("\n### The stack's own ceiling: authenticated GET of one card model (no write)\n")
+        print(
+            "| requesters | requests | errors | req/s | median ms | p99 ms | CPU ms per request |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        total = sum(floor["cpu"][k] for k in CPU_PARTS) if floor["cpu"] else 0.0
+        print(
+            f"| {floor['requesters']} | {floor['requests']} | {floor['errors']} "
+            f"| {floor['per_s']:.1f} | {ms(a['median'])} | {ms(a['p99'])} | {total:.1f} |"
+        )
     svc = results.get("service")
     if svc:
         c = svc["call_s"]
@@ -858,6 +886,34 @@ def main(argv: list[str] | None = None) -> int:
             )
             procs.check_alive()
             results["levels"].append(measure_level(run, deadline, cpu_before, cpu_now))
+
+        if args.floor:
+            # The ceiling of the stack itself on this machine: an authenticated API read of one
+            # card model (token check, a few queries, DRF), no write, no worker, no lock.
+            n = max(args.levels)
+            print(f"floor: {args.floor} GETs of one card model, {n} requesters …", flush=True)
+            cpu_before = cpu_now()
+            run = run_level(
+                n,
+                args.floor,
+                port=port,
+                tokens=fx.tokens,
+                body=None,
+                deadline=deadline,
+                method="GET",
+                path="/api/v1/card-models/bench-warmup/",
+            )
+            cpu = cpu_per_request(cpu_before, cpu_now(), len(run.samples), run.wall_s)
+            times = sorted(x.api_s for x in run.samples)
+            results["floor"] = {
+                "requesters": n,
+                "requests": len(run.samples),
+                "errors": sum(1 for x in run.samples if x.status != 200),
+                "wall_s": run.wall_s,
+                "per_s": len(run.samples) / run.wall_s if run.wall_s else 0.0,
+                "api": summary(times),
+                "cpu": cpu,
+            }
 
         if args.service_placements:
             print(f"service layer: {args.service_placements} placements in-process …", flush=True)

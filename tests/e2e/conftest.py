@@ -35,6 +35,7 @@ def start_worker(tmp_path, name: str = "worker", env: dict | None = None) -> sub
             "DATABASE_URL": _database_url(),
             "CARDPOOL_VAR_DIR": str(tmp_path),
             "CARDPOOL_SWEEP_SECONDS": "2",
+            "CARDPOOL_TICK_SECONDS": "2",
         }
         | (env or {})
     )

@@ -25,7 +25,7 @@ def test_request_becomes_active_then_expires_on_time(worker, alice, vision):
     wait_for(lambda: status_of(lease.pk) == LeaseStatus.ACTIVE, timeout=5)
     lease.refresh_from_db()
     assert lease.access["nodes"][0]["env"] == {"CUDA_VISIBLE_DEVICES": "0,1"}
-    # Reclaimed at its end by the task scheduled for then (the sweep is the safety net).
+    # Reclaimed at its end by the beat's tick (every 2 s; the sweep is the safety net).
     wait_for(lambda: status_of(lease.pk) == LeaseStatus.ENDED, timeout=15)
     lease.refresh_from_db()
     assert lease.end_reason == EndReason.EXPIRED

@@ -1,6 +1,6 @@
 """A worker killed during reclamation: once any worker runs again, nothing stays active past
-its end for longer than the sweep interval (the ETA task died with the worker; the sweep
-re-finds the lease)."""
+its end for longer than a tick (the beat died with the worker; the new beat's tick finds the
+lease)."""
 
 import time
 from datetime import timedelta
@@ -15,10 +15,10 @@ from tests.factories import CardModelFactory, make_node
 
 pytestmark = [pytest.mark.postgres, pytest.mark.broker]
 
-SWEEP_SECONDS = 2  # start_worker's CARDPOOL_SWEEP_SECONDS
+TICK_SECONDS = 2  # start_worker's CARDPOOL_TICK_SECONDS
 
 
-def test_killed_worker_leaves_no_lease_active_past_the_sweep_interval(
+def test_killed_worker_leaves_no_lease_active_past_a_tick(
     transactional_db, tmp_path, alice, vision
 ):
     purge_broker()
@@ -60,5 +60,5 @@ def test_killed_worker_leaves_no_lease_active_past_the_sweep_interval(
             lease.ended_at == lease.end_at
         )  # usage stops at the booked end, not at the late reclaim
         reclaimed = lease.events.get(kind="expire").at
-        # Within a sweep interval (and a little processing) of a worker being back.
-        assert reclaimed - ready_at < timedelta(seconds=SWEEP_SECONDS + 5)
+        # Within a tick (and a little processing) of a worker being back.
+        assert reclaimed - ready_at < timedelta(seconds=TICK_SECONDS + 5)

@@ -300,3 +300,17 @@ def test_changed_domains_and_model_update_cards(models, tmp_path):
     t01 = Node.objects.get(hostname="gpu-t01")
     assert t01.region.slug == "sz-edge"
     assert set(t01.cards.values_list("card_model__slug", flat=True)) == {"ascend-910b"}
+
+
+@pytest.mark.postgres
+def test_an_import_refreshes_the_planner_statistics(models):
+    """Right after a bulk write PostgreSQL would plan placement for one card per model."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        run(str(FIXTURES / "nodes.csv"), "--region", "edge-1")
+    assert any(q["sql"].startswith("ANALYZE inventory_node") for q in queries.captured_queries)
+    with CaptureQueriesContext(connection) as queries:
+        run(str(FIXTURES / "nodes.csv"), "--region", "edge-1", "--dry-run")
+    assert not any(q["sql"].startswith("ANALYZE") for q in queries.captured_queries)

@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from inventory.services import statistics_refresh
 from portal import demo
 
 
@@ -8,6 +9,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         inventory = demo.seed_inventory()
+        statistics_refresh()  # before the demo leases are placed
         users = demo.seed_people()
         quotas = demo.seed_quotas()
         history = demo.seed_history()

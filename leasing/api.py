@@ -8,13 +8,13 @@ from datetime import timedelta
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from leasing import api_estimate, resize, selectors, services
-from leasing.models import Allocation, Lease
+from leasing.models import REQUEST_KEY_MAX, Allocation, Lease
 from leasing.serializers import (
     ApprovalSerializer,
     DecisionSerializer,
@@ -48,6 +48,20 @@ def default_team(user):
     )
 
 
+def _request_key(request) -> str:
+    """The Idempotency-Key header, checked: at most 80 visible ASCII characters."""
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if len(key) > REQUEST_KEY_MAX or not all(33 <= ord(c) <= 126 for c in key):
+        raise ValidationError(
+            {
+                "Idempotency-Key": [
+                    f"Use at most {REQUEST_KEY_MAX} visible ASCII characters (a UUID will do)."
+                ]
+            }
+        )
+    return key
+
+
 class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Your leases (a lead also sees the team's, an operator everyone's)."""
 
@@ -66,7 +80,23 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             leases = leases.filter(user=self.request.user)
         return leases.order_by("-submitted_at", "-pk")
 
-    @extend_schema(request=LeaseRequestSerializer, responses={201: LeaseSerializer})
+    @extend_schema(
+        request=LeaseRequestSerializer,
+        responses={201: LeaseSerializer},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description=(
+                    "Any unique string of at most 80 visible ASCII characters (a UUID). Sending "
+                    "the same request again with the same key — a retry after a timeout or a "
+                    "503 — returns the lease the first one made (header Idempotent-Replayed: "
+                    "true) instead of booking twice. The same key for a different request: 400."
+                ),
+            )
+        ],
+    )
     def create(self, request):
         # Ask by task: the best-ranked option is requested. A body that is not a JSON object
         # (null, a list, a number) goes on to the serializer, which answers 400.
@@ -78,6 +108,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         data = LeaseRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
+        key = _request_key(request)
         lease = services.lease_request(
             user=request.user,
             team=v.get("team") or default_team(request.user),
@@ -91,6 +122,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             same_node=v["same_node"],
             description=v["description"],
             override_reason=v["override_reason"],
+            request_key=key,
         )
         # The service's own lease, not a re-read: its user, team and model are the objects
         # passed in, so the allocations (with card and node) are the one query left.
@@ -98,7 +130,10 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             [lease],
             Prefetch("allocations", queryset=Allocation.objects.select_related("card__node")),
         )
-        return Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
+        response = Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
+        if lease.replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
 
     def _fresh(self, pk):
         return self.get_queryset().get(pk=pk)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 from django import forms
@@ -9,7 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
-from leasing.models import Priority, Purpose
+from leasing.models import REQUEST_KEY_MAX, Priority, Purpose
 from portal.models import Team
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
@@ -72,6 +73,10 @@ class LeaseRequestForm(forms.Form):
     description = forms.CharField(
         label=_("What is it for? (optional)"), max_length=200, required=False
     )
+    # A fresh key per form shown: a double click or a resubmitted page books once.
+    request_key = forms.CharField(
+        widget=forms.HiddenInput, required=False, max_length=REQUEST_KEY_MAX
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -113,7 +118,8 @@ def lease_request_initial(request) -> dict:
     initial = {
         "start_at": (timezone.localtime() + timedelta(hours=1)).replace(
             minute=0, second=0, microsecond=0
-        )
+        ),
+        "request_key": uuid.uuid4().hex,
     }
     # Links (from the catalogue, the calendar, the task estimator) may pre-fill the form;
     # anything malformed is ignored here and the form validates what is submitted.

@@ -74,6 +74,9 @@ class Purpose(models.TextChoices):
     DEVELOPMENT = "development", _("Development")
 
 
+REQUEST_KEY_MAX = 80
+
+
 class Lease(models.Model):
     """*count* cards of one card model for a time window, held by a user on behalf of a team.
 
@@ -166,6 +169,20 @@ class Lease(models.Model):
     estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
     access = models.JSONField(_("access details"), default=dict, blank=True)
     failure_reason = models.TextField(_("failure reason"), blank=True)
+    request_key = models.CharField(
+        _("request key"),
+        max_length=REQUEST_KEY_MAX,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "The client's Idempotency-Key (or the request form's): the same request sent "
+            "again with it gets this lease back instead of a second one."
+        ),
+    )
+
+    # Set on the lease lease_request returns when its request key found an earlier one.
+    replayed = False
 
     class Meta:
         ordering = ["-submitted_at", "-pk"]
@@ -180,6 +197,11 @@ class Lease(models.Model):
                 condition=Q(status="ended", end_reason__gt="")
                 | (~Q(status="ended") & Q(end_reason="")),
                 name="lease_end_reason_iff_ended",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "request_key"],
+                condition=~Q(request_key=""),
+                name="lease_request_key_once_per_user",
             ),
         ]
         indexes = [

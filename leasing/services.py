@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -311,6 +311,39 @@ def _notify(lease_id: int, kind: str) -> None:
     enqueue_after_commit(tasks.notify_lease, lease_id, kind, inline_if_down=True)
 
 
+def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Lease | None:
+    """The lease an earlier request with *request_key* made (``replayed`` set), or None.
+
+    The same key for a different request is refused: that is a client's bug, not a retry.
+    """
+    lease = (
+        Lease.objects.select_related("user", "team", "card_model")
+        .filter(user=user, request_key=request_key)
+        .first()
+    )
+    if lease is None:
+        return None
+    if (
+        lease.team_id != team.pk
+        or lease.count != count
+        or (card_model is not None and lease.card_model_id != card_model.pk)
+    ):
+        raise ValidationError(
+            {
+                "request_key": [
+                    _(
+                        "This request was already sent, with other values, and made lease "
+                        "%(id)s; to ask for something else, start a new request (reload the "
+                        "form, or send a new Idempotency-Key)."
+                    )
+                    % {"id": lease.pk}
+                ]
+            }
+        )
+    lease.replayed = True
+    return lease
+
+
 def _notify_here(lease_id: int, kind: str) -> None:
     """Word and write the notice in this process, after the commit: the caller is a worker
     already, and a second task per lease for an in-app notice costs more than the notice
@@ -416,6 +449,7 @@ def lease_request(
     same_node: bool = True,
     description: str = "",
     override_reason: str = "",
+    request_key: str = "",
     now: datetime | None = None,
 ) -> Lease:
     """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
@@ -424,8 +458,18 @@ def lease_request(
     Admission and placement happen in this transaction: the lease comes back
     ``provisioning`` (cards held, a worker hands them over), ``scheduled`` (an advance
     reservation, cards booked), or ``queued`` with an ``estimated_start``.
+
+    With a *request_key* (an API client's Idempotency-Key, the request form's own), the same
+    request sent again — a retry after a timeout or a 503, a double click — returns the lease
+    the first one made, with ``replayed = True``, instead of booking twice.
     """
     now = now or timezone.now()
+    if request_key:
+        previous = _replay(
+            user=user, request_key=request_key, team=team, card_model=card_model, count=count
+        )
+        if previous is not None:
+            return previous
     start = start_at if start_at is not None and start_at > now else now
     requirements = {
         k: float(v) if isinstance(v, Decimal) else v
@@ -506,7 +550,7 @@ def lease_request(
         )
         if verdict.status != LeaseStatus.QUEUED:
             placed = None  # waits for the lead's approval first
-        lease = Lease.objects.create(
+        new = Lease(
             user=user,
             team=team,
             card_model=card_model,
@@ -525,7 +569,28 @@ def lease_request(
             submitted_at=now,
             borrowed=verdict.borrowed,
             approval_reason="\n".join(b.message for b in verdict.member_breaches),
+            request_key=request_key,
         )
+        if request_key:
+            # Two copies of one request at the same moment: the second waits on the unique
+            # key until the first commits, then gets that lease (nothing of its own written).
+            try:
+                with transaction.atomic():
+                    new.save(force_insert=True)
+            except IntegrityError:
+                previous = _replay(
+                    user=user,
+                    request_key=request_key,
+                    team=team,
+                    card_model=card_model,
+                    count=count,
+                )
+                if previous is None:
+                    raise
+                return previous
+        else:
+            new.save(force_insert=True)
+        lease = new
         events = [
             LeaseEvent(
                 lease=lease,

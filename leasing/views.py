@@ -21,7 +21,7 @@ from leasing.models import OPEN_STATES, TERMINAL_STATES
 
 def _form_errors_from(exc: ValidationError, form) -> None:
     """Put a service's ValidationError onto the form's fields (or the form)."""
-    field_map = {"duration_minutes": "duration"}
+    field_map = {"duration_minutes": "duration", "request_key": None}  # None: the form's
     if hasattr(exc, "message_dict"):
         for field, errors in exc.message_dict.items():
             target = field_map.get(field, field)
@@ -62,6 +62,7 @@ def lease_new(request):
                     purpose=d["purpose"],
                     same_node=d["same_node"],
                     description=d["description"],
+                    request_key=d["request_key"],
                 )
             except ValidationError as exc:
                 _form_errors_from(exc, form)

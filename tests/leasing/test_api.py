@@ -204,3 +204,49 @@ def test_a_request_for_free_cards_is_a_handful_of_queries(
     assert response.status_code == 201 and response.json()["status"] == "provisioning"
     assert len(response.json()["allocations"]) == 2
     assert len(queries) <= 16, [q["sql"][:120] for q in queries.captured_queries]
+
+
+def test_a_retried_request_with_its_idempotency_key_books_once(
+    api, frozen, alice, bob, vision, a100, small_pool
+):
+    body = {"card_model": a100.slug, "count": 2, "duration_minutes": 60}
+    api.force_authenticate(alice)
+    first = api.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    again = api.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert again["Idempotent-Replayed"] == "true" and not first.has_header("Idempotent-Replayed")
+    assert Lease.objects.count() == 1
+    # The key is the user's own: someone else's request with the same key is a new one.
+    assert Lease.objects.get(pk=first.json()["id"]).request_key == "k-1"
+    # Without a key, every request is a new one.
+    assert api.post("/api/v1/leases/", body, format="json").json()["id"] != first.json()["id"]
+
+
+def test_an_idempotency_key_reused_for_another_request_is_refused(
+    api, frozen, alice, vision, a100, small_pool
+):
+    api.force_authenticate(alice)
+    body = {"card_model": a100.slug, "count": 1, "duration_minutes": 60}
+    first = api.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY="same")
+    other = api.post(
+        "/api/v1/leases/", {**body, "count": 3}, format="json", HTTP_IDEMPOTENCY_KEY="same"
+    )
+    assert other.status_code == 400
+    assert f"lease {first.json()['id']}" in other.content.decode()
+    for bad in ("x" * 81, "ключ", "two words"):
+        response = api.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY=bad)
+        assert response.status_code == 400 and "Idempotency-Key" in response.json()
+    assert Lease.objects.count() == 1
+
+
+def test_the_same_key_from_two_users_makes_two_leases(
+    api, frozen, alice, bob, vision, nlp, a100, small_pool
+):
+    body = {"card_model": a100.slug, "count": 1, "duration_minutes": 60}
+    ids = set()
+    for user in (alice, bob):
+        api.force_authenticate(user)
+        response = api.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY="k")
+        ids.add(response.json()["id"])
+    assert len(ids) == 2

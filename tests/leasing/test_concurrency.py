@@ -151,3 +151,40 @@ def test_concurrent_quota_holds_under_simultaneous_requests(transactional_db, vi
     held = sum(Lease.objects.values_list("count", flat=True))
     assert 9 <= held <= 10  # filled up to the quota, never past it
     assert len(refused) >= 40 and all("at most 10 cards" in r for r in refused)
+
+
+def test_copies_of_one_request_sent_at_once_book_once(transactional_db, alice, vision):
+    """A client that retries before its first try answered: the unique request key makes the
+    late copies wait for the first and return its lease."""
+    model = CardModelFactory(slug="retry-h100")
+    make_node(model, cards=8, domains=1, hostname="retry0")
+    copies = 8
+    barrier = threading.Barrier(copies)
+    got: list[int] = []
+    errors: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            barrier.wait()
+            lease = services.lease_request(
+                user=alice,
+                team=vision,
+                card_model=model,
+                count=2,
+                duration=timedelta(hours=1),
+                request_key="retry-1",
+            )
+            got.append(lease.pk)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request) for _ in range(copies)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert len(got) == copies and len(set(got)) == 1
+    assert Lease.objects.count() == 1 and Allocation.objects.count() == 2

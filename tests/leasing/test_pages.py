@@ -41,6 +41,22 @@ def test_request_form_places_the_lease_and_shows_it(browser, frozen, a100, small
     assert "CUDA_VISIBLE_DEVICES=" in page and "Release now" in page
 
 
+def test_a_form_sent_twice_books_once(browser, frozen, a100, small_pool):
+    import re
+
+    page = browser.get("/leases/new/").content.decode()
+    key = re.search(r'name="request_key" value="([0-9a-f]{32})"', page).group(1)
+    assert key not in browser.get("/leases/new/").content.decode()  # a fresh key per form
+    first = browser.post("/leases/new/", form_data(a100, request_key=key))
+    again = browser.post("/leases/new/", form_data(a100, request_key=key))  # a double click
+    lease = Lease.objects.get()
+    assert first["Location"] == again["Location"] == f"/leases/{lease.pk}/"
+    # Back, change the form, send it again: told why, nothing written.
+    changed = browser.post("/leases/new/", form_data(a100, count=1, request_key=key))
+    assert changed.status_code == 200 and f"made lease {lease.pk}" in changed.content.decode()
+    assert Lease.objects.count() == 1
+
+
 def test_form_errors_are_shown_on_the_form_and_nothing_is_written(
     browser, frozen, a100, small_pool
 ):

@@ -47,3 +47,24 @@ def test_release_starts_the_next_queued_lease(worker, alice, bob, vision, nlp):
     services.lease_release(lease=Lease.objects.get(pk=first.pk), user=alice)
     wait_for(lambda: status_of(second.pk) == LeaseStatus.ACTIVE)
     wait_for(lambda: status_of(first.pk) == LeaseStatus.ENDED)
+
+
+def test_a_release_that_starts_many_hands_them_over_in_batches(worker, alice, bob, vision, nlp):
+    """Several waiting leases start in one pass: one provision_batch message through Redis."""
+    model = CardModelFactory(slug="e2e-batch")
+    make_node(model, cards=4, domains=1, hostname="e2e-four")
+    holder = services.lease_request(
+        user=alice, team=vision, card_model=model, count=4, duration=timedelta(hours=1)
+    )
+    waiting = [
+        services.lease_request(
+            user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
+        )
+        for _ in range(4)
+    ]
+    assert {lease.status for lease in waiting} == {LeaseStatus.QUEUED}
+    wait_for(lambda: status_of(holder.pk) == LeaseStatus.ACTIVE)
+    services.lease_release(lease=Lease.objects.get(pk=holder.pk), user=alice)
+    for lease in waiting:
+        wait_for(lambda pk=lease.pk: status_of(pk) == LeaseStatus.ACTIVE)
+    assert all(Lease.objects.get(pk=lease.pk).access["nodes"] for lease in waiting)

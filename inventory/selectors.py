@@ -58,10 +58,10 @@ def available_cards(now: datetime) -> QuerySet[Card]:
     )
 
 
-def _count(cards: QuerySet[Card], outer_field: str) -> Coalesce:
-    """Count of *cards* whose ``outer_field`` is the outer row, as one correlated subquery."""
+def count_per_row(rows: QuerySet, outer_field: str) -> Coalesce:
+    """Count of *rows* whose ``outer_field`` is the outer row, as one correlated subquery."""
     counted = (
-        cards.filter(**{outer_field: OuterRef("pk")})
+        rows.filter(**{outer_field: OuterRef("pk")})
         .order_by()
         .values(outer_field)
         .annotate(n=Count("pk"))
@@ -85,8 +85,8 @@ def card_models_with_counts(
     ``InterconnectKind`` value). An unknown choice raises ``ValueError``.
     """
     models = CardModel.objects.annotate(
-        total=_count(Card.objects.exclude(status=Card.Status.RETIRED), "card_model"),
-        available=_count(available_cards(now), "card_model"),
+        total=count_per_row(Card.objects.exclude(status=Card.Status.RETIRED), "card_model"),
+        available=count_per_row(available_cards(now), "card_model"),
     )
     if vendor:
         if vendor not in Vendor.values:
@@ -127,8 +127,8 @@ def nodes_with_counts(
         free = free.filter(card_model=card_model)
     first_card = in_service.filter(node=OuterRef("pk")).order_by("index")
     nodes = Node.objects.select_related("region").annotate(
-        cards_total=_count(in_service, "node"),
-        cards_available=_count(free, "node"),
+        cards_total=count_per_row(in_service, "node"),
+        cards_available=count_per_row(free, "node"),
         model_name=Subquery(first_card.values("card_model__name")[:1]),
         model_slug=Subquery(first_card.values("card_model__slug")[:1]),
         model_kinds=Coalesce(

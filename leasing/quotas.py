@@ -284,16 +284,28 @@ def _check(
     return breaches
 
 
+def _team_rules(team: Team, card_model: CardModel):
+    """The team's quotas that cover *card_model*: its own and the all-models one."""
+    return Quota.objects.filter(team=team).filter(
+        Q(card_model__isnull=True) | Q(card_model=card_model)
+    )
+
+
+def _member_rules(team: Team, user, card_model: CardModel):
+    """The member's limits in *team* that cover *card_model*."""
+    return MemberLimit.objects.filter(membership__team=team, membership__user=user).filter(
+        Q(card_model__isnull=True) | Q(card_model=card_model)
+    )
+
+
 def rules_apply(*, team: Team, user, card_model: CardModel) -> bool:
-    """Whether any team quota or member limit covers a request of *user* for *card_model*."""
-    scope = Q(card_model__isnull=True) | Q(card_model=card_model)
+    """Whether any team quota or member limit covers a request of *user* for *card_model*
+    (one query)."""
     found = (
         Team.objects.filter(pk=team.pk)
         .annotate(
-            quota=Exists(Quota.objects.filter(scope, team=team)),
-            limit=Exists(
-                MemberLimit.objects.filter(scope, membership__team=team, membership__user=user)
-            ),
+            quota=Exists(_team_rules(team, card_model)),
+            limit=Exists(_member_rules(team, user, card_model)),
         )
         .values_list("quota", "limit")
         .first()
@@ -306,9 +318,7 @@ def admission_breaches(
 ) -> list[Breach]:
     """Every team and member limit the request would break (empty: it fits)."""
     breaches: list[Breach] = []
-    team_rules = Quota.objects.filter(team=team).filter(
-        Q(card_model__isnull=True) | Q(card_model=card_model)
-    )
+    team_rules = _team_rules(team, card_model)
     who_team = _("Team “%(team)s”") % {"team": team.name}
     for rule in team_rules.select_related("card_model"):
         breaches += _check(
@@ -322,9 +332,7 @@ def admission_breaches(
             duration=duration,
             user_id=None,
         )
-    member_rules = MemberLimit.objects.filter(membership__team=team, membership__user=user).filter(
-        Q(card_model__isnull=True) | Q(card_model=card_model)
-    )
+    member_rules = _member_rules(team, user, card_model)
     for rule in member_rules.select_related("card_model"):
         breaches += _check(
             scope="member",

@@ -624,27 +624,16 @@ def lease_request(
             )
         LeaseEvent.objects.bulk_create(events)
         if placed:
-            from leasing import tasks
-
             Allocation.objects.bulk_create(
                 Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at)
                 for c in placed
             )
-            enqueue_after_commit(tasks.provision_lease, lease.pk)
-            if has_rules:
-                transaction.on_commit(
-                    lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
-                )
-            return lease
-        if verdict.status == LeaseStatus.PENDING_APPROVAL:
+            _after_pass(PassResult(started=[lease.pk]))
+        elif verdict.status == LeaseStatus.PENDING_APPROVAL:
             _event(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
             _notify(lease.pk, "approval_requested")
         else:
             _after_pass(schedule_card_model(card_model.pk, now=now))
-            if has_rules:
-                transaction.on_commit(
-                    lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
-                )
             if (
                 verdict.borrowed
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()
@@ -661,6 +650,12 @@ def lease_request(
                         ]
                     }
                 )
+        if has_rules and verdict.status != LeaseStatus.PENDING_APPROVAL:
+            transaction.on_commit(
+                lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
+            )
+    if placed:
+        return lease  # written as it stands: nothing to read back
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
         _notify(lease.pk, "lease_queued")

@@ -51,7 +51,9 @@ def provision_batch(lease_ids: list[int]) -> None:
         except PermanentBackendError as exc:
             services.lease_fail(lease_id=lease_id, reason=str(exc))
         except Exception:
-            logger.warning("lease %s: hand-over failed in a batch; retried alone", lease_id)
+            logger.warning(
+                "lease %s: hand-over failed in a batch; retried alone", lease_id, exc_info=True
+            )
             enqueue(provision_lease, lease_id, countdown=_backoff(0))
 
 
@@ -66,6 +68,8 @@ def release_lease(self, lease_id: int, reason: str) -> None:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
 
+# start_lease and expire_lease are no longer sent (the tick does their work); they stay so
+# that ETA messages queued by an older version before an upgrade are still understood.
 @shared_task(acks_late=True)
 def start_lease(lease_id: int) -> None:
     services.lease_start(lease_id=lease_id)

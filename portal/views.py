@@ -1,29 +1,14 @@
 """The site shell: the dashboard everyone lands on."""
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, IntegerField, OuterRef, Subquery, Value
-from django.db.models.functions import Coalesce
 from django.shortcuts import render
 from django.utils import timezone
 
-from inventory.selectors import card_models_with_counts
+from inventory.selectors import card_models_with_counts, count_per_row
 from leasing import selectors as lease_selectors
 from leasing.models import OPEN_STATES, Lease, LeaseStatus
 from portal.models import Membership
 from portal.views_pool import next_free
-
-
-def _waiting() -> Coalesce:
-    """Leases waiting for the outer card model: a count on the queue index, not a join of the
-    model with every lease it ever had (a million rows in a year)."""
-    waiting = (
-        Lease.objects.filter(status=LeaseStatus.QUEUED, card_model=OuterRef("pk"))
-        .order_by()
-        .values("card_model")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
-    return Coalesce(Subquery(waiting, output_field=IntegerField()), Value(0))
 
 
 @login_required
@@ -34,7 +19,10 @@ def dashboard(request):
     board = list(
         card_models_with_counts(now)
         .filter(total__gt=0)
-        .annotate(waiting=_waiting())
+        .annotate(
+            # on the queue index, not a join of each model with every lease it ever had
+            waiting=count_per_row(Lease.objects.filter(status=LeaseStatus.QUEUED), "card_model")
+        )
         .order_by("vendor", "-memory_gb", "name")
     )
     # None free now: when would one card be, behind the queue (3 queries for all such models).

@@ -25,3 +25,27 @@ def test_dashboard_shows_free_cards_and_my_leases(
 
 def test_dashboard_needs_login(client, db):
     assert client.get("/").status_code == 302
+
+
+def test_dashboard_counts_who_waits_per_model_not_who_ever_asked(client, alice, bob, vision, nlp):
+    model = CardModelFactory(slug="dash-h800", name="Dash H800")
+    make_node(model, cards=2, domains=1, hostname="dash-h")
+    held = services.lease_request(
+        user=alice, team=vision, card_model=model, count=2, duration=timedelta(hours=1)
+    )
+    for _ in range(3):
+        services.lease_request(
+            user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
+        )
+    services.lease_cancel(
+        lease=services.lease_request(
+            user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
+        ),
+        user=bob,
+    )  # asked once, no longer waits
+    assert held.status == "provisioning"
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    page = client.get("/").content.decode()
+    board = page[page.index('data-free="dash-h800"') :]
+    assert "3 waiting" in board[: board.index("</p>")]

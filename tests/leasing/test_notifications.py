@@ -533,3 +533,21 @@ def test_webhook_test_sends_to_that_hook_only(alice, frozen, queued):
     assert delivery.webhook == robot
     assert delivery.notification.deliveries.count() == 1
     assert delivery.notification.read_at is not None  # does not light the bell
+
+
+def test_an_activation_notice_that_fails_in_the_worker_is_queued_instead(
+    frozen, alice, vision, a100, small_pool, monkeypatch
+):
+    from leasing import enqueue, notifications, services
+
+    lease = ask(alice, vision, a100)
+    sent = []
+    monkeypatch.setattr(enqueue, "enqueue", lambda task, *a, **kw: sent.append((task.name, a)))
+    monkeypatch.setattr(services, "enqueue", enqueue.enqueue)
+
+    def broken(**kwargs):
+        raise RuntimeError("template missing")
+
+    monkeypatch.setattr(notifications, "notify_lease_event", broken)
+    services._notify_here(lease.pk, "lease_active")
+    assert sent == [("leasing.tasks.notify_lease", (lease.pk, "lease_active"))]

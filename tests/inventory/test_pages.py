@@ -377,3 +377,22 @@ def test_catalogue_counts_a_big_pool(client, alice, big_pool):
         (2496, 2496),
         (2496, 2496),
     ]
+
+
+def test_the_node_table_on_the_node_list_and_on_a_model_page(client, alice):
+    """One table (inventory/_node_table.html): the list names each node's model, a mixed node
+    with a count of the others; a model's page leaves that column out."""
+    a, b = CardModelFactory(slug="tbl-a", name="Tbl A"), CardModelFactory(slug="tbl-b")
+    mixed = make_node(a, cards=2, hostname="tbl-mixed")
+    Card.objects.create(node=mixed, card_model=b, index=2, uuid="tbl-mixed-2")
+    CardModelFactory(slug="tbl-none", name="Tbl None")
+    client.force_login(alice)
+    listing = client.get(NODES, HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    row = listing[listing.index(">tbl-mixed<") :]
+    row = row[: row.index("</tr>")]
+    assert "Card model" in listing and "+1 other" in row
+    page = client.get("/inventory/models/tbl-none/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "No node holds this model yet." in page and 'colspan="6"' in page
+    assert ">Card model<" not in page[page.index("Nodes holding this model") :]
+    empty = client.get(NODES + "?status=offline", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "No node matches these filters." in empty and 'colspan="7"' in empty

@@ -550,7 +550,17 @@ class Delivery(models.Model):
 # --- prices and usage --------------------------------------------------------------------
 
 
-class Price(models.Model):
+class PricePeriod(models.Model):
+    """A price per card-hour in force from ``effective_from`` until the next row's."""
+
+    price_per_hour = models.DecimalField(_("price per card-hour"), max_digits=10, decimal_places=2)
+    effective_from = models.DateTimeField(_("effective from"))
+
+    class Meta:
+        abstract = True
+
+
+class Price(PricePeriod):
     """A card model's list price per card-hour from ``effective_from`` on.
 
     The price in force at time *t* is the latest row with ``effective_from <= t``; with none,
@@ -564,8 +574,6 @@ class Price(models.Model):
         on_delete=models.CASCADE,
         related_name="prices",
     )
-    price_per_hour = models.DecimalField(_("price per card-hour"), max_digits=10, decimal_places=2)
-    effective_from = models.DateTimeField(_("effective from"))
 
     class Meta:
         ordering = ["card_model", "-effective_from"]
@@ -584,7 +592,7 @@ class Price(models.Model):
         )
 
 
-class TeamPrice(models.Model):
+class TeamPrice(PricePeriod):
     """A price one team pays for a card model from ``effective_from`` on, instead of the list price."""
 
     team = models.ForeignKey(
@@ -596,8 +604,6 @@ class TeamPrice(models.Model):
         on_delete=models.CASCADE,
         related_name="team_prices",
     )
-    price_per_hour = models.DecimalField(_("price per card-hour"), max_digits=10, decimal_places=2)
-    effective_from = models.DateTimeField(_("effective from"))
 
     class Meta:
         ordering = ["team", "card_model", "-effective_from"]

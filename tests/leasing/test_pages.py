@@ -206,3 +206,10 @@ def test_request_form_prefills_from_the_link(browser, frozen, a100, small_pool):
     assert '<option value="inference" selected>' in page
     ignored = browser.get("/leases/new/?count=-3&unit=weeks&purpose=mining")
     assert ignored.status_code == 200
+
+
+def test_a_tampered_form_key_is_told_not_swallowed(browser, frozen, a100, small_pool):
+    response = browser.post("/leases/new/", form_data(a100, request_key="k" * 81))
+    assert response.status_code == 200
+    assert "Reload the form and send it again" in response.content.decode()
+    assert not Lease.objects.exists()

@@ -23,12 +23,24 @@ _state = {"checked": 0.0, "up": True}
 _lock = threading.Lock()
 
 
-def enqueue(task, *args, inline_if_down: bool = False, **options) -> bool:
-    """Send *task* with *args* (apply_async *options*: eta, countdown); False if not sent.
+def task_named(name: str):
+    """The registered Celery task called *name* (task modules are imported on first use:
+    ``CELERY_IMPORTS``), so callers name work without importing the module that does it."""
+    from portal.celery import app
+
+    if name not in app.tasks:
+        app.loader.import_default_modules()
+    return app.tasks[name]
+
+
+def enqueue(name: str, *args, inline_if_down: bool = False, **options) -> bool:
+    """Send the task called *name* with *args* (apply_async *options*: eta, countdown);
+    False if not sent.
 
     ``inline_if_down`` runs the task's function here instead, for cheap idempotent
     database-only work that no sweep would re-find (the notification of an event).
     """
+    task = task_named(name)
     try:
         task.apply_async(args, **options)
     except Exception:
@@ -43,10 +55,10 @@ def enqueue(task, *args, inline_if_down: bool = False, **options) -> bool:
     return True
 
 
-def enqueue_after_commit(task, *args, inline_if_down: bool = False, **options) -> None:
+def enqueue_after_commit(name: str, *args, inline_if_down: bool = False, **options) -> None:
     """``enqueue`` once the current transaction commits (at once outside one)."""
     transaction.on_commit(
-        lambda: enqueue(task, *args, inline_if_down=inline_if_down, **options), robust=True
+        lambda: enqueue(name, *args, inline_if_down=inline_if_down, **options), robust=True
     )
 
 

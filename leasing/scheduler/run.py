@@ -1,17 +1,29 @@
-"""Apply the planner's decisions to the database: the queue pass for one card model."""
+"""Apply the planner's decisions to the database: the queue pass, and freeing cards.
+
+Every path that frees cards (a release, an expiry, a failure, a cancel) re-plans the model's
+queue in the same transaction through ``replan``, so the next waiting lease is placed the
+moment cards free up, not on a timer.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
+from django.utils import timezone
 
-from leasing.models import Allocation, Lease, LeaseEvent, LeaseStatus
+from leasing.choices import RUNNING_STATES, LeaseStatus
+from leasing.locking import lock_card_models
+from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner
 from leasing.scheduler.planner import Decision, Request
+from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.enqueue import enqueue_after_commit
+from leasing.transitions import cards_free, hand_over, transition
 
 
 @dataclass
@@ -25,12 +37,9 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     """Place every queued lease of the model that fits now; give the rest an estimated start.
 
     Must run inside a transaction holding the model's lock (leasing.locking). State
-    changes go through the compare-and-set helper in leasing.services.
+    changes go through the compare-and-set helper (leasing.transitions).
     """
-    from leasing.services import transition  # services import this module
-
     assert transaction.get_connection().in_atomic_block, "schedule_card_model needs a transaction"
-    from leasing.endings import preemption_plan
 
     result = PassResult()
     queue = queued_requests(card_model_id, now=now)
@@ -125,3 +134,56 @@ def _start_now(starting: list[tuple[Request, Decision]], *, now: datetime) -> li
         batch_size=2000,
     )
     return [decision.lease_id for _request, decision in starting]
+
+
+def replan(card_model_id: int, *, now: datetime) -> PassResult:
+    """Run the model's queue pass (the model is locked) and hand what it started to the
+    workers after commit."""
+    result = schedule_card_model(card_model_id, now=now)
+    hand_over(result.started)
+    return result
+
+
+def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:
+    """Run the queue pass for the given card models (locks them, places what fits)."""
+    now = now or timezone.now()
+    total = PassResult()
+    with transaction.atomic():
+        for card_model_id in lock_card_models(card_model_ids):
+            result = schedule_card_model(card_model_id, now=now)
+            total.started += result.started
+            total.booked += result.booked
+            total.waiting.update(result.waiting)
+        hand_over(total.started)
+    return total
+
+
+def release_begin(
+    lease: Lease,
+    *,
+    reason: str,
+    now: datetime,
+    kind: str,
+    actor=None,
+    cut_at: datetime | None = None,
+) -> bool:
+    """provisioning/active → releasing: the cards are free from *cut_at* (default now), the
+    queue is re-planned, and the backend is told after commit. The one way a holding ends
+    early or at its end; the caller holds the model's lock. False if the lease was not
+    running (someone else won)."""
+    cut_at = cut_at or now
+    if not transition(
+        lease.pk,
+        frm=RUNNING_STATES,
+        to=LeaseStatus.RELEASING,
+        kind=kind,
+        at=now,
+        actor=actor,
+        data={"reason": reason},
+        ended_at=cut_at,
+    ):
+        return False
+    cards_free(lease, cut_at)
+    replan(lease.card_model_id, now=now)
+    enqueue_after_commit("leasing.tasks.release_lease", lease.pk, reason)
+    return True

@@ -1,4 +1,9 @@
-"""Celery tasks: thin, take ids, call services; safe to run twice or concurrently."""
+"""Celery tasks of a lease's life: thin, take ids, call services; safe to run twice or at once.
+
+Each task's name is pinned to the one it had before the code moved into packages, so
+messages already queued and the beat schedule keep working; callers send work by that
+name (``leasing.enqueue``) and never import this module.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,13 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from leasing import endings, notifications, provisioning, services
-from leasing.backends import PermanentBackendError, TransientBackendError
+from leasing.backends import PermanentBackendError, TransientBackendError, get_backend
+from leasing.choices import LeaseStatus
 from leasing.enqueue import enqueue
-from leasing.models import Lease, LeaseStatus
+from leasing.lifecycle import endings, maintenance, provisioning, reconcile
+from leasing.models import Lease
+from leasing.notify import wording
+from leasing.scheduler.run import queue_advance
 
 logger = logging.getLogger(__name__)
 
@@ -25,23 +33,21 @@ def _backoff(retries: int) -> int:
     return min(2**retries, 60)
 
 
-@shared_task(bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
+@shared_task(name="leasing.tasks.provision_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
 def provision_lease(self, lease_id: int) -> None:
     try:
         provisioning.provision_step(lease_id=lease_id, attempt=self.request.retries + 1)
     except TransientBackendError as exc:
         if self.request.retries >= self.max_retries:
-            services.lease_fail(lease_id=lease_id, reason=f"The backend kept failing: {exc}")
+            provisioning.lease_fail(lease_id=lease_id, reason=f"The backend kept failing: {exc}")
             return
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
     except PermanentBackendError as exc:
-        services.lease_fail(lease_id=lease_id, reason=str(exc))
+        provisioning.lease_fail(lease_id=lease_id, reason=str(exc))
 
 
-PROVISION_BATCH = 25
 
-
-@shared_task(acks_late=True)
+@shared_task(name="leasing.tasks.provision_batch", acks_late=True)
 def provision_batch(lease_ids: list[int]) -> None:
     """Hand over the leases one queue pass started, in one message. A lease whose backend
     fails here gets its own ``provision_lease``, with its retries and backoff."""
@@ -49,15 +55,15 @@ def provision_batch(lease_ids: list[int]) -> None:
         try:
             provisioning.provision_step(lease_id=lease_id)
         except PermanentBackendError as exc:
-            services.lease_fail(lease_id=lease_id, reason=str(exc))
+            provisioning.lease_fail(lease_id=lease_id, reason=str(exc))
         except Exception:
             logger.warning(
                 "lease %s: hand-over failed in a batch; retried alone", lease_id, exc_info=True
             )
-            enqueue(provision_lease, lease_id, countdown=_backoff(0))
+            enqueue("leasing.tasks.provision_lease", lease_id, countdown=_backoff(0))
 
 
-@shared_task(bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
+@shared_task(name="leasing.tasks.release_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
 def release_lease(self, lease_id: int, reason: str) -> None:
     try:
         provisioning.release_step(
@@ -70,23 +76,23 @@ def release_lease(self, lease_id: int, reason: str) -> None:
 
 # start_lease and expire_lease are no longer sent (the tick does their work); they stay so
 # that ETA messages queued by an older version before an upgrade are still understood.
-@shared_task(acks_late=True)
+@shared_task(name="leasing.tasks.start_lease", acks_late=True)
 def start_lease(lease_id: int) -> None:
-    services.lease_start(lease_id=lease_id)
+    provisioning.lease_start(lease_id=lease_id)
 
 
-@shared_task(acks_late=True)
+@shared_task(name="leasing.tasks.expire_lease", acks_late=True)
 def expire_lease(lease_id: int) -> None:
-    services.lease_expire(lease_id=lease_id)
+    endings.lease_expire(lease_id=lease_id)
 
 
-@shared_task
+@shared_task(name="leasing.tasks.notify_lease")
 def notify_lease(lease_id: int, kind: str) -> None:
     """Tell the holder (or, for an approval request, the team's leads) what happened.
 
-    Through every channel they chose (leasing.notifications); idempotent per lease and event.
+    Through every channel they chose (leasing.notify); idempotent per lease and event.
     """
-    notifications.notify_lease_event(lease_id=lease_id, kind=kind)
+    wording.notify_lease_event(lease_id=lease_id, kind=kind)
 
 
 def _expire_and_start_due(now) -> dict:
@@ -95,14 +101,14 @@ def _expire_and_start_due(now) -> dict:
         status__in=[LeaseStatus.ACTIVE, LeaseStatus.PROVISIONING], end_at__lte=now
     )
     for lease_id in due.order_by("end_at").values_list("pk", flat=True)[:BATCH]:
-        done["expired"] += services.lease_expire(lease_id=lease_id, now=now)
+        done["expired"] += endings.lease_expire(lease_id=lease_id, now=now)
     starting = Lease.objects.filter(status=LeaseStatus.SCHEDULED, start_at__lte=now)
     for lease_id in starting.order_by("start_at").values_list("pk", flat=True)[:BATCH]:
-        done["started"] += services.lease_start(lease_id=lease_id, now=now)
+        done["started"] += provisioning.lease_start(lease_id=lease_id, now=now)
     return done
 
 
-@shared_task
+@shared_task(name="leasing.tasks.tick")
 def tick() -> dict:
     """Every CARDPOOL_TICK_SECONDS (2 s): end the leases whose end has come and start the
     reservations whose start has. Two indexed queries when nothing is due.
@@ -115,7 +121,7 @@ def tick() -> dict:
     return _expire_and_start_due(timezone.now())
 
 
-@shared_task
+@shared_task(name="leasing.tasks.sweep")
 def sweep() -> dict:
     """Re-find whatever a lost task missed: expiries, starts, stuck hand-overs, the queue.
 
@@ -131,7 +137,7 @@ def sweep() -> dict:
     )
     for lease_id, status in stuck.values_list("pk", "status")[:BATCH]:
         if status == LeaseStatus.PROVISIONING:
-            enqueue(provision_lease, lease_id)
+            enqueue("leasing.tasks.provision_lease", lease_id)
             done["reprovisioned"] += 1
         else:
             reason = (
@@ -139,10 +145,10 @@ def sweep() -> dict:
                 .values_list("events__data__reason", flat=True)
                 .last()
             )
-            enqueue(release_lease, lease_id, reason or "admin")
+            enqueue("leasing.tasks.release_lease", lease_id, reason or "admin")
             done["rereleased"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
-    done["drained"] = endings.drains_due(now=now)
+    done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)
     done["idle"] = endings.idle_check(now=now)
     models = (
@@ -152,11 +158,40 @@ def sweep() -> dict:
     )
     model_ids = list(models)
     if model_ids:
-        services.queue_advance(card_model_ids=model_ids, now=now)
+        queue_advance(card_model_ids=model_ids, now=now)
         done["queues"] = len(model_ids)
     return done
 
 
-from leasing.tasks_notify import *  # noqa
-from leasing.tasks_slurm import *  # noqa
-from leasing.tasks_usage import *  # noqa
+# --- the Slurm backend: reconciliation (on beat) and the extend hook --------------------
+
+
+@shared_task(name="leasing.tasks_slurm.reconcile_slurm", acks_late=True)
+def reconcile_slurm() -> dict:
+    """Active leases against Slurm's ``cardpool-*`` jobs (leasing.lifecycle.reconcile)."""
+    try:
+        return reconcile.slurm_reconcile()
+    except TransientBackendError as exc:
+        # The next beat tries again; nothing was ended on a failed read.
+        logger.warning("slurm reconcile skipped: %s", exc)
+        return {"error": str(exc)}
+
+
+@shared_task(name="leasing.tasks_slurm.extend_lease_backend", bind=True, max_retries=5, acks_late=True)
+def extend_lease_backend(self, lease_id: int) -> int:
+    """Tell the lease's backend its end moved later (Slurm: raise the job's time limit).
+
+    Idempotent: the backend sets the limit from the lease's current end, never adds to it.
+    Backends without an ``extend`` need nothing (Cardpool's records are their truth).
+    """
+    lease = Lease.objects.select_related("user", "card_model").filter(pk=lease_id).first()
+    if lease is None or lease.status != LeaseStatus.ACTIVE:
+        return 0
+    backend = get_backend(lease=lease)
+    extend = getattr(backend, "extend", None)
+    if extend is None:
+        return 0
+    try:
+        return extend(lease)
+    except TransientBackendError as exc:
+        raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc

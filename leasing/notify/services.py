@@ -3,7 +3,7 @@
 ``notify()`` writes the in-app :class:`Notification` and, in the same transaction, one
 :class:`Delivery` row per outside channel the recipient wants for that kind of event
 (email; each matching active webhook). After commit each delivery is queued on
-``leasing.tasks_notify.deliver``, which sends it, records every attempt and retries with
+the task ``leasing.tasks_notify.deliver`` (``leasing.notify.tasks``), which sends it, records every attempt and retries with
 backoff; ``deliveries_sweep`` re-queues any whose task was lost. See docs/notifications.md.
 
 Who gets what:
@@ -41,7 +41,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from leasing import webhooks
+from leasing.choices import Channel, Kind
+from leasing.enqueue import enqueue
+from leasing.notify import webhooks
+from leasing.notify.selectors import teams_managed_by
 from leasing.models import (
     Channel,
     Delivery,
@@ -54,27 +57,6 @@ from portal.models import Membership, Team
 from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
-
-
-class Kind(models.TextChoices):
-    """The events people can be told about (``Notification.kind``)."""
-
-    LEASE_ACTIVE = "lease_active", gettext_lazy("Lease active")
-    LEASE_QUEUED = "lease_queued", gettext_lazy("Lease queued")
-    LEASE_STARTED_FROM_QUEUE = (
-        "lease_started_from_queue",
-        gettext_lazy("Lease started from the queue"),
-    )
-    LEASE_EXPIRING = "lease_expiring", gettext_lazy("Lease ending soon")
-    LEASE_ENDED = "lease_ended", gettext_lazy("Lease ended")
-    LEASE_FAILED = "lease_failed", gettext_lazy("Lease failed")
-    IDLE_WARNING = "idle_warning", gettext_lazy("Cards idle")
-    PREEMPTION_WARNING = "preemption_warning", gettext_lazy("Preemption warning")
-    DRAIN_WARNING = "drain_warning", gettext_lazy("Node maintenance")
-    APPROVAL_REQUESTED = "approval_requested", gettext_lazy("Approval requested")
-    APPROVAL_DECIDED = "approval_decided", gettext_lazy("Approval decided")
-    BUDGET_80 = "budget_80", gettext_lazy("Team budget at 80%")
-    BUDGET_100 = "budget_100", gettext_lazy("Team budget used up")
 
 
 # A test message from the settings page; not an event anyone subscribes to.
@@ -217,12 +199,9 @@ def _hooks_for(user, kind: str, channels: set[str], team: Team | None, team_even
 
 
 def _enqueue(delivery_ids: list[int]) -> None:
-    from leasing.enqueue import enqueue
-    from leasing.tasks_notify import deliver
-
     for delivery_id in delivery_ids:
         # The row is durable: deliveries_sweep sends it once the broker is back.
-        enqueue(deliver, delivery_id)
+        enqueue("leasing.tasks_notify.deliver", delivery_id)
 
 
 def _create(
@@ -355,144 +334,6 @@ def notify_team_leads(
     return made
 
 
-# --- lease events, worded here -----------------------------------------------------------
-
-LEGACY_KINDS = {
-    "failed": Kind.LEASE_FAILED,
-    "approved": Kind.APPROVAL_DECIDED,
-    "rejected": Kind.APPROVAL_DECIDED,
-}
-
-
-def _local(dt: datetime | None, user) -> str:
-    if dt is None:
-        return "—"
-    name = getattr(getattr(user, "profile", None), "timezone", "") or settings.TIME_ZONE
-    try:
-        zone = ZoneInfo(name)
-    except (KeyError, ValueError):
-        zone = ZoneInfo(settings.TIME_ZONE)
-    return f"{timezone.localtime(dt, zone):%Y-%m-%d %H:%M} ({zone.key})"
-
-
-def _hours(delta: timedelta) -> str:
-    return f"{delta / timedelta(hours=1):.1f}".removesuffix(".0")
-
-
-def notify_lease_event(
-    *, lease_id: int, kind: str, now: datetime | None = None
-) -> list[Notification]:
-    """Word and send a lease event: to the holder, or to the team's leads for an approval request.
-
-    Takes the kinds above and the older names ``failed``, ``approved``, ``rejected``.
-    Idempotent per lease and event (a task that runs twice tells once).
-    """
-    lease = (
-        Lease.objects.select_related("user__profile", "card_model", "team")
-        .filter(pk=lease_id)
-        .first()
-    )
-    if lease is None:
-        return []
-    decision = kind if kind in ("approved", "rejected") else ""
-    kind = LEGACY_KINDS.get(kind, kind)
-    what = {"id": lease.pk, "n": lease.count, "model": lease.card_model.name}
-    page = f"/leases/{lease.pk}/"
-    key = f"lease:{lease.pk}:{kind}"
-    user = lease.user
-    data: dict = {"status": lease.status}
-
-    if kind == Kind.APPROVAL_REQUESTED:
-        body = _("%(n)s × %(model)s for %(hours)s h, charged to %(team)s.") % {
-            **what,
-            "hours": _hours(lease.duration),
-            "team": lease.team.name,
-        }
-        if lease.approval_reason:
-            body += "\n" + lease.approval_reason
-        return notify_team_leads(
-            team=lease.team,
-            kind=kind,
-            title=_("%(user)s asks for approval: lease %(id)s")
-            % {**what, "user": user.get_username()},
-            body=body,
-            lease=lease,
-            url=f"/teams/{lease.team.slug}/",
-            data=data,
-            now=now,
-            key=key,
-        )
-    if kind == Kind.APPROVAL_DECIDED:
-        decision = decision or ("rejected" if lease.status == "rejected" else "approved")
-        note = (
-            lease.events.filter(kind=decision)
-            .order_by("at", "pk")
-            .values_list("message", flat=True)
-            .last()
-            or ""
-        )
-        title = (
-            _("Lease %(id)s approved") if decision == "approved" else _("Lease %(id)s rejected")
-        ) % what
-        body = note
-        data["decision"] = decision
-        key += f":{decision}"
-    elif kind == Kind.LEASE_FAILED:
-        title = _("Lease %(id)s failed") % what
-        body = lease.failure_reason
-    elif kind == Kind.LEASE_ACTIVE:
-        title = _("Lease %(id)s is active") % what
-        body = _("%(n)s × %(model)s are yours until %(end)s.") % {
-            **what,
-            "end": _local(lease.end_at, user),
-        }
-    elif kind == Kind.LEASE_STARTED_FROM_QUEUE:
-        title = _("Lease %(id)s has started") % what
-        body = _("Your wait is over: %(n)s × %(model)s are yours until %(end)s.") % {
-            **what,
-            "end": _local(lease.end_at, user),
-        }
-    elif kind == Kind.LEASE_QUEUED:
-        title = _("Lease %(id)s is queued") % what
-        if lease.estimated_start:
-            body = _("Estimated start: %(at)s.") % {"at": _local(lease.estimated_start, user)}
-            data["estimated_start"] = lease.estimated_start
-        else:
-            body = _("No estimated start yet: the cards it waits for have no known end.")
-        key += f":{lease.status_changed_at.timestamp() if lease.status_changed_at else ''}"
-    elif kind == Kind.LEASE_ENDED:
-        title = _("Lease %(id)s has ended") % what
-        body = _("Reason: %(reason)s.") % {"reason": lease.get_end_reason_display() or "—"}
-        data["reason"] = lease.end_reason
-    else:
-        raise ValueError(f"no wording for lease event {kind!r}")
-    return [
-        notify(
-            user=user,
-            kind=kind,
-            title=title,
-            body=body,
-            lease=lease,
-            url=page,
-            data=data,
-            now=now,
-            key=key,
-        )
-    ]
-
-
-# --- the notification centre -------------------------------------------------------------
-
-
-def notifications_of(user, *, unread: bool = False) -> QuerySet[Notification]:
-    notes = Notification.objects.filter(user=user)
-    return notes.filter(read_at__isnull=True) if unread else notes
-
-
-def unread_count(user) -> int:
-    return notifications_of(user, unread=True).count()
-
-
 def notification_read(*, user, notification_id: int, now: datetime | None = None) -> Notification:
     """Mark one of the user's own notifications read (someone else's: DoesNotExist)."""
     notification = Notification.objects.get(pk=notification_id, user=user)
@@ -506,23 +347,6 @@ def notification_read(*, user, notification_id: int, now: datetime | None = None
 
 def notifications_read_all(*, user, now: datetime | None = None) -> int:
     return notifications_of(user, unread=True).update(read_at=now or timezone.now())
-
-
-# --- webhooks ----------------------------------------------------------------------------
-
-
-def teams_managed_by(user) -> QuerySet[Team]:
-    """Teams whose webhooks the user may manage: those they lead (operators: all)."""
-    if is_operator(user):
-        return Team.objects.order_by("slug")
-    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
-    return Team.objects.filter(pk__in=led).order_by("slug")
-
-
-def webhooks_managed_by(user) -> QuerySet[Webhook]:
-    return Webhook.objects.filter(Q(user=user) | Q(team__in=teams_managed_by(user))).select_related(
-        "team"
-    )
 
 
 def _may_manage(user, hook: Webhook) -> bool:
@@ -613,155 +437,29 @@ def webhook_test(*, user, webhook: Webhook, now: datetime | None = None) -> Deli
     return delivery
 
 
-# --- sending -----------------------------------------------------------------------------
+# --- a lease's holder ----------------------------------------------------------------
 
 
-def retry_delay(attempt: int) -> int:
-    """Seconds to wait after failed attempt *attempt* (1-based): 30, 60, 120, 240, 480, cap 600."""
-    return min(RETRY_BASE_SECONDS * 2 ** (attempt - 1), RETRY_CAP_SECONDS)
-
-
-def _severity(notification: Notification) -> str:
-    if notification.kind == Kind.APPROVAL_DECIDED:
-        return "success" if notification.data.get("decision") == "approved" else "warning"
-    return SEVERITY.get(notification.kind, "info")
-
-
-def public_data(notification: Notification) -> dict:
-    """The notification's data without our bookkeeping (the idempotency key)."""
-    return {k: v for k, v in notification.data.items() if k != "key"}
-
-
-def message_for(notification: Notification) -> webhooks.Message:
-    return webhooks.Message(
-        event=notification.kind,
-        title=notification.title,
-        body=notification.body,
-        url=_absolute(notification.url),
-        lease=notification.lease_id,
-        id=notification.pk,
-        data=public_data(notification),
-        open_label=_("Open in Cardpool"),
-        severity=_severity(notification),
+def notify_holder(
+    lease: Lease, kind: str, title: str, body: str = "", *, anchor: str = "", key: str = ""
+) -> None:
+    """Send a notification to the holder through the configured channels (once per *key*)."""
+    notify(
+        user=lease.user,
+        kind=kind,
+        title=title,
+        body=body,
+        lease=lease,
+        url=f"/leases/{lease.pk}/{anchor}",
+        key=key,
     )
 
 
-def _send_email(notification: Notification) -> tuple[webhooks.Verdict, webhooks.HttpResponse]:
-    address = notification.user.email
-    if not address:
-        return webhooks.Verdict(
-            ok=False, error="the user has no email address"
-        ), webhooks.HttpResponse(None)
-    text = notification.body.strip()
-    if notification.url:
-        text += f"\n\n{_absolute(notification.url)}"
-    text += "\n\n-- \n" + _("Choose what you are told, and where: %(url)s") % {
-        "url": _absolute("/notifications/settings/")
-    }
-    # A hung SMTP server must not hold the worker (Django's default is no timeout).
-    connection = get_connection(timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT)
-    mail = EmailMessage(
-        subject=f"[Cardpool] {notification.title}",
-        body=text.strip(),
-        to=[address],
-        connection=connection,
-    )
+def warning_record_once(lease: Lease, kind: str, offset: int, now: datetime) -> bool:
+    """Record the warning; False if it was already sent (by this or another worker)."""
     try:
-        mail.send(fail_silently=False)
-    except smtplib.SMTPRecipientsRefused as exc:
-        return webhooks.Verdict(ok=False, error=f"recipient refused: {exc}"), webhooks.HttpResponse(
-            None
-        )
-    except (smtplib.SMTPException, OSError) as exc:
-        return webhooks.Verdict(
-            ok=False, retry=True, error=f"{type(exc).__name__}: {exc}"
-        ), webhooks.HttpResponse(None)
-    return webhooks.Verdict(ok=True), webhooks.HttpResponse(None)
-
-
-def _send_webhook(
-    notification: Notification, hook: Webhook, delivery_id: int, now: datetime
-) -> tuple[webhooks.Verdict, webhooks.HttpResponse]:
-    request = webhooks.build(
-        hook.format, url=hook.url, secret=hook.secret, message=message_for(notification), now=now
-    )
-    headers = {**request.headers, "X-Cardpool-Delivery": str(delivery_id)}
-    response = webhooks.http_post(webhooks.HttpRequest(request.url, request.body, headers))
-    return webhooks.judge(hook.format, response), response
-
-
-def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> int | None:
-    """Make one attempt at a pending delivery; return seconds until the next one, or None.
-
-    Safe to call twice or concurrently: an attempt is claimed by a compare-and-set on the
-    attempt counter, and a delivery that is sent (or has failed for good) is left alone.
-    Every attempt is recorded: attempts, last_attempt_at, response code and body, error.
-    """
-    now = now or timezone.now()
-    delivery = (
-        Delivery.objects.select_related("notification__user", "webhook")
-        .filter(pk=delivery_id, status=Delivery.Status.PENDING)
-        .first()
-    )
-    if delivery is None:
-        return None
-    if delivery.attempts >= MAX_ATTEMPTS:
-        Delivery.objects.filter(pk=delivery.pk, status=Delivery.Status.PENDING).update(
-            status=Delivery.Status.FAILED,
-            error=(delivery.error or "gave up")[:ERROR_KEEP_CHARS],
-        )
-        return None
-    attempt = delivery.attempts + 1
-    # The claim: the attempt count must not have moved, and no attempt may be in flight
-    # (one started less than IN_FLIGHT ago) — so two copies of the task send once.
-    claimed = (
-        Delivery.objects.filter(
-            pk=delivery.pk, status=Delivery.Status.PENDING, attempts=delivery.attempts
-        )
-        .filter(Q(last_attempt_at__isnull=True) | Q(last_attempt_at__lte=now - IN_FLIGHT))
-        .update(attempts=attempt, last_attempt_at=now)
-    )
-    if claimed != 1:
-        return None  # another worker is on it
-    hook = delivery.webhook
-    if delivery.channel == Channel.EMAIL:
-        verdict, response = _send_email(delivery.notification)
-    elif hook is None or not hook.active:
-        verdict, response = (
-            webhooks.Verdict(ok=False, error="the webhook is switched off"),
-            webhooks.HttpResponse(None),
-        )
-    else:
-        verdict, response = _send_webhook(delivery.notification, hook, delivery.pk, now)
-    if verdict.ok:
-        status = Delivery.Status.SENT
-    elif verdict.retry and attempt < MAX_ATTEMPTS:
-        status = Delivery.Status.PENDING
-    else:
-        status = Delivery.Status.FAILED
-    Delivery.objects.filter(pk=delivery.pk, attempts=attempt).update(
-        status=status,
-        response_code=response.status,
-        response_body=response.body[:RESPONSE_KEEP_CHARS],
-        error="" if verdict.ok else (verdict.error or response.error)[:ERROR_KEEP_CHARS],
-    )
-    if status != Delivery.Status.PENDING:
-        if status == Delivery.Status.FAILED:
-            logger.warning(
-                "delivery %s failed after %s attempts: %s", delivery.pk, attempt, verdict.error
-            )
-        return None
-    delay = retry_delay(attempt)
-    if response.retry_after:
-        delay = min(max(delay, response.retry_after), RETRY_CAP_SECONDS)
-    return delay
-
-
-def deliveries_stalled(*, now: datetime | None = None, limit: int = BATCH) -> list[int]:
-    """Pending deliveries whose task was lost: never tried for 5 min, or not retried in time."""
-    now = now or timezone.now()
-    stalled = Delivery.objects.filter(status=Delivery.Status.PENDING).filter(
-        Q(last_attempt_at__isnull=True, created_at__lt=now - STALLED_FIRST)
-        | Q(last_attempt_at__lt=now - STALLED_RETRY)
-    )
-    return list(stalled.order_by("pk").values_list("pk", flat=True)[:limit])
+        with transaction.atomic():
+            LeaseWarning.objects.create(lease=lease, kind=kind, offset_minutes=offset, sent_at=now)
+    except IntegrityError:
+        return False
+    return True

@@ -135,7 +135,6 @@ def recommend(
     limit: int = 5,
 ) -> Recommendation:
     """Card models for *profile* over *duration*, best first; reads only, writes nothing."""
-    from leasing.services import lease_preview
 
     if duration <= timedelta(0):
         raise ValueError("duration must be positive")
@@ -324,58 +323,3 @@ def _fmt_gb(value) -> str:
 
 
 # --- asking by task ---------------------------------------------------------------------
-
-
-def lease_request_by_profile(
-    *,
-    user,
-    team: Team,
-    profile: TaskProfile,
-    duration: timedelta,
-    start_at: datetime | None = None,
-    priority: str = Priority.NORMAL,
-    purpose: str | None = None,
-    description: str = "",
-    now: datetime | None = None,
-) -> Lease:
-    """Ask for cards by task: the top-ranked option's model and count, through lease_request.
-
-    The lease is placed or queued like any other; its description names the task when the
-    user gave none. Raises ValidationError (on ``profile``) when no option fits.
-    """
-    from leasing.services import lease_request, lease_validate_request
-
-    now = now or timezone.now()
-    purpose = purpose or PURPOSE_FOR_TASK[Task(profile.task)]
-    # Who may ask, and for how long, before looking for cards (as lease_request does).
-    lease_validate_request(
-        user=user,
-        team=team,
-        card_model=None,
-        count=1,
-        duration=duration,
-        start_at=start_at or now,
-        priority=priority,
-        purpose=purpose,
-        same_node=True,
-        now=now,
-    )
-    rec = recommend(
-        profile=profile, duration=duration, start_at=start_at, priority=priority, now=now, limit=1
-    )
-    if not rec.options:
-        raise ValidationError({"profile": [rec.message]})
-    top = rec.options[0]
-    return lease_request(
-        user=user,
-        team=team,
-        card_model=top.card_model,
-        count=top.count,
-        duration=duration,
-        start_at=start_at,
-        priority=priority,
-        purpose=purpose,
-        same_node=True,
-        description=description or profile.summary()[:200],
-        now=now,
-    )

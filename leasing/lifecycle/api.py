@@ -182,44 +182,6 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return Response(LeaseEventSerializer(events, many=True).data)
 
 
-class TeamViewSet(viewsets.ReadOnlyModelViewSet):
-    """Teams you belong to (operators and finance: all); quotas with this month's use."""
-
-    serializer_class = TeamSerializer
-    lookup_field = "slug"
-    queryset = Team.objects.none()
-
-    def get_queryset(self):
-        if getattr(self, "swagger_fake_view", False):
-            return Team.objects.none()
-        return (
-            selectors.teams_visible_to(self.request.user)
-            .select_related("department")
-            .order_by("slug")
-        )
-
-    @extend_schema(methods=["GET"], responses=QuotaUseSerializer(many=True))
-    @extend_schema(
-        methods=["PUT"],
-        request=QuotaRuleSerializer(many=True),
-        responses=QuotaUseSerializer(many=True),
-    )
-    @action(detail=True, methods=["get", "put"])
-    def quotas(self, request, slug=None):
-        team = self.get_object()
-        if request.method == "PUT":
-            rules = QuotaRuleSerializer(data=request.data, many=True)
-            rules.is_valid(raise_exception=True)
-            services.quota_replace(
-                user=request.user, team=team, rules=[dict(r) for r in rules.validated_data]
-            )
-        overview = selectors.team_overview(team, now=timezone.now())
-        rows = [
-            row for row in overview["rows"] if row.rule is not None or row.card_model is not None
-        ]
-        return Response(QuotaUseSerializer(rows, many=True).data)
-
-
 class ApprovalViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """Requests above a member's limit waiting for your decision (leads, operators)."""
 
@@ -254,5 +216,4 @@ class ApprovalViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 def register(router) -> None:
     router.register("leases", LeaseViewSet, basename="lease")
-    router.register("teams", TeamViewSet, basename="team")
     router.register("approvals", ApprovalViewSet, basename="approval")

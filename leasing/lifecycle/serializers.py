@@ -125,62 +125,6 @@ class LeaseEventSerializer(serializers.ModelSerializer):
         fields = ["at", "kind", "from_status", "to_status", "actor", "message", "data"]
 
 
-class TeamSerializer(serializers.ModelSerializer):
-    department = serializers.CharField(source="department.slug", default=None, read_only=True)
-
-    class Meta:
-        model = Team
-        fields = ["slug", "name", "department", "allow_borrowing"]
-
-
-class QuotaRuleSerializer(serializers.Serializer):
-    card_model = serializers.SlugRelatedField(
-        slug_field="slug",
-        queryset=CardModel.objects.all(),
-        allow_null=True,
-        required=False,
-        default=None,
-        error_messages={"does_not_exist": "Unknown card model “{value}”."},
-    )
-    max_concurrent_cards = serializers.IntegerField(
-        min_value=0, allow_null=True, required=False, default=None
-    )
-    card_hours_per_month = serializers.DecimalField(
-        max_digits=12, decimal_places=1, min_value=0, allow_null=True, required=False, default=None
-    )
-    max_lease_hours = serializers.IntegerField(
-        min_value=1, allow_null=True, required=False, default=None
-    )
-    money_per_month = serializers.DecimalField(
-        max_digits=14, decimal_places=2, min_value=0, allow_null=True, required=False, default=None
-    )
-
-
-class QuotaUseSerializer(serializers.Serializer):
-    """A quota rule (or a model in use) with this month's use."""
-
-    card_model = serializers.CharField(source="card_model.slug", default=None)
-    max_concurrent_cards = serializers.IntegerField(
-        source="rule.max_concurrent_cards", default=None
-    )
-    card_hours_per_month = serializers.DecimalField(
-        source="rule.card_hours_per_month", max_digits=12, decimal_places=1, default=None
-    )
-    max_lease_hours = serializers.IntegerField(source="rule.max_lease_hours", default=None)
-    money_per_month = serializers.DecimalField(
-        source="rule.money_per_month", max_digits=14, decimal_places=2, default=None
-    )
-    used_card_hours = serializers.DecimalField(source="used_hours", max_digits=14, decimal_places=2)
-    booked_card_hours = serializers.DecimalField(
-        source="booked_hours", max_digits=14, decimal_places=2
-    )
-    left_card_hours = serializers.DecimalField(
-        source="left_hours", max_digits=14, decimal_places=2, allow_null=True
-    )
-    cost = serializers.DecimalField(source="money", max_digits=16, decimal_places=2)
-    cards_held_now = serializers.IntegerField(source="concurrent_now")
-
-
 class ApprovalSerializer(serializers.ModelSerializer):
     user = serializers.CharField(source="user.username")
     team = serializers.CharField(source="team.slug")

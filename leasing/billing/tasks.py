@@ -1,15 +1,12 @@
-"""Celery task for usage records (re-exported by ``leasing.tasks`` so workers find it)."""
+"""Celery task for usage records (found through ``CELERY_IMPORTS``; name pinned)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from leasing import usage
+from leasing.billing import usage
 
-__all__ = ["usage_record_missing"]
-
-
-@shared_task
+@shared_task(name="leasing.tasks_usage.usage_record_missing")
 def usage_record_missing() -> int:
     """Record any ended lease the end-of-lease hook missed (bounded batch; safe to repeat)."""
     return usage.usage_record_missing()

@@ -1,6 +1,6 @@
-"""Celery tasks that send notifications (imported by ``leasing.tasks`` so Celery finds them).
+"""Celery tasks that send notifications (found through ``CELERY_IMPORTS``; names pinned).
 
-Thin, as the other tasks: they take ids and call ``leasing.notifications``, which keeps the
+Thin, as the other tasks: they take ids and call ``leasing.notify``, which keeps the
 rules and the record of every attempt.
 """
 
@@ -9,27 +9,24 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from leasing import notifications
+from leasing.notify import delivery
 
-__all__ = ["deliver", "deliveries_sweep"]
-
-
-@shared_task(bind=True, acks_late=True, max_retries=None)
+@shared_task(name="leasing.tasks_notify.deliver", bind=True, acks_late=True, max_retries=None)
 def deliver(self, delivery_id: int) -> None:
     """Send one delivery (email or webhook); retry with backoff while it may still go through.
 
     The attempt count lives on the Delivery row, not in Celery, so a task that is lost and
     re-queued by the sweep continues where the last attempt stopped.
     """
-    retry_in = notifications.delivery_attempt(delivery_id=delivery_id)
+    retry_in = delivery.delivery_attempt(delivery_id=delivery_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)
 
 
-@shared_task
+@shared_task(name="leasing.tasks_notify.deliveries_sweep")
 def deliveries_sweep() -> int:
     """Re-queue pending deliveries whose task was lost (bounded batch; safe to run twice)."""
-    stalled = notifications.deliveries_stalled(now=timezone.now())
+    stalled = delivery.deliveries_stalled(now=timezone.now())
     for delivery_id in stalled:
         deliver.delay(delivery_id)
     return len(stalled)

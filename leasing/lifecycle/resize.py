@@ -131,7 +131,7 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
     services._event(
         lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
     )
-    services._after_pass(services.schedule_card_model(lease.card_model_id, now=now))
+    replan(lease.card_model_id, now=now)
     lease.refresh_from_db()
     return lease
 
@@ -181,5 +181,5 @@ def _move(lease: Lease, target: CardModel, count: int, now: datetime, user) -> L
     )
     services._event(new.pk, kind="resized_from", at=now, actor=user, data={"lease": lease.pk})
     services._event(lease.pk, kind="resizing", at=now, actor=user, data={"lease": new.pk})
-    services._after_pass(services.PassResult(started=[new.pk]))
+    hand_over([new.pk])
     return new

@@ -23,46 +23,8 @@ from inventory.models import CardModel
 from leasing.models import Lease, LeaseStatus, MemberLimit, Quota
 from portal.models import Membership, Team
 
-# Leases that use budget: admitted ones, running or done. Waiting for approval, cancelled
-# and rejected ones do not.
-CHARGED_STATES = (
-    LeaseStatus.QUEUED,
-    LeaseStatus.SCHEDULED,
-    LeaseStatus.PROVISIONING,
-    LeaseStatus.ACTIVE,
-    LeaseStatus.RELEASING,
-    LeaseStatus.ENDED,
-    LeaseStatus.FAILED,
-)
-HELD_STATES = (LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
 HOUR = timedelta(hours=1)
 TENTH = Decimal("0.1")
-
-
-def site_tz() -> zoneinfo.ZoneInfo:
-    return zoneinfo.ZoneInfo(settings.TIME_ZONE)
-
-
-def month_of(t: datetime) -> tuple[datetime, datetime]:
-    """The calendar month (site time zone) holding *t*, as [start, end)."""
-    local = t.astimezone(site_tz())
-    start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    end = (start + timedelta(days=32)).replace(day=1)
-    return start, end
-
-
-def months_between(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
-    months = []
-    m_start, m_end = month_of(start)
-    while m_start < end:
-        months.append((m_start, m_end))
-        m_start, m_end = month_of(m_end)
-    return months
-
-
-def overlap_hours(start: datetime, end: datetime, lo: datetime, hi: datetime) -> Decimal:
-    seconds = (min(end, hi) - max(start, lo)).total_seconds()
-    return Decimal(max(seconds, 0)) / Decimal(3600)
 
 
 @dataclass(frozen=True)
@@ -152,7 +114,7 @@ def concurrent_use(
     (they live on idle capacity and may be preempted).
     """
     leases = _leases(team_id, card_model_id=card_model_id, user_id=user_id).filter(borrowed=False)
-    held = leases.filter(status__in=HELD_STATES, start_at__lt=end, end_at__gt=start)
+    held = leases.filter(status__in=BOOKED_STATES, start_at__lt=end, end_at__gt=start)
     waiting = leases.filter(status=LeaseStatus.QUEUED)
     rows = list(held.values_list("count", "end_at")) + [
         (n, None) for n in waiting.values_list("count", flat=True)

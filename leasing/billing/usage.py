@@ -42,15 +42,10 @@ from leasing.quotas import month_of, site_tz
 
 logger = logging.getLogger(__name__)
 
-RECORDED_STATES = (LeaseStatus.ENDED, LeaseStatus.FAILED)
 MINUTE = timedelta(minutes=1)
 CENT = Decimal("0.01")
 PRICE_PLACES = Decimal("0.0001")
 BATCH = 500
-
-
-def floor_minute(t: datetime) -> datetime:
-    return t.replace(second=0, microsecond=0)
 
 
 def preemptible_discount() -> Decimal:

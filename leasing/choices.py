@@ -1,0 +1,119 @@
+"""Every choice a lease, a warning or a notice can take, and the named groups of lease states.
+
+One name per set of states (NetBox ``core/choices.py``); the rest of the project filters by
+these groups, never by a list of its own. Imports only Django.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+class LeaseStatus(models.TextChoices):
+    PENDING_APPROVAL = "pending_approval", _("Pending approval")
+    QUEUED = "queued", _("Queued")
+    SCHEDULED = "scheduled", _("Scheduled")
+    PROVISIONING = "provisioning", _("Provisioning")
+    ACTIVE = "active", _("Active")
+    RELEASING = "releasing", _("Releasing")
+    ENDED = "ended", _("Ended")
+    REJECTED = "rejected", _("Rejected")
+    CANCELLED = "cancelled", _("Cancelled")
+    FAILED = "failed", _("Failed")
+
+
+# Named groups of states. Each set has one name; the comments say what each is for.
+# Waiting for approval or for cards: nothing booked yet.
+WAITING_STATES = (LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED)
+# Cards booked for the lease's window, now or later: what "concurrent cards" counts.
+BOOKED_STATES = (LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
+# The cards are the holder's right now (the backend has them or is handing them over).
+RUNNING_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
+# A backend holds something for the lease: handed over, held, or being taken back.
+BACKEND_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE, LeaseStatus.RELEASING)
+# Booked or still being taken back: who holds what on the team page.
+HOLDING_STATES = BOOKED_STATES + (LeaseStatus.RELEASING,)
+OPEN_STATES = WAITING_STATES + HOLDING_STATES
+TERMINAL_STATES = (
+    LeaseStatus.ENDED,
+    LeaseStatus.REJECTED,
+    LeaseStatus.CANCELLED,
+    LeaseStatus.FAILED,
+)
+# The holding is over and its usage is recorded (billing.usage).
+RECORDED_STATES = (LeaseStatus.ENDED, LeaseStatus.FAILED)
+# Leases that use budget: admitted ones, running or done. Waiting for approval, cancelled
+# and rejected ones do not.
+CHARGED_STATES = (LeaseStatus.QUEUED, *HOLDING_STATES, *RECORDED_STATES)
+
+
+class EndReason(models.TextChoices):
+    EXPIRED = "expired", _("Expired")
+    RELEASED = "released", _("Released")
+    PREEMPTED = "preempted", _("Preempted")
+    IDLE = "idle", _("Idle")
+    ADMIN = "admin", _("Ended by an operator")
+    FAILED = "failed", _("Failed")
+
+
+class Priority(models.TextChoices):
+    CRITICAL = "critical", _("Critical")
+    HIGH = "high", _("High")
+    NORMAL = "normal", _("Normal")
+    PREEMPTIBLE = "preemptible", _("Preemptible")
+
+
+# Higher rank is served first.
+PRIORITY_RANK = {
+    Priority.CRITICAL: 300,
+    Priority.HIGH: 200,
+    Priority.NORMAL: 100,
+    Priority.PREEMPTIBLE: 0,
+}
+
+
+class Purpose(models.TextChoices):
+    TRAINING = "training", _("Training")
+    FINE_TUNING = "fine_tuning", _("Fine-tuning")
+    INFERENCE = "inference", _("Inference")
+    RENDERING = "rendering", _("Rendering / simulation")
+    DEVELOPMENT = "development", _("Development")
+
+
+
+
+class WarningKind(models.TextChoices):
+    EXPIRY = "expiry", _("Lease ending")
+    IDLE = "idle", _("Cards idle")
+    PREEMPTION = "preemption", _("Preemption")
+    DRAIN = "drain", _("Node draining")
+    FAULT = "fault", _("Card faulty")
+
+
+
+class Channel(models.TextChoices):
+    INAPP = "inapp", _("In the portal")
+    EMAIL = "email", _("Email")
+    WEBHOOK = "webhook", _("Webhooks")
+
+
+
+class Kind(models.TextChoices):
+    """The events people can be told about (``Notification.kind``)."""
+
+    LEASE_ACTIVE = "lease_active", _("Lease active")
+    LEASE_QUEUED = "lease_queued", _("Lease queued")
+    LEASE_STARTED_FROM_QUEUE = (
+        "lease_started_from_queue",
+        _("Lease started from the queue"),
+    )
+    LEASE_EXPIRING = "lease_expiring", _("Lease ending soon")
+    LEASE_ENDED = "lease_ended", _("Lease ended")
+    LEASE_FAILED = "lease_failed", _("Lease failed")
+    IDLE_WARNING = "idle_warning", _("Cards idle")
+    PREEMPTION_WARNING = "preemption_warning", _("Preemption warning")
+    DRAIN_WARNING = "drain_warning", _("Node maintenance")
+    APPROVAL_REQUESTED = "approval_requested", _("Approval requested")
+    APPROVAL_DECIDED = "approval_decided", _("Approval decided")
+    BUDGET_80 = "budget_80", _("Team budget at 80%")
+    BUDGET_100 = "budget_100", _("Team budget used up")

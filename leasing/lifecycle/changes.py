@@ -1,0 +1,181 @@
+"""What a holder, lead or operator changes on a lease: release, cancel, extend, approve, reject.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, CardModel
+from leasing.choices import (
+    BOOKED_STATES,
+    PRIORITY_RANK,
+    EndReason,
+    LeaseStatus,
+    Priority,
+    Purpose,
+)
+from leasing.enqueue import enqueue, enqueue_after_commit
+from leasing.locking import lock_card_models, lock_team
+from leasing.models import (
+    Allocation,
+    Lease,
+    LeaseEvent,
+    MemberLimit,
+    Quota,
+    QuotaLimits,
+)
+from leasing.scheduler import fastpath, planner
+from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
+from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.teams import quotas
+from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
+from portal.audit import audit
+from portal.models import Membership, Team
+from portal.permissions import can_manage_lease, is_operator, leads_team
+
+logger = logging.getLogger(__name__)
+
+
+def lease_release(*, lease: Lease, user, now: datetime | None = None) -> Lease:
+    """End a lease early at the holder's (or lead's, or operator's) request; usage stops now."""
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not release this lease."))
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        if lease.status == LeaseStatus.SCHEDULED:
+            raise ValidationError(_("This lease has not started yet; cancel it instead."))
+        if not release_begin(
+            lease, reason=EndReason.RELEASED, now=now, actor=user, kind="release"
+        ):
+            raise ValidationError(
+                _("Only a provisioning or active lease can be released; this one is %(status)s.")
+                % {"status": lease.get_status_display()}
+            )
+    lease.refresh_from_db()
+    return lease
+
+
+def lease_cancel(*, lease: Lease, user, now: datetime | None = None) -> Lease:
+    """Withdraw a request that has not started (waiting or scheduled)."""
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not cancel this lease."))
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        if not transition(
+            lease.pk,
+            frm=[LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED, LeaseStatus.SCHEDULED],
+            to=LeaseStatus.CANCELLED,
+            kind="cancel",
+            at=now,
+            actor=user,
+            ended_at=now,
+            estimated_start=None,
+        ):
+            lease.refresh_from_db()
+            raise ValidationError(
+                _(
+                    "Only a waiting or scheduled lease can be cancelled; this one is %(status)s. Release it instead."
+                )
+                % {"status": lease.get_status_display()}
+            )
+        Allocation.objects.filter(lease=lease).delete()
+        replan(lease.card_model_id, now=now)
+    lease.refresh_from_db()
+    return lease
+
+
+def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = None) -> Lease:
+    """Push the end of a lease later, on the same cards, if they are free and nobody waiting is delayed."""
+
+    now = now or timezone.now()
+    if not can_manage_lease(user, lease):
+        raise PermissionDenied(_("You may not extend this lease."))
+    if minutes < 1:
+        raise ValidationError({"minutes": [_("Extend by at least one minute.")]})
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        if lease.status not in BOOKED_STATES or lease.status == LeaseStatus.RELEASING:
+            raise ValidationError(
+                _(
+                    "Only a scheduled, provisioning or active lease can be extended; this one is %(status)s."
+                )
+                % {"status": lease.get_status_display()}
+            )
+        new_end = lease.end_at + timedelta(minutes=minutes)
+        max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
+        if new_end - lease.start_at > timedelta(minutes=max_minutes):
+            raise ValidationError(
+                {
+                    "minutes": [
+                        _("A lease may last at most %(hours)s hours in all.")
+                        % {"hours": max_minutes // 60}
+                    ]
+                }
+            )
+        card_ids = list(lease.allocations.values_list("card_id", flat=True))
+        timeline = timeline_for(lease.card_model_id, now=now)
+        busy = [c for c in card_ids if not timeline.is_free(c, lease.end_at, new_end)]
+        if busy:
+            raise ValidationError(
+                {
+                    "minutes": [
+                        _(
+                            "These cards are booked by someone else after your lease ends; release and ask again instead."
+                        )
+                    ]
+                }
+            )
+        # Nobody waiting may start later because of the extension.
+        cards = card_slots(lease.card_model_id, now=now)
+        queue = queued_requests(lease.card_model_id, now=now)
+        if queue:
+            before = planner.plan_queue(cards, timeline_for(lease.card_model_id, now=now), queue)
+            extended = timeline_for(lease.card_model_id, now=now)
+            for c in card_ids:
+                extended.add(c, lease.end_at, new_end)
+            after = planner.plan_queue(cards, extended, queue)
+            delayed = [
+                a
+                for a, b in zip(after, before, strict=True)
+                if b.start is not None and (a.start is None or a.start > b.start)
+            ]
+            if delayed:
+                raise ValidationError(
+                    {
+                        "minutes": [
+                            _(
+                                "%(n)s waiting request(s) would start later if you extended; release when done instead."
+                            )
+                            % {"n": len(delayed)}
+                        ]
+                    }
+                )
+        Allocation.objects.filter(lease=lease, end_at=lease.end_at).update(end_at=new_end)
+        old_end = lease.end_at
+        Lease.objects.filter(pk=lease.pk).update(end_at=new_end, duration=new_end - lease.start_at)
+        event_record(
+            lease.pk,
+            kind="extended",
+            at=now,
+            actor=user,
+            data={"from": old_end.isoformat(), "to": new_end.isoformat()},
+        )
+        if lease.status == LeaseStatus.ACTIVE:
+            enqueue_after_commit("leasing.tasks_slurm.extend_lease_backend", lease.pk)
+    lease.refresh_from_db()
+    return lease

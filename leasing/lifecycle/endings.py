@@ -1,0 +1,224 @@
+"""How leases end besides their end time: warnings before it, idle cards, preemption, maintenance.
+
+Each step is a service run by the periodic sweep (leasing.tasks.sweep) over a bounded
+batch; each is safe to run twice or on two workers at once: warnings are rows with a
+unique constraint (sent exactly once), ends go through the compare-and-set transitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, Node
+from inventory.telemetry import utilization_stats
+from leasing import services
+from leasing.backends.local import access_details
+from leasing.locking import lock_card_models
+from leasing.models import (
+    PRIORITY_RANK,
+    Allocation,
+    EndReason,
+    Lease,
+    LeaseStatus,
+    LeaseWarning,
+    Priority,
+    WarningKind,
+)
+from leasing.scheduler import planner
+from leasing.scheduler.snapshot import card_slots, timeline_for
+from portal.audit import audit
+from portal.models import default_warning_offsets
+from portal.permissions import is_operator
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500
+RUNNING = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
+
+
+# --- the end time ---------------------------------------------------------------------
+
+
+def lease_expire(*, lease_id: int, now: datetime | None = None) -> bool:
+    """Reclaim a lease whose end time has come. Safe to call twice or concurrently."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.filter(
+            pk=lease_id, status__in=[LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE]
+        ).first()
+        if lease is None or lease.end_at > now:
+            return False
+        lock_card_models([lease.card_model_id])
+        # Usage stops at the booked end, however late the reclaim runs.
+        return release_begin(
+            lease, reason=EndReason.EXPIRED, now=now, cut_at=lease.end_at, kind="expire"
+        )
+
+
+# --- warnings before the end -------------------------------------------------------------
+
+
+def offsets_for(lease: Lease) -> list[int]:
+    """The lease's own offsets, else its holder's, else the default; only those that fit it."""
+    offsets = lease.warning_offsets or getattr(
+        getattr(lease.user, "profile", None), "warning_offsets", None
+    )
+    if not offsets:
+        offsets = default_warning_offsets()
+    length = (lease.end_at - lease.start_at) / timedelta(minutes=1)
+    return sorted({int(m) for m in offsets if 0 < int(m) < length}, reverse=True)
+
+
+def warnings_send_due(*, now: datetime | None = None) -> int:
+    """Warn holders at each offset before their lease ends; each warning exactly once."""
+    now = now or timezone.now()
+    horizon = now + timedelta(minutes=max(settings.CARDPOOL["MAX_WARNING_MINUTES"], 1))
+    leases = (
+        Lease.objects.filter(status=LeaseStatus.ACTIVE, end_at__gt=now, end_at__lte=horizon)
+        .select_related("user__profile", "card_model")
+        .order_by("end_at")[:BATCH]
+    )
+    sent = 0
+    for lease in leases:
+        for offset in offsets_for(lease):
+            if lease.end_at - timedelta(minutes=offset) > now:
+                continue
+            with transaction.atomic():
+                if not warning_record_once(lease, WarningKind.EXPIRY, offset, now):
+                    continue
+                left = max(int((lease.end_at - now).total_seconds() // 60), 0)
+                notify_holder(
+                    lease,
+                    "lease_expiring",
+                    _("Lease %(id)s ends in %(minutes)s minutes")
+                    % {"id": lease.pk, "minutes": left},
+                    _(
+                        "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
+                    )
+                    % {
+                        "n": lease.count,
+                        "model": lease.card_model.name,
+                        "end": timezone.localtime(lease.end_at).strftime("%Y-%m-%d %H:%M"),
+                    },
+                    anchor="#extend",
+                    key=f"lease:{lease.pk}:expiring:{offset}",
+                )
+                sent += 1
+    return sent
+
+
+# --- idle cards --------------------------------------------------------------------------
+
+
+def utilisation_over(card_ids: list[int], since: datetime, until: datetime) -> dict:
+    """Max utilisation over the window and whether every card reported throughout it
+    (a silent agent is not an idle card)."""
+    return utilization_stats(card_ids, since, until)
+
+
+def idle_check(*, now: datetime | None = None) -> dict:
+    """Warn about leases whose cards sit idle; reclaim them where the team's policy says so."""
+    now = now or timezone.now()
+    grace = timedelta(minutes=settings.CARDPOOL["IDLE_GRACE_MINUTES"])
+    done = {"warned": 0, "reclaimed": 0}
+    leases = (
+        Lease.objects.filter(status=LeaseStatus.ACTIVE, activated_at__isnull=False)
+        .select_related("team", "user", "card_model")
+        .order_by("pk")[:BATCH]
+    )
+    for lease in leases:
+        window = timedelta(minutes=lease.team.idle_minutes)
+        if lease.activated_at > now - window:
+            continue  # not running long enough to judge
+        card_ids = list(lease.allocations.filter(end_at__gt=now).values_list("card_id", flat=True))
+        stats = utilisation_over(card_ids, now - window, now)
+        idle = (
+            stats["covered"]
+            and stats["max"] is not None
+            and stats["max"] < lease.team.idle_threshold_pct
+        )
+        if not idle:
+            if lease.idle_since is not None:
+                Lease.objects.filter(pk=lease.pk).update(idle_since=None)
+            continue
+        with transaction.atomic():
+            if warning_record_once(lease, WarningKind.IDLE, 0, now):
+                Lease.objects.filter(pk=lease.pk).update(idle_since=now - window)
+                policy = (
+                    _("It will be reclaimed in %(minutes)s minutes unless the cards get busy.")
+                    % {"minutes": int(grace.total_seconds() // 60)}
+                    if lease.team.idle_reclaim
+                    else _("Release it if you no longer need the cards.")
+                )
+                notify_holder(
+                    lease,
+                    "idle_warning",
+                    _("Lease %(id)s: cards idle") % {"id": lease.pk},
+                    _(
+                        "The cards stayed under %(pct)s%% utilisation for %(minutes)s minutes. %(policy)s"
+                    )
+                    % {
+                        "pct": lease.team.idle_threshold_pct,
+                        "minutes": lease.team.idle_minutes,
+                        "policy": policy,
+                    },
+                )
+                done["warned"] += 1
+                continue
+        warned_at = (
+            lease.warnings.filter(kind=WarningKind.IDLE).values_list("sent_at", flat=True).first()
+        )
+        if lease.team.idle_reclaim and warned_at is not None and warned_at <= now - grace:
+            still = utilisation_over(card_ids, warned_at, now)
+            if (
+                still["covered"]
+                and still["max"] is not None
+                and still["max"] < lease.team.idle_threshold_pct
+            ):
+                if lease_end_now(lease, EndReason.IDLE, now):
+                    notify_ended(lease, _("reclaimed: the cards stayed idle"))
+                    done["reclaimed"] += 1
+    return done
+
+
+def lease_end_now(lease: Lease, reason: str, now: datetime, actor=None) -> bool:
+    """End a running lease now for *reason* (idle, preempted, a drain, a failed card)."""
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        return release_begin(lease, reason=reason, now=now, kind=reason, actor=actor)
+
+
+def notify_ended(lease: Lease, why: str) -> None:
+    # Same key as the generic "ended" notice: the holder hears once, with the reason.
+    notify_holder(
+        lease,
+        "lease_ended",
+        _("Lease %(id)s ended: %(why)s") % {"id": lease.pk, "why": why},
+        key=f"lease:{lease.pk}:lease_ended",
+    )
+
+
+# --- preemption --------------------------------------------------------------------------
+
+def preemptions_due(*, now: datetime | None = None) -> int:
+    """End the leases whose preemption grace period is over."""
+    now = now or timezone.now()
+    ended = 0
+    due = (
+        Lease.objects.filter(status__in=RUNNING, preempt_at__lte=now)
+        .select_related("user")
+        .order_by("preempt_at")
+    )
+    for lease in due[:BATCH]:
+        if lease_end_now(lease, EndReason.PREEMPTED, now):
+            notify_ended(lease, _("preempted for a higher-priority request"))
+            ended += 1
+    return ended

@@ -1,0 +1,199 @@
+"""The states the backend drives (start, activate, fail, finish a release), and the calls to
+the provisioning backend, one durable BackendCall row per attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, CardModel
+from leasing.backends import get_backend
+from leasing.choices import (
+    BOOKED_STATES,
+    PRIORITY_RANK,
+    EndReason,
+    LeaseStatus,
+    Priority,
+    Purpose,
+)
+from leasing.enqueue import enqueue, enqueue_after_commit
+from leasing.locking import lock_card_models, lock_team
+from leasing.models import (
+    BackendCall,
+    Allocation,
+    Lease,
+    LeaseEvent,
+    MemberLimit,
+    Quota,
+    QuotaLimits,
+)
+from leasing.scheduler import fastpath, planner
+from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
+from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.teams import quotas
+from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
+from portal.audit import audit
+from portal.models import Membership, Team
+from portal.permissions import can_manage_lease, is_operator, leads_team
+
+logger = logging.getLogger(__name__)
+
+
+# --- start, activate, fail ---------------------------------------------------------------
+
+
+def lease_start(*, lease_id: int, now: datetime | None = None) -> bool:
+    """A scheduled lease's start time has come: hand its cards over."""
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.filter(
+            pk=lease_id, status=LeaseStatus.SCHEDULED, start_at__lte=now
+        ).first()
+        if lease is None:
+            return False
+        if not transition(
+            lease_id,
+            frm=[LeaseStatus.SCHEDULED],
+            to=LeaseStatus.PROVISIONING,
+            kind="starting",
+            at=now,
+        ):
+            return False
+        enqueue_after_commit("leasing.tasks.provision_lease", lease_id)
+    return True
+
+
+def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) -> bool:
+    """The backend has handed the cards over: the lease is active until its end."""
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        ok = transition(
+            lease_id,
+            frm=[LeaseStatus.PROVISIONING],
+            to=LeaseStatus.ACTIVE,
+            kind="active",
+            at=now,
+            access=access,
+            activated_at=now,
+        )
+        if ok:
+            # The tick (tasks.tick) expires it at its end.
+            replaces_id = Lease.objects.values_list("replaces_id", flat=True).get(pk=lease_id)
+            waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
+            kind = "lease_started_from_queue" if waited else "lease_active"
+            transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)
+            if replaces_id:
+                # A resize to another model: the old cards go only now that the new ones are held.
+                old = Lease.objects.filter(pk=replaces_id).first()
+                if old is not None:
+                    lock_card_models([old.card_model_id])
+                    release_begin(old, reason=EndReason.RELEASED, now=now, kind="resized")
+    return ok
+
+
+def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
+    """Provisioning failed for good: the lease is failed, its cards free, the user told why."""
+
+    now = now or timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.select_related("card_model").filter(pk=lease_id).first()
+        if lease is None:
+            return False
+        lock_card_models([lease.card_model_id])
+        if not transition(
+            lease_id,
+            frm=[LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE],
+            to=LeaseStatus.FAILED,
+            kind="failed",
+            at=now,
+            message=reason,
+            failure_reason=reason,
+            ended_at=now,
+        ):
+            return False
+        cards_free(lease, now)
+        replan(lease.card_model_id, now=now)
+        notify_after_commit(lease_id, "failed")
+    return True
+
+
+def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
+    """The backend has taken the cards back: releasing → ended."""
+    now = now or timezone.now()
+    if reason not in EndReason.values:
+        reason = EndReason.ADMIN
+    with transaction.atomic():
+        ended = transition(
+            lease_id,
+            frm=[LeaseStatus.RELEASING],
+            to=LeaseStatus.ENDED,
+            kind="ended",
+            at=now,
+            end_reason=reason,
+        )
+        if ended and reason != EndReason.RELEASED:  # the holder released it: no need to say so
+            notify_after_commit(lease_id, "lease_ended")
+    return ended
+
+
+def _notify_here(lease_id: int, kind: str) -> None:
+    """Word and write the notice in this process, after the commit: the caller is a worker
+    already, and a second task per lease for an in-app notice costs more than the notice
+    (email and webhooks still go out as their own tasks). If it fails, it is queued instead."""
+    from leasing.notify import wording
+
+    try:
+        wording.notify_lease_event(lease_id=lease_id, kind=kind)
+    except Exception:
+        logger.exception("notice %s for lease %s failed here; queued instead", kind, lease_id)
+        enqueue("leasing.tasks.notify_lease", lease_id, kind, inline_if_down=False)
+
+
+# --- the backend ------------------------------------------------------------------------
+
+
+def _call(lease: Lease, action: str, attempt: int, fn):
+    backend = get_backend(lease=lease)
+    call = BackendCall.objects.create(
+        lease=lease, backend=backend.name, action=action, attempt=attempt, started_at=timezone.now()
+    )
+    try:
+        result = fn(backend)
+    except Exception as exc:
+        BackendCall.objects.filter(pk=call.pk).update(
+            finished_at=timezone.now(), ok=False, detail=str(exc)[:2000]
+        )
+        raise
+    BackendCall.objects.filter(pk=call.pk).update(finished_at=timezone.now(), ok=True)
+    return result
+
+
+def provision_step(*, lease_id: int, attempt: int = 1) -> bool:
+    """Provision a lease that is waiting for its cards; a no-op in any other state."""
+    lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
+    if lease is None or lease.status != LeaseStatus.PROVISIONING:
+        return False
+    access = _call(lease, "provision", attempt, lambda backend: backend.provision(lease))
+    return lease_activate(lease_id=lease_id, access=access)
+
+
+def release_step(*, lease_id: int, reason: str, attempt: int = 1) -> bool:
+    """Take back the cards of a releasing lease; a no-op in any other state."""
+    lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
+    if lease is None or lease.status != LeaseStatus.RELEASING:
+        return False
+    _call(lease, "release", attempt, lambda backend: backend.release(lease))
+    return lease_finish_release(lease_id=lease_id, reason=reason)

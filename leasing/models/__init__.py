@@ -1,0 +1,31 @@
+"""The leasing app's models, one module per domain, all under the app label ``leasing``.
+
+Tables and migrations stay where they were (PostHog ``posthog/models/__init__.py`` style):
+Django finds every model through this package. Choices and state groups live in
+``leasing.choices``.
+"""
+
+from leasing.models.billing import Price, PricePeriod, TeamPrice, UsageRecord
+from leasing.models.lease import REQUEST_KEY_MAX, Allocation, BackendCall, Lease, LeaseEvent
+from leasing.models.notify import Delivery, LeaseWarning, Notification, NotificationPreference, Webhook
+from leasing.models.teams import MemberLimit, Quota, QuotaLimits
+
+__all__ = [
+    "REQUEST_KEY_MAX",
+    "Allocation",
+    "BackendCall",
+    "Delivery",
+    "Lease",
+    "LeaseEvent",
+    "LeaseWarning",
+    "MemberLimit",
+    "Notification",
+    "NotificationPreference",
+    "Price",
+    "PricePeriod",
+    "Quota",
+    "QuotaLimits",
+    "TeamPrice",
+    "UsageRecord",
+    "Webhook",
+]

@@ -1,0 +1,238 @@
+"""Leases, the cards they hold (allocations), their timelines and backend calls."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from leasing.choices import OPEN_STATES, PRIORITY_RANK, EndReason, LeaseStatus, Priority, Purpose
+
+REQUEST_KEY_MAX = 80
+
+
+class Lease(models.Model):
+    """*count* cards of one card model for a time window, held by a user on behalf of a team.
+
+    While waiting (queued / pending approval) ``start_at``/``end_at`` are the earliest
+    wanted window; once placed they are the booked window, matching the allocations.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("user"),
+        on_delete=models.PROTECT,
+        related_name="leases",
+    )
+    team = models.ForeignKey(
+        "portal.Team", verbose_name=_("team"), on_delete=models.PROTECT, related_name="leases"
+    )
+    card_model = models.ForeignKey(
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        on_delete=models.PROTECT,
+        related_name="leases",
+    )
+    requirements = models.JSONField(
+        _("requirements"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            "When asked by requirements rather than by model: what the chosen model had to meet."
+        ),
+    )
+    count = models.PositiveSmallIntegerField(_("cards"))
+    duration = models.DurationField(_("duration"))
+    start_at = models.DateTimeField(_("start"))
+    end_at = models.DateTimeField(_("end"))
+    status = models.CharField(
+        _("status"), max_length=20, choices=LeaseStatus.choices, db_index=True
+    )
+    end_reason = models.CharField(
+        _("end reason"), max_length=16, choices=EndReason.choices, blank=True
+    )
+    priority = models.CharField(
+        _("priority"), max_length=16, choices=Priority.choices, default=Priority.NORMAL
+    )
+    priority_rank = models.SmallIntegerField(default=PRIORITY_RANK[Priority.NORMAL], editable=False)
+    purpose = models.CharField(
+        _("purpose"), max_length=16, choices=Purpose.choices, default=Purpose.DEVELOPMENT
+    )
+    same_node = models.BooleanField(_("all cards on one node"), default=True)
+    description = models.CharField(_("description"), max_length=200, blank=True)
+    borrowed = models.BooleanField(
+        _("borrowed"),
+        default=False,
+        help_text=_("Leased beyond the team's concurrent quota on idle cards, as preemptible."),
+    )
+    approval_reason = models.TextField(_("why it needs approval"), blank=True)
+    warning_offsets = models.JSONField(
+        _("warn before the end (minutes)"),
+        default=list,
+        blank=True,
+        help_text=_("Empty: the holder's profile setting."),
+    )
+    idle_since = models.DateTimeField(_("idle since"), null=True, blank=True)
+    preempt_at = models.DateTimeField(
+        _("preempted at"),
+        null=True,
+        blank=True,
+        help_text=_("When a pending preemption ends this lease (the grace period's end)."),
+    )
+    replaces = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("replaces"),
+        help_text=_("The lease this one resizes; released once this one is active."),
+    )
+    preempted_for = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("preempted for"),
+    )
+    submitted_at = models.DateTimeField(_("submitted"))
+    status_changed_at = models.DateTimeField(_("status changed"), null=True, blank=True)
+    activated_at = models.DateTimeField(_("active since"), null=True, blank=True)
+    ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
+    estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
+    access = models.JSONField(_("access details"), default=dict, blank=True)
+    failure_reason = models.TextField(_("failure reason"), blank=True)
+    request_key = models.CharField(
+        _("request key"),
+        max_length=REQUEST_KEY_MAX,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "The client's Idempotency-Key (or the request form's): the same request sent "
+            "again with it gets this lease back instead of a second one."
+        ),
+    )
+
+    # Set on the lease lease_request returns when its request key found an earlier one.
+    replayed = False
+
+    class Meta:
+        ordering = ["-submitted_at", "-pk"]
+        verbose_name = _("lease")
+        verbose_name_plural = _("leases")
+        constraints = [
+            models.CheckConstraint(condition=Q(count__gt=0), name="lease_count_positive"),
+            models.CheckConstraint(
+                condition=Q(end_at__gt=F("start_at")), name="lease_end_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="ended", end_reason__gt="")
+                | (~Q(status="ended") & Q(end_reason="")),
+                name="lease_end_reason_iff_ended",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "request_key"],
+                condition=~Q(request_key=""),
+                name="lease_request_key_once_per_user",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["status", "card_model", "priority_rank", "submitted_at"],
+                name="lease_queue_idx",
+            ),
+            models.Index(fields=["status", "end_at"], name="lease_status_end_idx"),
+            models.Index(fields=["user", "status"], name="lease_user_status_idx"),
+            # The pool page's queue history reads the last days' submissions (bench/page_scale).
+            models.Index(fields=["submitted_at"], name="lease_submitted_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.pk} ({self.count}× {self.card_model_id})"
+
+    @property
+    def card_hours(self) -> float:
+        return self.count * (self.end_at - self.start_at) / timedelta(hours=1)
+
+    @property
+    def hours(self) -> float:
+        """The requested duration in hours (for display)."""
+        return self.duration / timedelta(hours=1)
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATES
+
+
+class Allocation(models.Model):
+    """A card held by a lease for a period ``[start_at, end_at)``.
+
+    On PostgreSQL an exclusion constraint (migration 0002) makes overlapping periods on
+    one card impossible; on SQLite, IMMEDIATE transactions serialize every writer.
+    """
+
+    card = models.ForeignKey("inventory.Card", on_delete=models.PROTECT, related_name="allocations")
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="allocations")
+    start_at = models.DateTimeField()
+    end_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["lease_id", "card__node__hostname", "card__index"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(end_at__gt=F("start_at")), name="allocation_end_after_start"
+            ),
+            models.UniqueConstraint(
+                fields=["lease", "card"], name="allocation_unique_card_per_lease"
+            ),
+        ]
+        indexes = [models.Index(fields=["card", "end_at"], name="allocation_card_end_idx")]
+
+    def __str__(self) -> str:
+        return f"card {self.card_id} for lease {self.lease_id} [{self.start_at:%Y-%m-%d %H:%M}, {self.end_at:%Y-%m-%d %H:%M})"
+
+
+class LeaseEvent(models.Model):
+    """One line of a lease's timeline; every state change writes one (the audit trail)."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=40)
+    from_status = models.CharField(max_length=20, blank=True)
+    to_status = models.CharField(max_length=20, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.kind}"
+
+
+class BackendCall(models.Model):
+    """A durable record of each attempt to talk to a provisioning backend."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="backend_calls")
+    backend = models.CharField(max_length=40)
+    action = models.CharField(max_length=20)
+    attempt = models.PositiveSmallIntegerField(default=1)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(default=False)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["started_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.backend}.{self.action} #{self.attempt} for lease {self.lease_id}"
+

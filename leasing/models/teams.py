@@ -1,0 +1,95 @@
+"""What teams may use: quota rules per card model and per-member limits."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+
+class QuotaLimits(models.Model):
+    """The limits a quota rule or a member limit may set; empty means no limit."""
+
+    max_concurrent_cards = models.PositiveIntegerField(_("concurrent cards"), null=True, blank=True)
+    card_hours_per_month = models.DecimalField(
+        _("card-hours per month"), max_digits=12, decimal_places=1, null=True, blank=True
+    )
+    max_lease_hours = models.PositiveIntegerField(_("longest lease (hours)"), null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    LIMIT_FIELDS = ("max_concurrent_cards", "card_hours_per_month", "max_lease_hours")
+
+
+class Quota(QuotaLimits):
+    """A team's limits for one card model, or — with no model — for all models together."""
+
+    team = models.ForeignKey(
+        "portal.Team", verbose_name=_("team"), on_delete=models.CASCADE, related_name="quotas"
+    )
+    card_model = models.ForeignKey(
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="quotas",
+        help_text=_("Empty: the rule applies to all card models together."),
+    )
+    money_per_month = models.DecimalField(
+        _("money per month (CNY)"), max_digits=14, decimal_places=2, null=True, blank=True
+    )
+
+    class Meta:
+        verbose_name = _("team quota")
+        verbose_name_plural = _("team quotas")
+        constraints = [
+            models.UniqueConstraint(fields=["team", "card_model"], name="quota_unique_team_model"),
+            models.UniqueConstraint(
+                fields=["team"],
+                condition=Q(card_model__isnull=True),
+                name="quota_unique_team_all_models",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} / {self.card_model or 'all models'}"
+
+
+class MemberLimit(QuotaLimits):
+    """A member's limits inside the team's, set by the lead; going above them needs approval."""
+
+    membership = models.ForeignKey(
+        "portal.Membership",
+        verbose_name=_("member"),
+        on_delete=models.CASCADE,
+        related_name="limits",
+    )
+    card_model = models.ForeignKey(
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="member_limits",
+    )
+
+    class Meta:
+        verbose_name = _("member limit")
+        verbose_name_plural = _("member limits")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["membership", "card_model"], name="memberlimit_unique_model"
+            ),
+            models.UniqueConstraint(
+                fields=["membership"],
+                condition=Q(card_model__isnull=True),
+                name="memberlimit_unique_all_models",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.membership} / {self.card_model or 'all models'}"
+

@@ -1,0 +1,163 @@
+"""How each lease event is worded for the people told about it, in their language and time zone."""
+
+from __future__ import annotations
+
+import json
+import logging
+import smtplib
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.mail import EmailMessage, get_connection
+from django.core.serializers.json import DjangoJSONEncoder
+from django.core.validators import URLValidator
+from django.db import models, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from leasing.choices import Kind
+from leasing.notify.services import notify, notify_team_leads
+from leasing.models import (
+    Channel,
+    Delivery,
+    Lease,
+    Notification,
+    NotificationPreference,
+    Webhook,
+)
+from portal.models import Membership, Team
+from portal.permissions import is_operator
+
+logger = logging.getLogger(__name__)
+
+# --- lease events, worded here -----------------------------------------------------------
+
+LEGACY_KINDS = {
+    "failed": Kind.LEASE_FAILED,
+    "approved": Kind.APPROVAL_DECIDED,
+    "rejected": Kind.APPROVAL_DECIDED,
+}
+
+
+def _local(dt: datetime | None, user) -> str:
+    if dt is None:
+        return "—"
+    name = getattr(getattr(user, "profile", None), "timezone", "") or settings.TIME_ZONE
+    try:
+        zone = ZoneInfo(name)
+    except (KeyError, ValueError):
+        zone = ZoneInfo(settings.TIME_ZONE)
+    return f"{timezone.localtime(dt, zone):%Y-%m-%d %H:%M} ({zone.key})"
+
+
+def _hours(delta: timedelta) -> str:
+    return f"{delta / timedelta(hours=1):.1f}".removesuffix(".0")
+
+
+def notify_lease_event(
+    *, lease_id: int, kind: str, now: datetime | None = None
+) -> list[Notification]:
+    """Word and send a lease event: to the holder, or to the team's leads for an approval request.
+
+    Takes the kinds above and the older names ``failed``, ``approved``, ``rejected``.
+    Idempotent per lease and event (a task that runs twice tells once).
+    """
+    lease = (
+        Lease.objects.select_related("user__profile", "card_model", "team")
+        .filter(pk=lease_id)
+        .first()
+    )
+    if lease is None:
+        return []
+    decision = kind if kind in ("approved", "rejected") else ""
+    kind = LEGACY_KINDS.get(kind, kind)
+    what = {"id": lease.pk, "n": lease.count, "model": lease.card_model.name}
+    page = f"/leases/{lease.pk}/"
+    key = f"lease:{lease.pk}:{kind}"
+    user = lease.user
+    data: dict = {"status": lease.status}
+
+    if kind == Kind.APPROVAL_REQUESTED:
+        body = _("%(n)s × %(model)s for %(hours)s h, charged to %(team)s.") % {
+            **what,
+            "hours": _hours(lease.duration),
+            "team": lease.team.name,
+        }
+        if lease.approval_reason:
+            body += "\n" + lease.approval_reason
+        return notify_team_leads(
+            team=lease.team,
+            kind=kind,
+            title=_("%(user)s asks for approval: lease %(id)s")
+            % {**what, "user": user.get_username()},
+            body=body,
+            lease=lease,
+            url=f"/teams/{lease.team.slug}/",
+            data=data,
+            now=now,
+            key=key,
+        )
+    if kind == Kind.APPROVAL_DECIDED:
+        decision = decision or ("rejected" if lease.status == "rejected" else "approved")
+        note = (
+            lease.events.filter(kind=decision)
+            .order_by("at", "pk")
+            .values_list("message", flat=True)
+            .last()
+            or ""
+        )
+        title = (
+            _("Lease %(id)s approved") if decision == "approved" else _("Lease %(id)s rejected")
+        ) % what
+        body = note
+        data["decision"] = decision
+        key += f":{decision}"
+    elif kind == Kind.LEASE_FAILED:
+        title = _("Lease %(id)s failed") % what
+        body = lease.failure_reason
+    elif kind == Kind.LEASE_ACTIVE:
+        title = _("Lease %(id)s is active") % what
+        body = _("%(n)s × %(model)s are yours until %(end)s.") % {
+            **what,
+            "end": _local(lease.end_at, user),
+        }
+    elif kind == Kind.LEASE_STARTED_FROM_QUEUE:
+        title = _("Lease %(id)s has started") % what
+        body = _("Your wait is over: %(n)s × %(model)s are yours until %(end)s.") % {
+            **what,
+            "end": _local(lease.end_at, user),
+        }
+    elif kind == Kind.LEASE_QUEUED:
+        title = _("Lease %(id)s is queued") % what
+        if lease.estimated_start:
+            body = _("Estimated start: %(at)s.") % {"at": _local(lease.estimated_start, user)}
+            data["estimated_start"] = lease.estimated_start
+        else:
+            body = _("No estimated start yet: the cards it waits for have no known end.")
+        key += f":{lease.status_changed_at.timestamp() if lease.status_changed_at else ''}"
+    elif kind == Kind.LEASE_ENDED:
+        title = _("Lease %(id)s has ended") % what
+        body = _("Reason: %(reason)s.") % {"reason": lease.get_end_reason_display() or "—"}
+        data["reason"] = lease.end_reason
+    else:
+        raise ValueError(f"no wording for lease event {kind!r}")
+    return [
+        notify(
+            user=user,
+            kind=kind,
+            title=title,
+            body=body,
+            lease=lease,
+            url=page,
+            data=data,
+            now=now,
+            key=key,
+        )
+    ]
+
+

@@ -1,0 +1,120 @@
+"""A lead's decision on a request above a member's limit: approve (the team's quota must
+still hold; the request joins the queue) or reject with a reason."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, CardModel
+from leasing.choices import (
+    BOOKED_STATES,
+    PRIORITY_RANK,
+    EndReason,
+    LeaseStatus,
+    Priority,
+    Purpose,
+)
+from leasing.enqueue import enqueue, enqueue_after_commit
+from leasing.locking import lock_card_models, lock_team
+from leasing.models import (
+    Allocation,
+    Lease,
+    LeaseEvent,
+    MemberLimit,
+    Quota,
+    QuotaLimits,
+)
+from leasing.scheduler import fastpath, planner
+from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
+from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.teams import quotas
+from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
+from portal.audit import audit
+from portal.models import Membership, Team
+from portal.permissions import can_manage_lease, is_operator, leads_team
+
+logger = logging.getLogger(__name__)
+
+
+def _may_decide(user, lease: Lease) -> bool:
+    return is_operator(user) or leads_team(user, lease.team_id)
+
+
+def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = None) -> Lease:
+    """A lead lets a request above a member's limit through; the team's quota must still hold."""
+    now = now or timezone.now()
+    if not _may_decide(user, lease):
+        raise PermissionDenied(_("Only a lead of the lease's team or an operator may approve it."))
+    with transaction.atomic():
+        lock_team(lease.team_id)
+        lock_card_models([lease.card_model_id])
+        lease.refresh_from_db()
+        if lease.status != LeaseStatus.PENDING_APPROVAL:
+            raise ValidationError(
+                _("This request is %(status)s, not waiting for approval.")
+                % {"status": lease.get_status_display()}
+            )
+        quotas.require_team_quota(
+            lease=lease,
+            card_model=lease.card_model,
+            count=lease.count,
+            start=max(lease.start_at, now),
+            duration=lease.duration,
+        )
+        start = max(lease.start_at, now)
+        transition(
+            lease.pk,
+            frm=[LeaseStatus.PENDING_APPROVAL],
+            to=LeaseStatus.QUEUED,
+            kind="approved",
+            at=now,
+            actor=user,
+            message=note,
+            start_at=start,
+            end_at=start + lease.duration,
+        )
+        replan(lease.card_model_id, now=now)
+        notify_after_commit(lease.pk, "approved")
+    lease.refresh_from_db()
+    return lease
+
+
+def lease_reject(*, lease: Lease, user, reason: str, now: datetime | None = None) -> Lease:
+    """A lead turns a request down, saying why (the requester reads it)."""
+    now = now or timezone.now()
+    if not _may_decide(user, lease):
+        raise PermissionDenied(_("Only a lead of the lease's team or an operator may reject it."))
+    if not reason.strip():
+        raise ValidationError({"reason": [_("Say why, so the requester knows what to change.")]})
+    with transaction.atomic():
+        if not transition(
+            lease.pk,
+            frm=[LeaseStatus.PENDING_APPROVAL],
+            to=LeaseStatus.REJECTED,
+            kind="rejected",
+            at=now,
+            actor=user,
+            message=reason.strip(),
+            ended_at=now,
+        ):
+            lease.refresh_from_db()
+            raise ValidationError(
+                _("This request is %(status)s, not waiting for approval.")
+                % {"status": lease.get_status_display()}
+            )
+        notify_after_commit(lease.pk, "rejected")
+    lease.refresh_from_db()
+    return lease
+
+

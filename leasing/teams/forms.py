@@ -1,0 +1,67 @@
+"""Forms of the team page: quota rules, member limits, a decision on a request."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django import forms
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from inventory.models import CardModel, Precision
+from leasing.models import REQUEST_KEY_MAX, Priority, Purpose
+from portal.models import Team
+
+UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
+
+
+class LimitsForm(forms.Form):
+    """Limits for a team rule or a member; empty fields mean no limit."""
+
+    card_model = forms.ModelChoiceField(
+        label=_("Card model"),
+        queryset=CardModel.objects.order_by("vendor", "name"),
+        to_field_name="slug",
+        required=False,
+        empty_label=_("All models together"),
+    )
+    max_concurrent_cards = forms.IntegerField(
+        label=_("Concurrent cards"), min_value=0, required=False
+    )
+    card_hours_per_month = forms.DecimalField(
+        label=_("Card-hours per month"),
+        min_value=0,
+        max_digits=12,
+        decimal_places=1,
+        required=False,
+    )
+    max_lease_hours = forms.IntegerField(
+        label=_("Longest lease (hours)"), min_value=1, required=False
+    )
+
+
+class QuotaForm(LimitsForm):
+    money_per_month = forms.DecimalField(
+        label=_("Money per month (CNY)"),
+        min_value=0,
+        max_digits=14,
+        decimal_places=2,
+        required=False,
+    )
+
+
+class MemberLimitForm(LimitsForm):
+    member = forms.ChoiceField(label=_("Member"))
+
+    def __init__(self, *args, team, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["member"].choices = [
+            (m.pk, m.user.get_username())
+            for m in team.memberships.select_related("user").order_by("user__username")
+        ]
+        self.order_fields(["member"])
+
+
+class DecisionForm(forms.Form):
+    reason = forms.CharField(label=_("Reason / note"), max_length=500, required=False)

@@ -1,0 +1,138 @@
+"""Every write to a team's rules: quota rules (operators) and member limits (leads).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import Card, CardModel
+from leasing.choices import (
+    BOOKED_STATES,
+    PRIORITY_RANK,
+    EndReason,
+    LeaseStatus,
+    Priority,
+    Purpose,
+)
+from leasing.enqueue import enqueue, enqueue_after_commit
+from leasing.locking import lock_card_models, lock_team
+from leasing.models import (
+    Allocation,
+    Lease,
+    LeaseEvent,
+    MemberLimit,
+    Quota,
+    QuotaLimits,
+)
+from leasing.scheduler import fastpath, planner
+from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
+from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.teams import quotas
+from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
+from portal.audit import audit
+from portal.models import Membership, Team
+from portal.permissions import can_manage_lease, is_operator, leads_team
+
+logger = logging.getLogger(__name__)
+
+
+# --- quotas ------------------------------------------------------------------------------
+
+
+def _limits(values: dict) -> dict:
+    unknown = set(values) - set(QuotaLimits.LIMIT_FIELDS) - {"money_per_month"}
+    if unknown:
+        raise ValidationError(
+            _("Unknown limit(s): %(keys)s.") % {"keys": ", ".join(sorted(unknown))}
+        )
+    for key, value in values.items():
+        if value is not None and value < 0:
+            raise ValidationError(
+                {key: [_("A limit cannot be negative; leave it empty for no limit.")]}
+            )
+    return values
+
+
+def quota_set(*, user, team: Team, card_model: CardModel | None, **limits) -> Quota:
+    """Set a team's limits for one card model (or all models); operators only."""
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators set team quotas."))
+    values = _limits(limits)
+    with transaction.atomic():
+        lock_team(team.pk)
+        quota, _created = Quota.objects.update_or_create(
+            team=team, card_model=card_model, defaults=values
+        )
+        audit(actor=user, action="quota_set", target=str(quota), **values)
+    return quota
+
+
+def member_limit_set(
+    *, user, membership: Membership, card_model: CardModel | None, **limits
+) -> MemberLimit:
+    """A lead sets a member's limits, each inside the team's own limit for the same scope."""
+    if not (is_operator(user) or leads_team(user, membership.team_id)):
+        raise PermissionDenied(_("Only a lead of the team or an operator sets members' limits."))
+    values = _limits(limits)
+    values.pop("money_per_month", None)
+    team_rule = Quota.objects.filter(team_id=membership.team_id, card_model=card_model).first()
+    errors = {}
+    for key, value in values.items():
+        ceiling = getattr(team_rule, key, None) if team_rule else None
+        if value is not None and ceiling is not None and value > ceiling:
+            errors[key] = [
+                _("The team's own limit is %(ceiling)s; a member's limit must not be higher.")
+                % {"ceiling": ceiling}
+            ]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        lock_team(membership.team_id)
+        limit, _created = MemberLimit.objects.update_or_create(
+            membership=membership, card_model=card_model, defaults=values
+        )
+        audit(actor=user, action="member_limit_set", target=str(limit), **values)
+    return limit
+
+
+def quota_replace(*, user, team: Team, rules: list[dict]) -> list[Quota]:
+    """Replace all of a team's quota rules at once (the API's PUT); operators only.
+
+    Each rule is ``{"card_model": CardModel | None, <limits>}``; rules not given are removed.
+    """
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators set team quotas."))
+    seen: set[int | None] = set()
+    for rule in rules:
+        key = rule["card_model"].pk if rule.get("card_model") else None
+        if key in seen:
+            raise ValidationError(_("Two rules for the same card model; give each model once."))
+        seen.add(key)
+    with transaction.atomic():
+        lock_team(team.pk)
+        kept = []
+        for rule in rules:
+            limits = _limits({k: v for k, v in rule.items() if k != "card_model"})
+            quota, _created = Quota.objects.update_or_create(
+                team=team, card_model=rule.get("card_model"), defaults=limits
+            )
+            kept.append(quota)
+        Quota.objects.filter(team=team).exclude(pk__in=[q.pk for q in kept]).delete()
+        audit(
+            actor=user,
+            action="quota_replace",
+            target=team.slug,
+            rules=[{k: str(v) if v is not None else None for k, v in r.items()} for r in rules],
+        )
+    return kept

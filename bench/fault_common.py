@@ -142,7 +142,8 @@ def consistency() -> dict:
     """Leases by status, provisionings that succeeded twice, and half-written leases."""
     from django.db.models import Count, Q
 
-    from leasing.models import HOLDING_STATES, Lease
+    from leasing.choices import HOLDING_STATES
+    from leasing.models import Lease
 
     leases = Lease.objects.annotate(
         ok=Count(

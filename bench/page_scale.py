@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def open_leases(args, world: dict, rnd: random.Random) -> dict:
     """Active leases on --busy of the cards, a queue per model, and the bench user's own."""
     from inventory.models import Card
-    from leasing.models import Allocation, Lease, LeaseStatus
+    from leasing.choices import LeaseStatus
+    from leasing.models import Allocation, Lease
     from portal.models import Membership, Profile
 
     team_ids = [t for t, _d in world["teams"]]

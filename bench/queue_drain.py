@@ -60,8 +60,10 @@ def one_run(args, queued: int) -> dict:
     from django.utils import timezone
 
     from inventory.models import Card, CardModel, Node, Region
-    from leasing import services
-    from leasing.models import Allocation, Lease, LeaseStatus
+    from leasing.choices import LeaseStatus
+    from leasing.lifecycle import changes
+    from leasing.lifecycle import requests as lease_requests
+    from leasing.models import Allocation, Lease
     from leasing.scheduler import run as scheduler_run
     from portal.models import Membership, Team
 
@@ -86,7 +88,7 @@ def one_run(args, queued: int) -> dict:
     team = Team.objects.create(slug="drain", name="Drain")
     Membership.objects.create(user=user, team=team, role=Membership.Role.MEMBER)
     pool = args.nodes * 8
-    holder = services.lease_request(
+    holder = lease_requests.lease_request(
         user=user, team=team, card_model=model, count=pool, duration=timedelta(hours=8),
         same_node=False,
     )  # fmt: skip
@@ -142,7 +144,7 @@ def one_run(args, queued: int) -> dict:
             # Registered first, so it runs first after the commit: lease_release's transaction
             # is nested in this one, and its hand-over messages are published after the marker.
             transaction.on_commit(lambda: commit.setdefault("at", time.perf_counter()))
-            services.lease_release(lease=holder, user=user)
+            changes.lease_release(lease=holder, user=user)
         t1 = time.perf_counter()
     finally:
         scheduler_run.card_slots = real["card_slots"]

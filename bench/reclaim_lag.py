@@ -68,8 +68,9 @@ def main() -> int:
     from django.utils import timezone
 
     from inventory.models import Card, CardModel, Node, Region
-    from leasing import services
-    from leasing.models import Lease, LeaseEvent, LeaseStatus
+    from leasing.choices import LeaseStatus
+    from leasing.lifecycle import requests as lease_requests
+    from leasing.models import Lease, LeaseEvent
     from portal.celery import app
     from portal.models import Membership, Team
 
@@ -125,7 +126,7 @@ def main() -> int:
         # All leases end inside one minute, about 70 s from now.
         base = timezone.now()
         for i in range(args.leases):
-            services.lease_request(
+            lease_requests.lease_request(
                 user=user,
                 team=team,
                 card_model=model,

@@ -159,7 +159,7 @@ def build_world(args, rnd: random.Random) -> dict:
 def generate(args, world: dict, rnd: random.Random) -> tuple[int, int]:
     """COPY the leases, then their usage records (split at month boundaries)."""
     from leasing.models import Lease, UsageRecord
-    from leasing.quotas import month_of
+    from leasing.periods import month_of
 
     tz = ZoneInfo("Asia/Shanghai")
     end = datetime(2026, 7, 1, tzinfo=tz)
@@ -255,7 +255,7 @@ def rss_mb() -> float:
 
 def stream_csv(f, *, trace: bool) -> tuple[int, int, float, float, float]:
     """Rows, bytes, seconds, tracemalloc peak (MiB) and max-RSS growth (MiB) of a detail CSV."""
-    from leasing import exports
+    from leasing.billing import exports
 
     rss_before = rss_mb()
     if trace:
@@ -298,7 +298,8 @@ def main(argv=None) -> None:
 def report(args) -> None:
     from django.db import reset_queries
 
-    from leasing import exports, reports
+    from leasing.billing import exports, reports
+    from portal.models import Team
 
     month = date(2026, 5, 1)
     last = reports.month_bounds(month)[1]
@@ -318,7 +319,7 @@ def report(args) -> None:
         records = reports.records(f).count()
         print(f"{name:34} {len(out['rows']):>6} {records:>10,} {best:>8.3f} {median:>9.3f}")
         reset_queries()
-    team = reports.Team.objects.order_by("pk").first()
+    team = Team.objects.order_by("pk").first()
     best, median = timed(lambda: list(reports.statement(team, month)["lines"]), args.runs)
     print(f"{'statement, one team, one month':34} {'':>6} {'':>10} {best:>8.3f} {median:>9.3f}")
     print()

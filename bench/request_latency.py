@@ -536,7 +536,8 @@ def wait_active(lease_ids: list[int], deadline: float) -> tuple[int, int]:
     """Poll until every lease is active (or failed, or time is up): (active, failed)."""
     from django.db.models import Count
 
-    from leasing.models import Lease, LeaseStatus
+    from leasing.choices import LeaseStatus
+    from leasing.models import Lease
 
     while True:
         counts = dict(
@@ -618,10 +619,10 @@ def service_layer(n: int, fx: Fixtures, args: argparse.Namespace, deadline: floa
     """
     from django.db import transaction
 
-    from leasing import services
+    from leasing.lifecycle import requests as lease_requests
 
     holds: list[float] = []
-    real_lock = services.lock_card_models
+    real_lock = lease_requests.lock_card_models
 
     def timed_lock(card_model_ids):
         locked = real_lock(card_model_ids)
@@ -641,7 +642,7 @@ def service_layer(n: int, fx: Fixtures, args: argparse.Namespace, deadline: floa
     per_call: list[float] = []
     cpu_before = cpu_now()
     t0 = time.perf_counter()
-    services.lock_card_models = timed_lock  # bench-only instrumentation, undone below
+    lease_requests.lock_card_models = timed_lock  # bench-only instrumentation, undone below
     if profiler:
         profiler.enable()
     try:
@@ -649,7 +650,7 @@ def service_layer(n: int, fx: Fixtures, args: argparse.Namespace, deadline: floa
             if time.monotonic() > deadline:
                 break
             c0 = time.perf_counter()
-            lease = services.lease_request(
+            lease = lease_requests.lease_request(
                 user=user, team=fx.team, card_model=model, count=args.count, duration=duration
             )
             per_call.append(time.perf_counter() - c0)
@@ -658,7 +659,7 @@ def service_layer(n: int, fx: Fixtures, args: argparse.Namespace, deadline: floa
         if profiler:
             profiler.disable()
             profiler.dump_stats(args.profile)
-        services.lock_card_models = real_lock
+        lease_requests.lock_card_models = real_lock
     wall = time.perf_counter() - t0
     active, failed = wait_active(ids, deadline)  # the worker's share belongs to the bill
     cpu = cpu_per_request(cpu_before, cpu_now(), len(ids), time.perf_counter() - t0)

@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Card, CardModel, Node, Region
+from leasing.lifecycle import maintenance
 
 
 @admin.register(Region)
@@ -99,11 +100,11 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Drain in one hour (warn holders, then maintenance)"))
     def drain_in_one_hour(self, request, queryset):
-        from leasing import endings
+        from leasing.lifecycle import maintenance
 
         at = timezone.now() + timedelta(hours=1)
         for node in queryset:
-            warned = endings.node_drain(user=request.user, node=node, drain_at=at)
+            warned = maintenance.node_drain(user=request.user, node=node, drain_at=at)
             self.message_user(request, f"{node.hostname}: draining, {warned} holder(s) warned")
 
 
@@ -119,10 +120,9 @@ class CardAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Mark faulty (move its lease to a spare, or end it)"))
     def mark_faulty(self, request, queryset):
-        from leasing import endings
 
         for card in queryset:
-            outcome = endings.card_mark_faulty(
+            outcome = maintenance.card_mark_faulty(
                 user=request.user, card=card, note="marked in the admin"
             )
             self.message_user(request, f"{card}: faulty; lease {outcome}")

@@ -14,6 +14,7 @@ from rest_framework.routers import BaseRouter
 
 from inventory import selectors
 from inventory.models import Card, CardModel, InterconnectKind, Node, Precision, Region, Vendor
+from leasing.lifecycle import maintenance
 
 # Hostnames hold dots, which DRF's default lookup pattern ([^/.]+) refuses.
 HOSTNAME_LOOKUP = r"[^/]+"
@@ -217,11 +218,11 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def drain(self, request, hostname=None):
         """Operators: no lease may run past ``drain_at``; holders of longer leases are warned."""
-        from leasing import endings
+        from leasing.lifecycle import maintenance
 
         data = DrainSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        warned = endings.node_drain(
+        warned = maintenance.node_drain(
             user=request.user, node=self.get_object(), drain_at=data.validated_data["drain_at"]
         )
         return Response({"warned": warned})
@@ -243,11 +244,10 @@ class CardViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def faulty(self, request, uuid=None):
         """Operators: take the card out of service; its lease moves to a spare or ends."""
-        from leasing import endings
 
         data = FaultySerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        outcome = endings.card_mark_faulty(
+        outcome = maintenance.card_mark_faulty(
             user=request.user, card=self.get_object(), note=data.validated_data["note"]
         )
         return Response({"lease": outcome})

@@ -12,8 +12,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory import telemetry
-from leasing import selectors as leasing_selectors
-from leasing.models import Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import selectors as lease_selectors
+from leasing.models import Lease
 
 CHART_HOURS = 24
 
@@ -68,7 +69,7 @@ def lease_utilisation_context(lease: Lease, *, now: datetime | None = None) -> d
 
 @login_required
 def lease_utilisation(request: HttpRequest, pk: int) -> HttpResponse:
-    lease = leasing_selectors.lease_detail(pk, request.user)
+    lease = lease_selectors.lease_detail(pk, request.user)
     if lease is None:
         raise Http404
     context = {"lease": lease, "utilisation": lease_utilisation_context(lease)}

@@ -3,7 +3,7 @@
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from leasing import services
+from leasing.lifecycle import changes
 from leasing.models import (
     Allocation,
     BackendCall,
@@ -16,6 +16,7 @@ from leasing.models import (
     TeamPrice,
     UsageRecord,
 )
+from leasing.teams import services as team_services
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -81,7 +82,7 @@ class LeaseAdmin(admin.ModelAdmin):
     def release_selected(self, request, queryset):
         for lease in queryset:
             try:
-                services.lease_release(lease=lease, user=request.user)
+                changes.lease_release(lease=lease, user=request.user)
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(
                     request,
@@ -104,7 +105,9 @@ class QuotaAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         limits = {f: getattr(obj, f) for f in (*Quota.LIMIT_FIELDS, "money_per_month")}
-        services.quota_set(user=request.user, team=obj.team, card_model=obj.card_model, **limits)
+        team_services.quota_set(
+            user=request.user, team=obj.team, card_model=obj.card_model, **limits
+        )
 
 
 @admin.register(MemberLimit)
@@ -119,7 +122,7 @@ class MemberLimitAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         limits = {f: getattr(obj, f) for f in MemberLimit.LIMIT_FIELDS}
-        services.member_limit_set(
+        team_services.member_limit_set(
             user=request.user, membership=obj.membership, card_model=obj.card_model, **limits
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+
 class LeaseStatus(models.TextChoices):
     PENDING_APPROVAL = "pending_approval", _("Pending approval")
     QUEUED = "queued", _("Queued")
@@ -80,8 +81,6 @@ class Purpose(models.TextChoices):
     DEVELOPMENT = "development", _("Development")
 
 
-
-
 class WarningKind(models.TextChoices):
     EXPIRY = "expiry", _("Lease ending")
     IDLE = "idle", _("Cards idle")
@@ -90,12 +89,10 @@ class WarningKind(models.TextChoices):
     FAULT = "fault", _("Card faulty")
 
 
-
 class Channel(models.TextChoices):
     INAPP = "inapp", _("In the portal")
     EMAIL = "email", _("Email")
     WEBHOOK = "webhook", _("Webhooks")
-
 
 
 class Kind(models.TextChoices):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from leasing import enqueue, notifications
+from leasing import enqueue
+from leasing.notify import selectors as notify_selectors
 
 
 def notifications_unread(request) -> dict:
@@ -15,7 +16,7 @@ def notifications_unread(request) -> dict:
 
     def unread() -> int:
         if "n" not in cache:
-            cache["n"] = notifications.unread_count(user)
+            cache["n"] = notify_selectors.unread_count(user)
         return cache["n"]
 
     return {"notification_unread": unread}

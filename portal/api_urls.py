@@ -5,19 +5,23 @@ from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
 from inventory import api_telemetry
-from leasing import api as leasing_api
-from leasing import api_notify, api_reports
+from leasing.advisor import api as advisor_api
+from leasing.billing import api as billing_api
+from leasing.lifecycle import api as lease_api
+from leasing.notify import api as notify_api
+from leasing.teams import api as team_api
 from portal import api as portal_api
 
 router = DefaultRouter()
 inventory_api.register(router)
-leasing_api.register(router)
-api_notify.register(router)
+lease_api.register(router)
+team_api.register(router)
+notify_api.register(router)
 
 urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),
-    *leasing_api.extra_urlpatterns,
-    *api_reports.urlpatterns,
+    *advisor_api.urlpatterns,
+    *billing_api.urlpatterns,
     *api_telemetry.urlpatterns,
     path("", include(router.urls)),
 ]

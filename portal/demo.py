@@ -173,8 +173,8 @@ def seed_quotas() -> int:
 
 def seed_leases() -> int:
     """A few leases so the pages have something to show; only on the first run."""
+    from leasing.lifecycle.requests import lease_request
     from leasing.models import Lease
-    from leasing.services import lease_request
 
     User = get_user_model()
     if Lease.objects.exclude(description="demo history").exists():
@@ -210,8 +210,9 @@ def seed_history(days: int = 21) -> int:
     """
     from django.utils import timezone
 
-    from leasing import usage
-    from leasing.models import Allocation, EndReason, Lease, LeaseEvent, LeaseStatus
+    from leasing.billing import usage
+    from leasing.choices import EndReason, LeaseStatus
+    from leasing.models import Allocation, Lease, LeaseEvent
 
     if Lease.objects.filter(status=LeaseStatus.ENDED).exists():
         return 0

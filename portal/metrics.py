@@ -43,7 +43,8 @@ from prometheus_client.exposition import choose_encoder
 
 from inventory.models import Card, CardModel
 from inventory.selectors import covering_allocations, node_takes_leases_q
-from leasing.models import OPEN_STATES, Channel, Delivery, Lease, LeaseEvent, LeaseStatus
+from leasing.choices import OPEN_STATES, Channel, LeaseStatus
+from leasing.models import Delivery, Lease, LeaseEvent
 from portal.permissions import is_operator
 
 CARD_STATES = ("free", "held", "faulty", "retired", "down")

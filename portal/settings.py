@@ -333,6 +333,9 @@ CELERY_TASK_ALWAYS_EAGER = (
     False  # never eager outside unit tests (tests call task functions directly)
 )
 CELERY_TIMEZONE = TIME_ZONE
+# Task modules live in the leasing packages; each task's name is pinned to the one it had
+# before the move (``leasing.tasks.tick`` …), and callers send work by that name.
+CELERY_IMPORTS = ("leasing.lifecycle.tasks", "leasing.notify.tasks", "leasing.billing.tasks")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A down broker must fail a publish fast (leasing.enqueue logs it; the sweeps re-find the
 # work): one quick retry (a pooled connection that died with a Redis restart), short timeouts.

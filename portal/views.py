@@ -5,8 +5,9 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from inventory.selectors import card_models_with_counts, count_per_row
-from leasing import selectors as lease_selectors
-from leasing.models import OPEN_STATES, Lease, LeaseStatus
+from leasing.choices import OPEN_STATES, LeaseStatus
+from leasing.lifecycle import selectors as lease_selectors
+from leasing.models import Lease
 from portal.models import Membership
 from portal.views_pool import next_free
 

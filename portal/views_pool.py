@@ -37,7 +37,8 @@ from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel, Node
 from inventory.selectors import covering_allocations, node_takes_leases_q
-from leasing.models import WAITING_STATES, Allocation, Lease, LeaseEvent, LeaseStatus
+from leasing.choices import WAITING_STATES, LeaseStatus
+from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator

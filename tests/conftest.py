@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
+from celery import Task
 from rest_framework.test import APIClient
 
 from portal.models import Membership
@@ -80,3 +82,27 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "broker" in item.keywords:
                 item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class SentTask:
+    name: str
+    args: tuple
+    options: dict
+
+
+@pytest.fixture
+def sent_tasks(monkeypatch) -> list[SentTask]:
+    """Every task the code sends, recorded instead of published: (name, args, options).
+
+    Hooked on Celery's own ``Task.apply_async``, so it sees every send however the sender
+    reached the task (by name through ``leasing.enqueue`` or otherwise), and no test depends
+    on which module imported what.
+    """
+    sent: list[SentTask] = []
+
+    def record(self, args=None, kwargs=None, **options):
+        sent.append(SentTask(self.name, tuple(args or ()), options))
+
+    monkeypatch.setattr(Task, "apply_async", record)
+    return sent

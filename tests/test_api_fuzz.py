@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -17,7 +18,7 @@ from drf_spectacular.renderers import OpenApiJsonRenderer as JSONRenderer
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from leasing import services
+from leasing.lifecycle import requests as lease_requests
 from leasing.models import Quota
 from portal.tokens.services import token_create
 from portal.wsgi import application
@@ -48,8 +49,8 @@ def seeded(alice, lena, vision):
     for i in range(2):
         make_node(model, cards=4, hostname=f"fuzz{i}")
     Quota.objects.create(team=vision, card_model=model, card_hours_per_month=Decimal("1000"))
-    services.lease_request(
-        user=alice, team=vision, card_model=model, count=1, duration=services.timedelta(hours=2)
+    lease_requests.lease_request(
+        user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=2)
     )
 
 

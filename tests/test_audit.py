@@ -5,7 +5,8 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from leasing import endings, services
+from leasing.lifecycle import maintenance
+from leasing.teams import services as team_services
 from portal.models import AuditEntry, Membership
 from tests.factories import CardModelFactory, make_node
 
@@ -13,22 +14,22 @@ from tests.factories import CardModelFactory, make_node
 def test_quota_limit_and_pool_changes_are_audited(alice, lena, ops, vision):
     model = CardModelFactory(slug="audit-a100")
     node = make_node(model, cards=1, domains=1, hostname="audit")
-    services.quota_set(
+    team_services.quota_set(
         user=ops,
         team=vision,
         card_model=model,
         max_concurrent_cards=4,
         card_hours_per_month=Decimal(100),
     )
-    services.quota_replace(
+    team_services.quota_replace(
         user=ops, team=vision, rules=[{"card_model": model, "max_concurrent_cards": 8}]
     )
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=2
     )
-    endings.node_drain(user=ops, node=node, drain_at=timezone.now() + timedelta(hours=1))
-    endings.card_mark_faulty(user=ops, card=node.cards.get(), note="XID 48")
+    maintenance.node_drain(user=ops, node=node, drain_at=timezone.now() + timedelta(hours=1))
+    maintenance.card_mark_faulty(user=ops, card=node.cards.get(), note="XID 48")
     entries = list(
         AuditEntry.objects.order_by("pk").values_list("actor__username", "action", "target")
     )
@@ -48,5 +49,5 @@ def test_refused_changes_leave_no_entry(alice, vision):
     from django.core.exceptions import PermissionDenied
 
     with pytest.raises(PermissionDenied):
-        services.quota_set(user=alice, team=vision, card_model=None, max_concurrent_cards=99)
+        team_services.quota_set(user=alice, team=vision, card_model=None, max_concurrent_cards=99)
     assert not AuditEntry.objects.exists()

@@ -1,6 +1,7 @@
 from datetime import timedelta
 
-from leasing import services
+from leasing.lifecycle import changes
+from leasing.lifecycle import requests as lease_requests
 from tests.factories import CardModelFactory, make_node
 
 
@@ -11,7 +12,7 @@ def test_dashboard_shows_free_cards_and_my_leases(
     for i in range(3):
         make_node(model, cards=4, domains=1, hostname=f"dash{i}")
     CardModelFactory(slug="unused-model")  # no cards: not on the board
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=3, duration=timedelta(hours=1)
     )
     client.force_login(alice)
@@ -30,15 +31,15 @@ def test_dashboard_needs_login(client, db):
 def test_dashboard_counts_who_waits_per_model_not_who_ever_asked(client, alice, bob, vision, nlp):
     model = CardModelFactory(slug="dash-h800", name="Dash H800")
     make_node(model, cards=2, domains=1, hostname="dash-h")
-    held = services.lease_request(
+    held = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=2, duration=timedelta(hours=1)
     )
     for _ in range(3):
-        services.lease_request(
+        lease_requests.lease_request(
             user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
         )
-    services.lease_cancel(
-        lease=services.lease_request(
+    changes.lease_cancel(
+        lease=lease_requests.lease_request(
             user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
         ),
         user=bob,

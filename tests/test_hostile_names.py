@@ -2,7 +2,8 @@
 
 from datetime import timedelta
 
-from leasing import provisioning, services
+from leasing.lifecycle import provisioning
+from leasing.lifecycle import requests as lease_requests
 from tests.factories import CardModelFactory, make_node
 
 HOSTILE = '<b>x</b><script>alert(1)</script><a href="https://evil.example">y</a>'
@@ -15,7 +16,7 @@ def test_hostile_team_and_model_names_are_escaped_in_pages_and_charts(
     vision.save()
     model = CardModelFactory(slug="hostile-model", name=HOSTILE)
     make_node(model, cards=2, domains=1, hostname="hostile")
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=alice,
         team=vision,
         card_model=model,

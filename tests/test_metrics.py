@@ -14,15 +14,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from inventory.models import Card, Node
-from leasing.models import (
-    Allocation,
-    Delivery,
-    EndReason,
-    Lease,
-    LeaseEvent,
-    LeaseStatus,
-    Notification,
-)
+from leasing.choices import EndReason, LeaseStatus
+from leasing.models import Allocation, Delivery, Lease, LeaseEvent, Notification
 from tests.factories import CardModelFactory, make_node
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=ZoneInfo("Asia/Shanghai"))

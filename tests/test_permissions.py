@@ -32,17 +32,20 @@ from django.db import transaction
 from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from leasing import notifications, provisioning, services
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import provisioning
+from leasing.lifecycle import requests as lease_requests
 from leasing.models import (
     Delivery,
     Lease,
-    LeaseStatus,
     MemberLimit,
     Notification,
     NotificationPreference,
     Quota,
     Webhook,
 )
+from leasing.notify import services as notify_services
+from leasing.teams import services as team_services
 from portal.models import Membership, Profile
 from portal.tokens.models import ApiToken
 from portal.tokens.services import token_create
@@ -369,15 +372,15 @@ def _build_world() -> World:
     with time_machine.travel(T0, tick=False):
         model = CardModelFactory(slug="perm-a100", name="Perm A100")
         node = make_node(model, cards=8, hostname="perm-node")
-        services.quota_set(
+        team_services.quota_set(
             user=ops, team=vision, card_model=None, max_concurrent_cards=8,
             card_hours_per_month=Decimal(1000),
         )  # fmt: skip
-        services.quota_set(user=ops, team=nlp, card_model=None, max_concurrent_cards=8)
+        team_services.quota_set(user=ops, team=nlp, card_model=None, max_concurrent_cards=8)
         membership = Membership.objects.get(user=alice, team=vision)
 
         def ask(user, team, key, count=1):
-            return services.lease_request(
+            return lease_requests.lease_request(
                 user=user, team=team, card_model=model, count=count,
                 duration=timedelta(hours=2), description=f"marker-{key}",
             )  # fmt: skip
@@ -387,7 +390,7 @@ def _build_world() -> World:
         for lease in (alice_lease, bob_lease):
             provisioning.provision_step(lease_id=lease.pk)
             lease.refresh_from_db()
-        services.member_limit_set(
+        team_services.member_limit_set(
             user=lena, membership=membership, card_model=None, max_concurrent_cards=1
         )
         pending = ask(alice, vision, "pending", count=2)
@@ -400,10 +403,10 @@ def _build_world() -> World:
             for user, lease in ((alice, alice_lease), (bob, bob_lease))
         }  # fmt: skip
         hooks = {
-            "alice_hook": notifications.webhook_create(
+            "alice_hook": notify_services.webhook_create(
                 user=alice, name="marker-alice_hook", url="https://hooks.example.org/alice"
             ),
-            "vision_hook": notifications.webhook_create(
+            "vision_hook": notify_services.webhook_create(
                 user=lena, team=vision, name="marker-vision_hook",
                 url="https://hooks.example.org/vision",
             ),

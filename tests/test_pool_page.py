@@ -12,7 +12,8 @@ import time_machine
 from django.test import Client
 
 from inventory.models import Card, Node
-from leasing.models import Allocation, Lease, LeaseEvent, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Allocation, Lease, LeaseEvent
 from portal.views_pool import HOURS, _hour_starts, held_per_hour, queue_per_hour, queue_waits
 from tests.factories import CardModelFactory, NodeFactory, UserFactory, make_node
 

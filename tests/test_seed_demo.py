@@ -47,7 +47,8 @@ def test_seed_demo_is_idempotent_and_complete(db, settings):
 
     assert Quota.objects.filter(team__slug="vision").count() == 2
     assert MemberLimit.objects.filter(membership__user__username="alice").exists()
-    from leasing.models import LeaseStatus, UsageRecord
+    from leasing.choices import LeaseStatus
+    from leasing.models import UsageRecord
 
     assert Lease.objects.filter(status=LeaseStatus.ENDED).count() >= 30  # history for the reports
     assert UsageRecord.objects.exists()

@@ -1,7 +1,7 @@
-"""REST API for asking by task: POST /api/v1/estimate/, and leases requested by profile.
+"""REST API for asking by task: POST /api/v1/estimate/ (advice only; nothing is written).
 
-Wired from ``leasing.api``: ``extra_urlpatterns`` takes ``urlpatterns`` from here, and
-``LeaseViewSet.create`` hands a body with a ``profile`` to ``lease_by_profile``.
+A lease requested by profile goes through the lease API (``leasing.lifecycle.api``), which
+takes the top-ranked option through the same admission as any request.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leasing.estimator import TaskProfile
-from leasing.models import Lease
-from leasing.recommend import lease_request_by_profile, recommend
-from leasing.serializers_profile import (
+from leasing.advisor.estimator import TaskProfile
+from leasing.advisor.recommend import recommend
+from leasing.advisor.serializers import (
     EstimateRequestSerializer,
-    LeaseByProfileSerializer,
     RecommendationSerializer,
 )
 
@@ -45,25 +43,6 @@ class EstimateView(APIView):
             priority=v["priority"],
         )
         return Response(RecommendationSerializer(rec, context={"request": request}).data)
-
-
-def lease_by_profile(request) -> Lease:
-    """Validate a by-profile lease request and place it (the top-ranked option)."""
-    from leasing.api import default_team  # leasing.api imports this module
-
-    data = LeaseByProfileSerializer(data=request.data)
-    data.is_valid(raise_exception=True)
-    v = data.validated_data
-    return lease_request_by_profile(
-        user=request.user,
-        team=v.get("team") or default_team(request.user),
-        profile=TaskProfile(**v["profile"]),
-        duration=timedelta(minutes=v["duration_minutes"]),
-        start_at=v.get("start_at"),
-        priority=v["priority"],
-        purpose=v.get("purpose"),
-        description=v["description"],
-    )
 
 
 urlpatterns = [path("estimate/", EstimateView.as_view(), name="api-estimate")]

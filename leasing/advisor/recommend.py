@@ -22,16 +22,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from inventory.models import CardModel, InterconnectKind
 from inventory.selectors import card_models_with_counts
-from leasing.estimator import GB, Estimate, Task, TaskProfile, estimate
-from leasing.models import Lease, Priority, Purpose
-from portal.models import Team
+from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
+from leasing.choices import Priority, Purpose
+from leasing.scheduler.preview import lease_preview
 
 MIN_HEADROOM = 0.05  # of each card's memory left free: the estimate is an estimate
 CARD_COUNTS = (1, 2, 4, 8)  # tensor-parallel sizes divide the head count; one node holds 8

@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from leasing.estimator import (
+from leasing.advisor.estimator import (
     LIMITS,
     EstimateError,
     ModelPrecision,
@@ -23,7 +23,7 @@ from leasing.estimator import (
     Task,
     TaskProfile,
 )
-from leasing.models import Priority, Purpose
+from leasing.choices import Priority, Purpose
 from portal.models import Team
 
 

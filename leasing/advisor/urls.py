@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from leasing import views_estimate
+from leasing.advisor import views
 
 urlpatterns = [
-    path("estimate/", views_estimate.estimate, name="estimate"),
+    path("estimate/", views.estimate, name="estimate"),
 ]

@@ -15,7 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
-from leasing.estimator import (
+from leasing.advisor.estimator import (
     LIMITS,
     EstimateError,
     ModelPrecision,
@@ -23,8 +23,8 @@ from leasing.estimator import (
     Task,
     TaskProfile,
 )
-from leasing.recommend import recommend
-from leasing.serializers_profile import request_url
+from leasing.advisor.recommend import recommend
+from leasing.advisor.serializers import request_url
 
 # What the page shows before the user has said anything.
 INITIAL = {

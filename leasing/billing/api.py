@@ -11,8 +11,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from leasing import exports, reports
-from leasing.forms_reports import FORMATS, ReportForm
+from leasing.billing import exports, reports
+from leasing.billing.forms import FORMATS, ReportForm
 
 
 def _teams_label(f: reports.ReportFilter) -> str:

@@ -10,8 +10,8 @@ from django.db.models import F, Sum
 from django.db.models.functions import TruncDay
 from django.utils.translation import gettext as _
 
-from leasing import reports
-from leasing.quotas import site_tz
+from leasing.billing import reports
+from leasing.periods import site_tz
 
 TOP_USERS = 10
 

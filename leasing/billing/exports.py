@@ -20,8 +20,8 @@ from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.styles import Font
 
-from leasing import reports
-from leasing.quotas import site_tz
+from leasing.billing import reports
+from leasing.periods import site_tz
 
 CSV_TYPE = "text/csv; charset=utf-8"
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"

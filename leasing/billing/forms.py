@@ -8,8 +8,8 @@ from django import forms
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from leasing import reports
-from leasing.quotas import site_tz
+from leasing.billing import reports
+from leasing.periods import site_tz
 from portal.models import Team
 
 FORMATS = ("json", "csv", "xlsx")

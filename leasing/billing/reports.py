@@ -18,8 +18,9 @@ from django.db.models.functions import TruncDay, TruncWeek
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Region, Vendor
-from leasing.models import Priority, UsageRecord
-from leasing.quotas import site_tz
+from leasing.choices import Priority
+from leasing.models import UsageRecord
+from leasing.periods import site_tz
 from portal.models import Department, Membership, Team
 from portal.permissions import is_finance, is_operator
 

@@ -6,6 +6,7 @@ from celery import shared_task
 
 from leasing.billing import usage
 
+
 @shared_task(name="leasing.tasks_usage.usage_record_missing")
 def usage_record_missing() -> int:
     """Record any ended lease the end-of-lease hook missed (bounded batch; safe to repeat)."""

@@ -2,14 +2,14 @@
 
 from django.urls import path
 
-from leasing import views_reports
+from leasing.billing import views
 
 app_name = "reports"
 urlpatterns = [
-    path("", views_reports.report, name="index"),
+    path("", views.report, name="index"),
     path(
         "statements/<slug:slug>/<int:year>-<int:month>/",
-        views_reports.statement,
+        views.statement,
         name="statement",
     ),
 ]

@@ -29,16 +29,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
 
-from leasing.models import (
-    Allocation,
-    Lease,
-    LeaseStatus,
-    Price,
-    Priority,
-    TeamPrice,
-    UsageRecord,
-)
-from leasing.quotas import month_of, site_tz
+from leasing.choices import RECORDED_STATES, Priority
+from leasing.models import Allocation, Lease, Price, TeamPrice, UsageRecord
+from leasing.periods import floor_minute, month_of, site_tz
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +215,13 @@ def usage_record_lease_safely(lease_id: int) -> None:
         logger.exception(
             "usage records for lease %s failed; the periodic task will retry", lease_id
         )
+
+
+def usage_record_after_commit(lease_id: int) -> None:
+    """The lease's holding has ended (ended or failed): record its usage once the transaction
+    commits. Called where the holding ends (``lifecycle.provisioning``), never from a signal,
+    so a bulk write cannot skip it; ``usage_record_missing`` re-finds any that were lost."""
+    transaction.on_commit(lambda: usage_record_lease_safely(lease_id), robust=True)
 
 
 def leases_missing_usage():

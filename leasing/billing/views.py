@@ -10,9 +10,9 @@ from django.http import Http404
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 
-from leasing import charts_reports, exports, reports
-from leasing.api_reports import report_response
-from leasing.forms_reports import ReportForm, this_month_so_far
+from leasing.billing import charts, exports, reports
+from leasing.billing.api import report_response
+from leasing.billing.forms import ReportForm, this_month_so_far
 from portal.models import Team
 
 
@@ -55,8 +55,8 @@ def report(request):
             "group_label": reports.GROUPS[f.group_by][1],
             "filter": f,
             "query": query.urlencode(),
-            "team_chart": charts_reports.team_days(f),
-            "users_chart": charts_reports.top_users(f),
+            "team_chart": charts.team_days(f),
+            "users_chart": charts.top_users(f),
             "statements": statements,
         }
     teams = Team.objects.order_by("name")

@@ -7,29 +7,29 @@ from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, prefetch_related_objects
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from leasing import api_estimate, resize, selectors, services
-from leasing.models import REQUEST_KEY_MAX, Allocation, Lease
-from leasing.serializers import (
+from leasing.advisor.estimator import TaskProfile
+from leasing.advisor.serializers import LeaseByProfileSerializer
+from leasing.lifecycle import changes, requests, resize
+from leasing.lifecycle import selectors as lease_selectors
+from leasing.lifecycle.requests import lease_request_by_profile
+from leasing.lifecycle.serializers import (
     ApprovalSerializer,
     DecisionSerializer,
     ExtendSerializer,
     LeaseEventSerializer,
     LeaseRequestSerializer,
     LeaseSerializer,
-    QuotaRuleSerializer,
-    QuotaUseSerializer,
     ResizeSerializer,
-    TeamSerializer,
 )
-from portal.models import Membership, Team
-
-extra_urlpatterns: list = [*api_estimate.urlpatterns]
+from leasing.models import REQUEST_KEY_MAX, Allocation, Lease
+from leasing.teams import approvals
+from leasing.teams import selectors as team_selectors
+from portal.models import Membership
 
 
 def default_team(user):
@@ -62,6 +62,25 @@ def _request_key(request) -> str:
     return key
 
 
+def lease_by_profile(request) -> Lease:
+    """Validate a by-profile lease request and place it (the top-ranked option)."""
+    from leasing.lifecycle.api import default_team  # leasing.api imports this module
+
+    data = LeaseByProfileSerializer(data=request.data)
+    data.is_valid(raise_exception=True)
+    v = data.validated_data
+    return lease_request_by_profile(
+        user=request.user,
+        team=v.get("team") or default_team(request.user),
+        profile=TaskProfile(**v["profile"]),
+        duration=timedelta(minutes=v["duration_minutes"]),
+        start_at=v.get("start_at"),
+        priority=v["priority"],
+        purpose=v.get("purpose"),
+        description=v["description"],
+    )
+
+
 class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Your leases (a lead also sees the team's, an operator everyone's)."""
 
@@ -73,7 +92,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Lease.objects.none()
-        leases = selectors.leases_visible_to(self.request.user).prefetch_related(
+        leases = lease_selectors.leases_visible_to(self.request.user).prefetch_related(
             Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
         )
         if self.action == "list" and self.request.query_params.get("scope") != "all":
@@ -101,7 +120,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         # Ask by task: the best-ranked option is requested. A body that is not a JSON object
         # (null, a list, a number) goes on to the serializer, which answers 400.
         if isinstance(request.data, Mapping) and "profile" in request.data:
-            lease = api_estimate.lease_by_profile(request)
+            lease = lease_by_profile(request)
             return Response(
                 LeaseSerializer(self._fresh(lease.pk)).data, status=status.HTTP_201_CREATED
             )
@@ -109,7 +128,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         data.is_valid(raise_exception=True)
         v = data.validated_data
         key = _request_key(request)
-        lease = services.lease_request(
+        lease = requests.lease_request(
             user=request.user,
             team=v.get("team") or default_team(request.user),
             card_model=v.get("card_model"),
@@ -143,7 +162,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def extend(self, request, pk=None):
         data = ExtendSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = services.lease_extend(
+        lease = changes.lease_extend(
             lease=self.get_object(), user=request.user, minutes=data.validated_data["minutes"]
         )
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
@@ -165,13 +184,13 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @extend_schema(request=None, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
-        lease = services.lease_release(lease=self.get_object(), user=request.user)
+        lease = changes.lease_release(lease=self.get_object(), user=request.user)
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
     @extend_schema(request=None, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        lease = services.lease_cancel(lease=self.get_object(), user=request.user)
+        lease = changes.lease_cancel(lease=self.get_object(), user=request.user)
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
     @extend_schema(responses=LeaseEventSerializer(many=True))
@@ -191,14 +210,14 @@ class ApprovalViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Lease.objects.none()
-        return selectors.approvals_for(self.request.user).order_by("submitted_at", "pk")
+        return team_selectors.approvals_for(self.request.user).order_by("submitted_at", "pk")
 
     @extend_schema(request=DecisionSerializer, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         data = DecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = services.lease_approve(
+        lease = approvals.lease_approve(
             lease=self.get_object(), user=request.user, note=data.validated_data["reason"]
         )
         return Response(LeaseSerializer(lease).data)
@@ -208,7 +227,7 @@ class ApprovalViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def reject(self, request, pk=None):
         data = DecisionSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = services.lease_reject(
+        lease = approvals.lease_reject(
             lease=self.get_object(), user=request.user, reason=data.validated_data["reason"]
         )
         return Response(LeaseSerializer(lease).data)

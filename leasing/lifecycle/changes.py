@@ -1,48 +1,35 @@
-"""What a holder, lead or operator changes on a lease: release, cancel, extend, approve, reject.
-"""
+"""What a holder, lead or operator changes on a lease: release, cancel, extend, approve, reject."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Sum
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import Card, CardModel
 from leasing.choices import (
     BOOKED_STATES,
-    PRIORITY_RANK,
     EndReason,
     LeaseStatus,
-    Priority,
-    Purpose,
 )
-from leasing.enqueue import enqueue, enqueue_after_commit
-from leasing.locking import lock_card_models, lock_team
+from leasing.enqueue import enqueue_after_commit
+from leasing.locking import lock_card_models
 from leasing.models import (
     Allocation,
     Lease,
-    LeaseEvent,
-    MemberLimit,
-    Quota,
-    QuotaLimits,
 )
-from leasing.scheduler import fastpath, planner
-from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
+from leasing.scheduler import planner
+from leasing.scheduler.run import (
+    release_begin,
+    replan,
+)
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
-from leasing.teams import quotas
-from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
-from portal.audit import audit
-from portal.models import Membership, Team
-from portal.permissions import can_manage_lease, is_operator, leads_team
+from leasing.transitions import event_record, transition
+from portal.permissions import can_manage_lease
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +44,7 @@ def lease_release(*, lease: Lease, user, now: datetime | None = None) -> Lease:
         lease.refresh_from_db()
         if lease.status == LeaseStatus.SCHEDULED:
             raise ValidationError(_("This lease has not started yet; cancel it instead."))
-        if not release_begin(
-            lease, reason=EndReason.RELEASED, now=now, actor=user, kind="release"
-        ):
+        if not release_begin(lease, reason=EndReason.RELEASED, now=now, actor=user, kind="release"):
             raise ValidationError(
                 _("Only a provisioning or active lease can be released; this one is %(status)s.")
                 % {"status": lease.get_status_display()}

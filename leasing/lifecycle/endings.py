@@ -11,36 +11,21 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import Card, Node
 from inventory.telemetry import utilization_stats
-from leasing import services
-from leasing.backends.local import access_details
+from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus, WarningKind
 from leasing.locking import lock_card_models
-from leasing.models import (
-    PRIORITY_RANK,
-    Allocation,
-    EndReason,
-    Lease,
-    LeaseStatus,
-    LeaseWarning,
-    Priority,
-    WarningKind,
-)
-from leasing.scheduler import planner
-from leasing.scheduler.snapshot import card_slots, timeline_for
-from portal.audit import audit
+from leasing.models import Lease
+from leasing.notify.services import notify_holder, warning_record_once
+from leasing.scheduler.run import release_begin
 from portal.models import default_warning_offsets
-from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-RUNNING = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
 
 
 # --- the end time ---------------------------------------------------------------------
@@ -208,12 +193,13 @@ def notify_ended(lease: Lease, why: str) -> None:
 
 # --- preemption --------------------------------------------------------------------------
 
+
 def preemptions_due(*, now: datetime | None = None) -> int:
     """End the leases whose preemption grace period is over."""
     now = now or timezone.now()
     ended = 0
     due = (
-        Lease.objects.filter(status__in=RUNNING, preempt_at__lte=now)
+        Lease.objects.filter(status__in=RUNNING_STATES, preempt_at__lte=now)
         .select_related("user")
         .order_by("preempt_at")
     )

@@ -10,7 +10,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
-from leasing.models import REQUEST_KEY_MAX, Priority, Purpose
+from leasing.choices import Priority, Purpose
+from leasing.models import REQUEST_KEY_MAX
 from portal.models import Team
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}

@@ -7,33 +7,24 @@ what still runs on a node when its drain time comes.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, Node
-from inventory.telemetry import utilization_stats
-from leasing import services
 from leasing.backends.local import access_details
+from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus, WarningKind
+from leasing.lifecycle.endings import lease_end_now, notify_ended
 from leasing.locking import lock_card_models
-from leasing.models import (
-    PRIORITY_RANK,
-    Allocation,
-    EndReason,
-    Lease,
-    LeaseStatus,
-    LeaseWarning,
-    Priority,
-    WarningKind,
-)
+from leasing.models import Allocation, Lease
+from leasing.notify.services import notify_holder, warning_record_once
 from leasing.scheduler import planner
 from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.transitions import event_record
 from portal.audit import audit
-from portal.models import default_warning_offsets
 from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
@@ -64,7 +55,7 @@ def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = N
             Lease.objects.filter(
                 allocations__card__node=node,
                 allocations__end_at__gt=drain_at,
-                status__in=[*RUNNING, LeaseStatus.SCHEDULED],
+                status__in=[*RUNNING_STATES, LeaseStatus.SCHEDULED],
             )
             .distinct()
             .select_related("user")
@@ -98,7 +89,7 @@ def drains_due(*, now: datetime | None = None) -> int:
             status=Node.Status.MAINTENANCE
         )
         running = Lease.objects.filter(
-            allocations__card__node=node, status__in=RUNNING, allocations__end_at__gt=now
+            allocations__card__node=node, status__in=RUNNING_STATES, allocations__end_at__gt=now
         )
         for lease in running.distinct().select_related("user"):
             if lease_end_now(lease, EndReason.ADMIN, now):
@@ -123,7 +114,7 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
         audit(actor=user, action="card_faulty", target=card.uuid, note=note[:200])
         holding = (
             Allocation.objects.filter(
-                card=card, start_at__lte=now, end_at__gt=now, lease__status__in=RUNNING
+                card=card, start_at__lte=now, end_at__gt=now, lease__status__in=RUNNING_STATES
             )
             .select_related("lease__user", "lease__card_model")
             .first()

@@ -5,47 +5,29 @@ the provisioning backend, one durable BackendCall row per attempt.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from decimal import Decimal
+from datetime import datetime
 
-from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Sum
+from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
-from inventory.models import Card, CardModel
 from leasing.backends import get_backend
+from leasing.billing import usage
 from leasing.choices import (
-    BOOKED_STATES,
-    PRIORITY_RANK,
     EndReason,
     LeaseStatus,
-    Priority,
-    Purpose,
 )
 from leasing.enqueue import enqueue, enqueue_after_commit
-from leasing.locking import lock_card_models, lock_team
+from leasing.locking import lock_card_models
 from leasing.models import (
     BackendCall,
-    Allocation,
     Lease,
     LeaseEvent,
-    MemberLimit,
-    Quota,
-    QuotaLimits,
 )
-from leasing.scheduler import fastpath, planner
-from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
-from leasing.teams import quotas
-from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
-from portal.audit import audit
-from portal.models import Membership, Team
-from portal.permissions import can_manage_lease, is_operator, leads_team
+from leasing.scheduler.run import (
+    release_begin,
+    replan,
+)
+from leasing.transitions import cards_free, notify_after_commit, transition
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +108,7 @@ def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bo
             return False
         cards_free(lease, now)
         replan(lease.card_model_id, now=now)
+        usage.usage_record_after_commit(lease_id)
         notify_after_commit(lease_id, "failed")
     return True
 
@@ -144,6 +127,8 @@ def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = N
             at=now,
             end_reason=reason,
         )
+        if ended:
+            usage.usage_record_after_commit(lease_id)
         if ended and reason != EndReason.RELEASED:  # the holder released it: no need to say so
             notify_after_commit(lease_id, "lease_ended")
     return ended

@@ -28,12 +28,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Node
-from leasing import services
 from leasing.backends import NODE_LABEL
 from leasing.backends.slurm import SlurmBackend
 from leasing.backends.slurm_parse import lease_id_from_job_name
+from leasing.choices import EndReason, LeaseStatus
 from leasing.locking import lock_card_models
-from leasing.models import EndReason, Lease, LeaseStatus
+from leasing.models import Lease
+from leasing.scheduler import run
 
 logger = logging.getLogger(__name__)
 
@@ -108,13 +109,13 @@ def _end_vanished(lease: Lease, down: set[str], now: datetime) -> bool:
     with transaction.atomic():
         lock_card_models([lease.card_model_id])
         lease.refresh_from_db()
-        if not services._begin_release(lease, reason=reason, now=now, kind=reason):
+        if not run.release_begin(lease, reason=reason, now=now, kind=reason):
             return False
     if failed:
         why = _("node %(nodes)s is down in Slurm") % {"nodes": ", ".join(failed)}
     else:
         why = _("its Slurm allocation was cancelled outside Cardpool")
-    from leasing.notifications import notify
+    from leasing.notify.services import notify
 
     notify(
         user=lease.user,

@@ -5,7 +5,6 @@ place at once or queue, and the live preview of what a request would get.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -18,35 +17,29 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
+from leasing.advisor.estimator import Task, TaskProfile
+from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
-    BOOKED_STATES,
     PRIORITY_RANK,
-    EndReason,
     LeaseStatus,
     Priority,
     Purpose,
 )
-from leasing.enqueue import enqueue, enqueue_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     Allocation,
     Lease,
     LeaseEvent,
-    MemberLimit,
-    Quota,
-    QuotaLimits,
 )
-from leasing.advisor.estimator import Task, TaskProfile
-from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
-from leasing.scheduler import fastpath, planner
+from leasing.scheduler import fastpath
 from leasing.scheduler.preview import lease_preview
-from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.run import (
+    replan,
+)
 from leasing.teams import quotas
-from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
-from portal.audit import audit
+from leasing.transitions import event_record, hand_over, notify_after_commit
 from portal.models import Membership, Team
-from portal.permissions import can_manage_lease, is_operator, leads_team
+from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +203,6 @@ def _admit(
         verdict.status = LeaseStatus.PENDING_APPROVAL
         verdict.member_breaches = member_breaches
     return verdict
-
 
 
 def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Lease | None:

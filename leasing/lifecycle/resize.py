@@ -16,12 +16,16 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
-from leasing import quotas, services
+from leasing import transitions
 from leasing.backends.local import access_details
+from leasing.choices import LeaseStatus
 from leasing.locking import lock_card_models, lock_team
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.models import Allocation, Lease
 from leasing.scheduler import planner
+from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.teams import quotas
+from leasing.transitions import hand_over
 from portal.permissions import can_manage_lease
 
 
@@ -128,7 +132,7 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
             Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at) for c in chosen
         )
     Lease.objects.filter(pk=lease.pk).update(count=count, access=access_details(lease))
-    services._event(
+    transitions.event_record(
         lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
     )
     replan(lease.card_model_id, now=now)
@@ -179,7 +183,9 @@ def _move(lease: Lease, target: CardModel, count: int, now: datetime, user) -> L
     Allocation.objects.bulk_create(
         Allocation(card_id=c, lease=new, start_at=now, end_at=new.end_at) for c in chosen
     )
-    services._event(new.pk, kind="resized_from", at=now, actor=user, data={"lease": lease.pk})
-    services._event(lease.pk, kind="resizing", at=now, actor=user, data={"lease": new.pk})
+    transitions.event_record(
+        new.pk, kind="resized_from", at=now, actor=user, data={"lease": lease.pk}
+    )
+    transitions.event_record(lease.pk, kind="resizing", at=now, actor=user, data={"lease": new.pk})
     hand_over([new.pk])
     return new

@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.db.models import Prefetch, Q, QuerySet
 
 from inventory.models import Card, CardModel
-from leasing import quotas
-from leasing.models import (
-    HOLDING_STATES,
-    OPEN_STATES,
-    Allocation,
-    Lease,
-    LeaseEvent,
-    LeaseStatus,
-    MemberLimit,
-    Quota,
-)
+from leasing.choices import OPEN_STATES, LeaseStatus
+from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler.snapshot import card_slots, timeline_for
-from portal.models import Membership, Team
-from portal.permissions import is_finance, is_operator, leads_team
+from portal.models import Membership
+from portal.permissions import is_finance, is_operator
 
 
 def leases_visible_to(user) -> QuerySet[Lease]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from inventory.models import CardModel, InterconnectKind, Precision, Vendor
-from leasing.models import Allocation, Lease, LeaseEvent, Priority, Purpose
+from leasing.choices import Priority, Purpose
+from leasing.models import Allocation, Lease, LeaseEvent
 from portal.models import Team
 
 

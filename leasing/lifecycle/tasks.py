@@ -33,7 +33,9 @@ def _backoff(retries: int) -> int:
     return min(2**retries, 60)
 
 
-@shared_task(name="leasing.tasks.provision_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
+@shared_task(
+    name="leasing.tasks.provision_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True
+)
 def provision_lease(self, lease_id: int) -> None:
     try:
         provisioning.provision_step(lease_id=lease_id, attempt=self.request.retries + 1)
@@ -44,7 +46,6 @@ def provision_lease(self, lease_id: int) -> None:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
     except PermanentBackendError as exc:
         provisioning.lease_fail(lease_id=lease_id, reason=str(exc))
-
 
 
 @shared_task(name="leasing.tasks.provision_batch", acks_late=True)
@@ -63,7 +64,9 @@ def provision_batch(lease_ids: list[int]) -> None:
             enqueue("leasing.tasks.provision_lease", lease_id, countdown=_backoff(0))
 
 
-@shared_task(name="leasing.tasks.release_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True)
+@shared_task(
+    name="leasing.tasks.release_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True
+)
 def release_lease(self, lease_id: int, reason: str) -> None:
     try:
         provisioning.release_step(
@@ -177,7 +180,9 @@ def reconcile_slurm() -> dict:
         return {"error": str(exc)}
 
 
-@shared_task(name="leasing.tasks_slurm.extend_lease_backend", bind=True, max_retries=5, acks_late=True)
+@shared_task(
+    name="leasing.tasks_slurm.extend_lease_backend", bind=True, max_retries=5, acks_late=True
+)
 def extend_lease_backend(self, lease_id: int) -> int:
     """Tell the lease's backend its end moved later (Slurm: raise the job's time limit).
 

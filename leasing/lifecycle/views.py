@@ -14,9 +14,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
-from leasing import resize, selectors, services
-from leasing.forms import ExtendForm, LeaseRequestForm, lease_request_initial
-from leasing.models import OPEN_STATES, TERMINAL_STATES
+from leasing.choices import OPEN_STATES, TERMINAL_STATES
+from leasing.lifecycle import changes, requests, resize, selectors
+from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
+from leasing.scheduler import preview
 
 
 def _form_errors_from(exc: ValidationError, form) -> None:
@@ -50,7 +51,7 @@ def lease_new(request):
         if form.is_valid():
             d = form.cleaned_data
             try:
-                lease = services.lease_request(
+                lease = requests.lease_request(
                     user=request.user,
                     team=d["team"],
                     card_model=d["card_model"],
@@ -88,7 +89,7 @@ def lease_preview(request):
     if form.is_valid():
         d = form.cleaned_data
         try:
-            model = d["card_model"] or services.lease_choose_model(
+            model = d["card_model"] or requests.lease_choose_model(
                 requirements=d["requirements"],
                 count=d["count"],
                 duration=d["duration_td"],
@@ -96,7 +97,7 @@ def lease_preview(request):
                 same_node=d["same_node"],
                 priority=d["priority"],
             )
-            services.lease_validate_request(
+            requests.lease_validate_request(
                 user=request.user,
                 team=d["team"],
                 card_model=model,
@@ -111,7 +112,7 @@ def lease_preview(request):
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
         else:
-            start = services.lease_preview(
+            start = preview.lease_preview(
                 card_model=model,
                 count=d["count"],
                 duration=d["duration_td"],
@@ -178,7 +179,7 @@ def _act(request, pk, action):
 @require_POST
 def lease_release(request, pk: int):
     def release(lease):
-        services.lease_release(lease=lease, user=request.user)
+        changes.lease_release(lease=lease, user=request.user)
         messages.success(request, _("Released: the cards are back in the pool."))
 
     return _act(request, pk, release)
@@ -188,7 +189,7 @@ def lease_release(request, pk: int):
 @require_POST
 def lease_cancel(request, pk: int):
     def cancel(lease):
-        services.lease_cancel(lease=lease, user=request.user)
+        changes.lease_cancel(lease=lease, user=request.user)
         messages.success(request, _("Cancelled."))
 
     return _act(request, pk, cancel)
@@ -203,7 +204,7 @@ def lease_extend(request, pk: int):
         return redirect("leasing:detail", pk)
 
     def extend(lease):
-        lease = services.lease_extend(
+        lease = changes.lease_extend(
             lease=lease, user=request.user, minutes=form.cleaned_data["minutes"]
         )
         messages.success(

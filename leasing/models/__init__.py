@@ -7,7 +7,13 @@ Django finds every model through this package. Choices and state groups live in
 
 from leasing.models.billing import Price, PricePeriod, TeamPrice, UsageRecord
 from leasing.models.lease import REQUEST_KEY_MAX, Allocation, BackendCall, Lease, LeaseEvent
-from leasing.models.notify import Delivery, LeaseWarning, Notification, NotificationPreference, Webhook
+from leasing.models.notify import (
+    Delivery,
+    LeaseWarning,
+    Notification,
+    NotificationPreference,
+    Webhook,
+)
 from leasing.models.teams import MemberLimit, Quota, QuotaLimits
 
 __all__ = [

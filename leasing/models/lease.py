@@ -235,4 +235,3 @@ class BackendCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.backend}.{self.action} #{self.attempt} for lease {self.lease_id}"
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from leasing.choices import Channel, WarningKind
@@ -30,7 +30,6 @@ class LeaseWarning(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.offset_minutes} for lease {self.lease_id}"
-
 
 
 class Notification(models.Model):
@@ -157,4 +156,3 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} of notification {self.notification_id}: {self.status}"
-

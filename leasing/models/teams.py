@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 
@@ -92,4 +91,3 @@ class MemberLimit(QuotaLimits):
 
     def __str__(self) -> str:
         return f"{self.membership} / {self.card_model or 'all models'}"
-

@@ -13,9 +13,9 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
-from leasing import notifications
 from leasing.models import Notification
-from leasing.notifications import KIND_LABELS
+from leasing.notify import selectors, sending, services
+from leasing.notify.services import KIND_LABELS
 
 
 class NotificationSerializer(serializers.ModelSerializer):
@@ -52,7 +52,7 @@ class NotificationSerializer(serializers.ModelSerializer):
         return obj.url
 
     def get_data(self, obj) -> dict:
-        return notifications.public_data(obj)
+        return sending.public_data(obj)
 
     def get_unread(self, obj) -> bool:
         return obj.read_at is None
@@ -75,7 +75,7 @@ class NotificationViewSet(
         if getattr(self, "swagger_fake_view", False):
             return Notification.objects.none()
         unread = self.request.query_params.get("unread", "").lower() in ("1", "true", "yes")
-        return notifications.notifications_of(self.request.user, unread=unread).order_by(
+        return selectors.notifications_of(self.request.user, unread=unread).order_by(
             "-created_at", "-pk"
         )
 
@@ -88,7 +88,7 @@ class NotificationViewSet(
     def read(self, request, pk=None):
         """Mark one notification read."""
         try:
-            note = notifications.notification_read(user=request.user, notification_id=int(pk))
+            note = services.notification_read(user=request.user, notification_id=int(pk))
         except (Notification.DoesNotExist, ValueError, TypeError):
             raise NotFound from None
         return Response(self.get_serializer(note).data)
@@ -100,7 +100,7 @@ class NotificationViewSet(
     @action(detail=False, methods=["post"], url_path="read-all")
     def read_all(self, request):
         """Mark all your notifications read; says how many were unread."""
-        return Response({"marked": notifications.notifications_read_all(user=request.user)})
+        return Response({"marked": services.notifications_read_all(user=request.user)})
 
 
 def register(router) -> None:

@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import smtplib
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.mail import EmailMessage, get_connection
-from django.core.serializers.json import DjangoJSONEncoder
-from django.core.validators import URLValidator
-from django.db import models, transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
-from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
-from leasing.models import (
-    Channel,
-    Delivery,
-    Lease,
-    Notification,
-    NotificationPreference,
-    Webhook,
-)
+from leasing.models import Notification, Webhook
 from portal.models import Membership, Team
 from portal.permissions import is_operator
 
@@ -60,5 +39,3 @@ def webhooks_managed_by(user) -> QuerySet[Webhook]:
     return Webhook.objects.filter(Q(user=user) | Q(team__in=teams_managed_by(user))).select_related(
         "team"
     )
-
-

@@ -25,36 +25,31 @@ from __future__ import annotations
 
 import json
 import logging
-import smtplib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.mail import EmailMessage, get_connection
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import URLValidator
-from django.db import models, transaction
-from django.db.models import Q, QuerySet
+from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from leasing.choices import Channel, Kind
 from leasing.enqueue import enqueue
-from leasing.notify import webhooks
-from leasing.notify.selectors import teams_managed_by
 from leasing.models import (
-    Channel,
     Delivery,
     Lease,
+    LeaseWarning,
     Notification,
     NotificationPreference,
     Webhook,
 )
+from leasing.notify import webhooks
+from leasing.notify.selectors import notifications_of, teams_managed_by
 from portal.models import Membership, Team
-from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
 
@@ -163,10 +158,6 @@ def preferences_set(*, user, choices: Mapping[str, Iterable[str]]) -> None:
 
 
 # --- notify ------------------------------------------------------------------------------
-
-
-def _absolute(url: str) -> str:
-    return f"{settings.SITE_URL}{url}" if url.startswith("/") else url
 
 
 def _clean_data(data: Mapping | None, key: str) -> dict:

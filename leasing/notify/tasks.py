@@ -9,7 +9,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from leasing.notify import delivery
+from leasing.notify import sending
+
 
 @shared_task(name="leasing.tasks_notify.deliver", bind=True, acks_late=True, max_retries=None)
 def deliver(self, delivery_id: int) -> None:
@@ -18,7 +19,7 @@ def deliver(self, delivery_id: int) -> None:
     The attempt count lives on the Delivery row, not in Celery, so a task that is lost and
     re-queued by the sweep continues where the last attempt stopped.
     """
-    retry_in = delivery.delivery_attempt(delivery_id=delivery_id)
+    retry_in = sending.delivery_attempt(delivery_id=delivery_id)
     if retry_in is not None:
         raise self.retry(countdown=retry_in)
 
@@ -26,7 +27,7 @@ def deliver(self, delivery_id: int) -> None:
 @shared_task(name="leasing.tasks_notify.deliveries_sweep")
 def deliveries_sweep() -> int:
     """Re-queue pending deliveries whose task was lost (bounded batch; safe to run twice)."""
-    stalled = delivery.deliveries_stalled(now=timezone.now())
+    stalled = sending.deliveries_stalled(now=timezone.now())
     for delivery_id in stalled:
         deliver.delay(delivery_id)
     return len(stalled)

@@ -17,9 +17,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from leasing import notifications
-from leasing.models import Channel, Delivery, Notification, Webhook
-from leasing.notifications import KIND_LABELS, OPTIONAL_CHANNELS, TEAM_KINDS, Kind
+from leasing.choices import Channel, Kind
+from leasing.models import Delivery, Notification, Webhook
+from leasing.notify import selectors, services
+from leasing.notify.services import KIND_LABELS, OPTIONAL_CHANNELS, TEAM_KINDS
 
 PAGE_SIZE = 50
 
@@ -55,7 +56,7 @@ class WebhookForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        teams = notifications.teams_managed_by(user)
+        teams = selectors.teams_managed_by(user)
         self.fields["team"].queryset = teams
         # Shown only to those who lead a team; a team posted by anyone else is refused.
         self.has_teams = teams.exists()
@@ -68,7 +69,7 @@ def _masked(url: str) -> str:
 
 
 def _settings_context(request, form: WebhookForm | None = None) -> dict:
-    prefs = notifications.preferences_for(request.user)
+    prefs = services.preferences_for(request.user)
     rows = [
         {
             "kind": kind,
@@ -80,7 +81,7 @@ def _settings_context(request, form: WebhookForm | None = None) -> dict:
         for kind, label in Kind.choices
     ]
     hooks = list(
-        notifications.webhooks_managed_by(request.user)
+        selectors.webhooks_managed_by(request.user)
         .prefetch_related(
             Prefetch(
                 "deliveries",
@@ -104,9 +105,9 @@ def _settings_context(request, form: WebhookForm | None = None) -> dict:
 @login_required
 def notification_list(request):
     unread = request.GET.get("unread") == "1"
-    page = Paginator(
-        notifications.notifications_of(request.user, unread=unread), PAGE_SIZE
-    ).get_page(request.GET.get("page"))
+    page = Paginator(selectors.notifications_of(request.user, unread=unread), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     for note in page:
         note.kind_label = KIND_LABELS.get(note.kind, note.kind)
     return render(
@@ -120,7 +121,7 @@ def notification_list(request):
 @require_POST
 def notification_read(request, pk: int):
     try:
-        note = notifications.notification_read(user=request.user, notification_id=pk)
+        note = services.notification_read(user=request.user, notification_id=pk)
     except Notification.DoesNotExist:
         raise Http404 from None
     if request.POST.get("open") and url_has_allowed_host_and_scheme(
@@ -133,7 +134,7 @@ def notification_read(request, pk: int):
 @login_required
 @require_POST
 def notification_read_all(request):
-    count = notifications.notifications_read_all(user=request.user)
+    count = services.notifications_read_all(user=request.user)
     messages.success(request, _("%(n)s notifications marked read.") % {"n": count})
     return redirect(_back(request))
 
@@ -150,7 +151,7 @@ def notification_settings(request):
     if request.method == "POST":
         choices = {kind: request.POST.getlist(kind) for kind in Kind.values}
         try:
-            notifications.preferences_set(user=request.user, choices=choices)
+            services.preferences_set(user=request.user, choices=choices)
         except ValidationError as exc:
             for message in exc.messages:
                 messages.error(request, message)
@@ -161,7 +162,7 @@ def notification_settings(request):
 
 
 def _hook(request, pk: int) -> Webhook:
-    hook = notifications.webhooks_managed_by(request.user).filter(pk=pk).first()
+    hook = selectors.webhooks_managed_by(request.user).filter(pk=pk).first()
     if hook is None:
         raise Http404
     return hook
@@ -174,7 +175,7 @@ def webhook_add(request):
     if form.is_valid():
         d = form.cleaned_data
         try:
-            hook = notifications.webhook_create(
+            hook = services.webhook_create(
                 user=request.user,
                 team=d.get("team"),
                 name=d["name"],
@@ -207,7 +208,7 @@ def webhook_add(request):
 @require_POST
 def webhook_remove(request, pk: int):
     hook = _hook(request, pk)
-    notifications.webhook_delete(user=request.user, webhook=hook)
+    services.webhook_delete(user=request.user, webhook=hook)
     messages.success(request, _("Webhook “%(name)s” deleted.") % {"name": hook.name})
     return redirect("notifications:settings")
 
@@ -216,7 +217,7 @@ def webhook_remove(request, pk: int):
 @require_POST
 def webhook_send_test(request, pk: int):
     hook = _hook(request, pk)
-    notifications.webhook_test(user=request.user, webhook=hook)
+    services.webhook_test(user=request.user, webhook=hook)
     messages.success(
         request,
         _("Test message on its way to “%(name)s”; reload in a few seconds to see how it went.")

@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import smtplib
-from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.mail import EmailMessage, get_connection
-from django.core.serializers.json import DjangoJSONEncoder
-from django.core.validators import URLValidator
-from django.db import models, transaction
-from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from leasing.choices import Kind
+from leasing.models import Lease, Notification
 from leasing.notify.services import notify, notify_team_leads
-from leasing.models import (
-    Channel,
-    Delivery,
-    Lease,
-    Notification,
-    NotificationPreference,
-    Webhook,
-)
-from portal.models import Membership, Team
-from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
 
@@ -159,5 +140,3 @@ def notify_lease_event(
             key=key,
         )
     ]
-
-

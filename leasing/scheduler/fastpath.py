@@ -18,7 +18,8 @@ from datetime import datetime
 from django.db import connection
 
 from inventory.models import Card, Node
-from leasing.models import Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Lease
 
 
 def queue_is_empty(card_model_id: int) -> bool:

@@ -100,5 +100,3 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
                 )
             )
     return len(chosen)
-
-

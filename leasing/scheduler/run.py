@@ -16,13 +16,13 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
 from leasing.choices import RUNNING_STATES, LeaseStatus
+from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
-from leasing.enqueue import enqueue_after_commit
 from leasing.transitions import cards_free, hand_over, transition
 
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from django.db.models import Q
 
 from inventory.models import Card, Node
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Allocation, Lease
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 
 

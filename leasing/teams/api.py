@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import timedelta
-
-from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, prefetch_related_objects
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import extend_schema
+from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from leasing import api_estimate, resize, selectors, services
-from leasing.models import REQUEST_KEY_MAX, Allocation, Lease
-from leasing.serializers import (
-    ApprovalSerializer,
-    DecisionSerializer,
-    ExtendSerializer,
-    LeaseEventSerializer,
-    LeaseRequestSerializer,
-    LeaseSerializer,
-    QuotaRuleSerializer,
-    QuotaUseSerializer,
-    ResizeSerializer,
-    TeamSerializer,
-)
-from portal.models import Membership, Team
+from leasing.advisor import api as advisor_api
+from leasing.teams import selectors, services
+from leasing.teams.serializers import QuotaRuleSerializer, QuotaUseSerializer, TeamSerializer
+from portal.models import Team
 
-extra_urlpatterns: list = [*api_estimate.urlpatterns]
+extra_urlpatterns: list = [*advisor_api.urlpatterns]
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):
@@ -68,8 +52,6 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             row for row in overview["rows"] if row.rule is not None or row.card_model is not None
         ]
         return Response(QuotaUseSerializer(rows, many=True).data)
-
-
 
 
 def register(router) -> None:

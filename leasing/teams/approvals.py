@@ -4,45 +4,26 @@ still hold; the request joins the queue) or reject with a reason."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from decimal import Decimal
+from datetime import datetime
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Sum
+from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import Card, CardModel
 from leasing.choices import (
-    BOOKED_STATES,
-    PRIORITY_RANK,
-    EndReason,
     LeaseStatus,
-    Priority,
-    Purpose,
 )
-from leasing.enqueue import enqueue, enqueue_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
-    Allocation,
     Lease,
-    LeaseEvent,
-    MemberLimit,
-    Quota,
-    QuotaLimits,
 )
-from leasing.scheduler import fastpath, planner
-from leasing.scheduler.run import PassResult, queue_advance, release_begin, replan, schedule_card_model
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.run import (
+    replan,
+)
 from leasing.teams import quotas
-from leasing.transitions import cards_free, event_record, hand_over, notify_after_commit, transition
-from portal.audit import audit
-from portal.models import Membership, Team
-from portal.permissions import can_manage_lease, is_operator, leads_team
+from leasing.transitions import notify_after_commit, transition
+from portal.permissions import is_operator, leads_team
 
 logger = logging.getLogger(__name__)
 
@@ -116,5 +97,3 @@ def lease_reject(*, lease: Lease, user, reason: str, now: datetime | None = None
         notify_after_commit(lease.pk, "rejected")
     lease.refresh_from_db()
     return lease
-
-

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import timedelta
-
 from django import forms
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel, Precision
-from leasing.models import REQUEST_KEY_MAX, Priority, Purpose
-from portal.models import Team
+from inventory.models import CardModel
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
 

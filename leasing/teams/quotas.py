@@ -9,18 +9,18 @@ a month boundary charges each month its share.
 
 from __future__ import annotations
 
-import zoneinfo
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.conf import settings
 from django.db.models import Exists, Q
 from django.utils import formats
 from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
-from leasing.models import Lease, LeaseStatus, MemberLimit, Quota
+from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus
+from leasing.models import Lease, MemberLimit, Quota
+from leasing.periods import month_of, months_between, overlap_hours, site_tz
 from portal.models import Membership, Team
 
 HOUR = timedelta(hours=1)
@@ -359,7 +359,7 @@ BUDGET_LEVELS = ((100, "budget_100"), (80, "budget_80"))
 def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
     """Tell the team's leads when a monthly budget (card-hours or money) this request touched
     reaches 80% or 100%: once per rule, month and level (the notification key)."""
-    from leasing.notifications import notify_team_leads
+    from leasing.notify.services import notify_team_leads
 
     month = month_of(now)
     rules = Quota.objects.filter(team=team).filter(

@@ -6,24 +6,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import QuerySet
 
-from inventory.models import Card, CardModel
-from leasing import quotas
-from leasing.models import (
-    HOLDING_STATES,
-    OPEN_STATES,
-    Allocation,
-    Lease,
-    LeaseEvent,
-    LeaseStatus,
-    MemberLimit,
-    Quota,
-)
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from inventory.models import CardModel
+from leasing import choices, periods
+from leasing.choices import HOLDING_STATES, LeaseStatus
+from leasing.models import Lease, MemberLimit, Quota
+from leasing.teams import quotas
 from portal.models import Membership, Team
 from portal.permissions import is_finance, is_operator, leads_team
-
 
 # --- teams -------------------------------------------------------------------------------
 
@@ -76,7 +67,7 @@ class QuotaRow:
 
 def team_overview(team: Team, *, now: datetime) -> dict:
     """Everything a lead's team page shows, in a bounded number of queries."""
-    month = quotas.month_of(now)
+    month = periods.month_of(now)
     rules = {
         q.card_model_id: q for q in Quota.objects.filter(team=team).select_related("card_model")
     }
@@ -99,23 +90,23 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         for key in (c.card_model_id, None):
             row = rows[key]
             row.used_hours += (
-                c.count * quotas.overlap_hours(c.start, min(c.end, now), *month)
+                c.count * periods.overlap_hours(c.start, min(c.end, now), *month)
                 if c.start < now
                 else 0
             )
             row.booked_hours += (
-                c.count * quotas.overlap_hours(max(c.start, now), c.end, *month)
+                c.count * periods.overlap_hours(max(c.start, now), c.end, *month)
                 if c.end > now
                 else 0
             )
-            row.money += c.count * quotas.overlap_hours(c.start, c.end, *month) * c.price_per_hour
-            if c.start <= now < c.end and c.status in quotas.HELD_STATES:
+            row.money += c.count * periods.overlap_hours(c.start, c.end, *month) * c.price_per_hour
+            if c.start <= now < c.end and c.status in choices.BOOKED_STATES:
                 row.concurrent_now += c.count
         # Only the days the charge touches (a lease is mostly hours long; a month has 31).
         lo, hi = max(c.start, month[0]), min(c.end, now, month[1])
         day = month[0] + timedelta(days=(lo - month[0]) // timedelta(days=1))
         while day < hi:
-            hours = c.count * quotas.overlap_hours(
+            hours = c.count * periods.overlap_hours(
                 c.start, min(c.end, now), day, day + timedelta(days=1)
             )
             if hours:

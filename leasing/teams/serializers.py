@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from inventory.models import CardModel, InterconnectKind, Precision, Vendor
-from leasing.models import Allocation, Lease, LeaseEvent, Priority, Purpose
+from inventory.models import CardModel
 from portal.models import Team
 
 
@@ -63,5 +62,3 @@ class QuotaUseSerializer(serializers.Serializer):
     )
     cost = serializers.DecimalField(source="money", max_digits=16, decimal_places=2)
     cards_held_now = serializers.IntegerField(source="concurrent_now")
-
-

@@ -13,8 +13,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from leasing import charts, selectors, services
-from leasing.forms import DecisionForm, MemberLimitForm, QuotaForm
+from leasing.teams import approvals, selectors, services
+from leasing.teams.forms import DecisionForm, MemberLimitForm, QuotaForm
+from portal import charts
 from portal.models import Membership
 from portal.permissions import is_operator, leads_team
 
@@ -139,10 +140,10 @@ def team_decide(request, slug: str, pk: int, decision: str):
 
     def decide():
         if decision == "approve":
-            services.lease_approve(lease=lease, user=request.user, note=reason)
+            approvals.lease_approve(lease=lease, user=request.user, note=reason)
             messages.success(request, _("Approved lease %(id)s.") % {"id": lease.pk})
         else:
-            services.lease_reject(lease=lease, user=request.user, reason=reason)
+            approvals.lease_reject(lease=lease, user=request.user, reason=reason)
             messages.success(request, _("Rejected lease %(id)s.") % {"id": lease.pk})
 
     _run(request, team, decide)

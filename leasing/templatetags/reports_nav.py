@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from leasing import reports
+from leasing.billing import reports
 
 register = template.Library()
 

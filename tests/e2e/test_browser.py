@@ -17,7 +17,8 @@ from contextlib import contextmanager
 import pytest
 from django.db import connections
 
-from leasing.models import EndReason, Lease, LeaseStatus
+from leasing.choices import EndReason, LeaseStatus
+from leasing.models import Lease
 from tests.factories import CardModelFactory, make_node
 
 pytestmark = [pytest.mark.postgres, pytest.mark.broker, pytest.mark.browser]

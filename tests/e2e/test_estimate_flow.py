@@ -14,7 +14,8 @@ from decimal import Decimal
 import pytest
 
 from inventory.models import InterconnectKind
-from leasing.models import Lease, LeaseStatus, Purpose
+from leasing.choices import LeaseStatus, Purpose
+from leasing.models import Lease
 from tests.e2e.test_browser import chromium_page, db_read
 from tests.factories import CardModelFactory, make_node
 

@@ -18,8 +18,10 @@ from decimal import Decimal
 import pytest
 from django.utils import translation
 
-from leasing import services
-from leasing.models import Lease, LeaseStatus, MemberLimit
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import requests as lease_requests
+from leasing.models import Lease, MemberLimit
+from leasing.teams import services as team_services
 from portal.models import Membership
 from tests.e2e.test_browser import chromium_page, db_read
 from tests.factories import CardModelFactory, make_node
@@ -42,7 +44,7 @@ def team_with_requests(ops, lena, alice, vision):
     the member limit lena set (one card at a time), waiting for lena."""
     model = CardModelFactory(slug="e2e-lead-l40s", name="E2E L40S")
     make_node(model, cards=4, domains=1, hostname="e2e-lead-node")
-    services.quota_set(
+    team_services.quota_set(
         user=ops,
         team=vision,
         card_model=model,
@@ -52,12 +54,12 @@ def team_with_requests(ops, lena, alice, vision):
     membership = Membership.objects.get(user=alice, team=vision)
 
     def ask(count):
-        return services.lease_request(
+        return lease_requests.lease_request(
             user=alice, team=vision, card_model=model, count=count, duration=timedelta(hours=1)
         )
 
     held = ask(1)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=1
     )
     first, second = ask(2), ask(2)

@@ -4,8 +4,10 @@ from datetime import timedelta
 
 import pytest
 
-from leasing import services
-from leasing.models import EndReason, Lease, LeaseStatus
+from leasing.choices import EndReason, LeaseStatus
+from leasing.lifecycle import changes
+from leasing.lifecycle import requests as lease_requests
+from leasing.models import Lease
 from tests.e2e.conftest import wait_for
 from tests.factories import CardModelFactory, make_node
 
@@ -19,7 +21,7 @@ def status_of(pk):
 def test_request_becomes_active_then_expires_on_time(worker, alice, vision):
     model = CardModelFactory(slug="e2e-a100")
     make_node(model, cards=2, domains=1, hostname="e2e-node")
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=2, duration=timedelta(seconds=4)
     )
     wait_for(lambda: status_of(lease.pk) == LeaseStatus.ACTIVE, timeout=5)
@@ -36,15 +38,15 @@ def test_request_becomes_active_then_expires_on_time(worker, alice, vision):
 def test_release_starts_the_next_queued_lease(worker, alice, bob, vision, nlp):
     model = CardModelFactory(slug="e2e-910b")
     make_node(model, cards=1, domains=1, hostname="e2e-solo")
-    first = services.lease_request(
+    first = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=1)
     )
-    second = services.lease_request(
+    second = lease_requests.lease_request(
         user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
     )
     assert second.status == LeaseStatus.QUEUED
     wait_for(lambda: status_of(first.pk) == LeaseStatus.ACTIVE)
-    services.lease_release(lease=Lease.objects.get(pk=first.pk), user=alice)
+    changes.lease_release(lease=Lease.objects.get(pk=first.pk), user=alice)
     wait_for(lambda: status_of(second.pk) == LeaseStatus.ACTIVE)
     wait_for(lambda: status_of(first.pk) == LeaseStatus.ENDED)
 
@@ -53,18 +55,18 @@ def test_a_release_that_starts_many_hands_them_over_in_batches(worker, alice, bo
     """Several waiting leases start in one pass: one provision_batch message through Redis."""
     model = CardModelFactory(slug="e2e-batch")
     make_node(model, cards=4, domains=1, hostname="e2e-four")
-    holder = services.lease_request(
+    holder = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=4, duration=timedelta(hours=1)
     )
     waiting = [
-        services.lease_request(
+        lease_requests.lease_request(
             user=bob, team=nlp, card_model=model, count=1, duration=timedelta(hours=1)
         )
         for _ in range(4)
     ]
     assert {lease.status for lease in waiting} == {LeaseStatus.QUEUED}
     wait_for(lambda: status_of(holder.pk) == LeaseStatus.ACTIVE)
-    services.lease_release(lease=Lease.objects.get(pk=holder.pk), user=alice)
+    changes.lease_release(lease=Lease.objects.get(pk=holder.pk), user=alice)
     for lease in waiting:
         wait_for(lambda pk=lease.pk: status_of(pk) == LeaseStatus.ACTIVE)
     assert all(Lease.objects.get(pk=lease.pk).access["nodes"] for lease in waiting)

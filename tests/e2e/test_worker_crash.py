@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from leasing import services
-from leasing.models import EndReason, Lease, LeaseStatus
+from leasing.choices import EndReason, LeaseStatus
+from leasing.lifecycle import requests as lease_requests
+from leasing.models import Lease
 from tests.e2e.conftest import kill_worker, purge_broker, start_worker, stop_worker, wait_for
 from tests.factories import CardModelFactory, make_node
 
@@ -27,7 +28,7 @@ def test_killed_worker_leaves_no_lease_active_past_a_tick(
     first = start_worker(tmp_path, "first")
     try:
         leases = [
-            services.lease_request(
+            lease_requests.lease_request(
                 user=alice, team=vision, card_model=model, count=1, duration=timedelta(seconds=6)
             )
             for _ in range(3)

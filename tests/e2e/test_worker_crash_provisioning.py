@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 
 from inventory.models import Card
-from leasing import services
-from leasing.models import HOLDING_STATES, Allocation, BackendCall, Lease, LeaseStatus
+from leasing.choices import HOLDING_STATES, LeaseStatus
+from leasing.lifecycle import requests as lease_requests
+from leasing.models import Allocation, BackendCall, Lease
 from tests.e2e.conftest import kill_worker, purge_broker, start_worker, stop_worker, wait_for
 from tests.factories import CardModelFactory, make_node
 
@@ -32,7 +33,7 @@ def test_a_worker_killed_mid_provision_leaves_every_lease_active_once(
     first = start_worker(tmp_path, "first", env=SLOW)
     try:
         leases = [
-            services.lease_request(
+            lease_requests.lease_request(
                 user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=1)
             )
             for _ in range(2)

@@ -9,7 +9,8 @@ import pytest
 import time_machine
 
 from inventory.models import Card, InterconnectKind, Node, Region, Vendor
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Allocation, Lease
 from tests.factories import CardModelFactory, RegionFactory, make_node
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)

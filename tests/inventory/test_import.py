@@ -13,7 +13,8 @@ from django.db.models import Count
 from django.utils import timezone
 
 from inventory.models import Card, Node, Region
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Allocation, Lease
 from tests.factories import CardModelFactory, RegionFactory, TeamFactory, UserFactory
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "inventory"

@@ -6,7 +6,8 @@ import pytest
 from django.utils import timezone
 
 from inventory.models import Card, Node
-from leasing import provisioning, services
+from leasing.lifecycle import provisioning
+from leasing.lifecycle import requests as lease_requests
 from tests.factories import CardModelFactory, make_node
 
 
@@ -18,7 +19,7 @@ def pool(db):
 
 def test_operator_drains_a_node_and_holders_are_counted(api, alice, ops, vision, pool):
     model, node = pool
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=5)
     )
     provisioning.provision_step(lease_id=lease.pk)
@@ -47,7 +48,7 @@ def test_members_cannot_drain_or_mark_faulty(api, alice, pool):
 
 def test_operator_marks_a_held_card_faulty_and_the_lease_moves(api, alice, ops, vision, pool):
     model, node = pool
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=5)
     )
     provisioning.provision_step(lease_id=lease.pk)

@@ -12,7 +12,8 @@ from django.utils import translation
 
 from inventory.models import Card, InterconnectKind, Node, Region, Vendor
 from inventory.views import COLUMNS
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Allocation, Lease
 from tests.factories import CardModelFactory, RegionFactory, make_node
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)

@@ -23,7 +23,8 @@ from django.utils import translation
 
 from inventory import api_telemetry, tasks, telemetry
 from inventory.models import Card, CardHourly, CardSample, Node
-from leasing import provisioning, services
+from leasing.lifecycle import provisioning
+from leasing.lifecycle import requests as lease_requests
 from portal import urls as portal_urls
 from portal.tokens.services import token_create
 from tests.factories import CardModelFactory, make_node
@@ -488,7 +489,7 @@ def test_stats_use_hourly_rows_once_samples_are_summarised(node):
 
 @pytest.fixture
 def lease(node, alice, vision, h100):
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=alice, team=vision, card_model=h100, count=2, duration=timedelta(hours=4)
     )
     assert provisioning.provision_step(lease_id=lease.pk)

@@ -44,9 +44,9 @@ def hours(n: float) -> timedelta:
 
 def ask(user, team, model, count=1, duration=None, **kw):
     """Request cards through the service, two hours unless told otherwise."""
-    from leasing import services
+    from leasing.lifecycle import requests as lease_requests
 
     duration = duration if duration is not None else hours(2)
-    return services.lease_request(
+    return lease_requests.lease_request(
         user=user, team=team, card_model=model, count=count, duration=duration, **kw
     )

@@ -2,8 +2,9 @@
 
 import pytest
 
-from leasing import provisioning
-from leasing.models import Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import provisioning
+from leasing.models import Lease
 from portal.tokens.models import ApiToken
 from portal.tokens.selectors import token_for_key
 from tests.leasing.conftest import T0
@@ -192,17 +193,27 @@ def test_a_request_for_free_cards_is_a_handful_of_queries(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from leasing import services
+    from leasing.scheduler import run
 
-    def full_pass(*args, **kwargs):
-        raise AssertionError("the full queue pass ran for a request that met no queue")
+    passes = []
+    real_pass = run.schedule_card_model
 
-    monkeypatch.setattr(services, "schedule_card_model", full_pass)
+    def spy(card_model_id, **kwargs):
+        passes.append(card_model_id)
+        return real_pass(card_model_id, **kwargs)
+
+    monkeypatch.setattr(run, "schedule_card_model", spy)
     post(api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60})  # warm
     with CaptureQueriesContext(connection) as queries:
         response = post(api, alice, {"card_model": a100.slug, "count": 2, "duration_minutes": 60})
     assert response.status_code == 201 and response.json()["status"] == "provisioning"
     assert len(response.json()["allocations"]) == 2
+    assert passes == [], "the full queue pass ran for a request that met no queue"
+    # The spy sees the pass when there is a queue (so it cannot be bypassed unnoticed).
+    post(api, alice, {"card_model": a100.slug, "count": 2, "duration_minutes": 60})  # other node
+    assert passes == []
+    queued = post(api, alice, {"card_model": a100.slug, "count": 4, "duration_minutes": 60})
+    assert queued.json()["status"] == "queued" and passes == [a100.pk]
     assert len(queries) <= 16, [q["sql"][:120] for q in queries.captured_queries]
 
 

@@ -4,9 +4,13 @@ and the sweep hands the recorded work over once the broker is back."""
 from datetime import timedelta
 
 import pytest
+from celery import Task
 
-from leasing import enqueue, notifications, provisioning, tasks
-from leasing.models import Lease, LeaseStatus
+from leasing import enqueue
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import provisioning
+from leasing.lifecycle import tasks as lease_tasks
+from leasing.models import Lease, Notification
 from portal.celery import app
 from tests.factories import make_node
 from tests.leasing.conftest import ask
@@ -67,13 +71,14 @@ def test_a_request_is_recorded_and_answered_while_the_broker_is_down(
     monkeypatch.setenv("CELERY_BROKER_URL", "memory://")
     _reset_pools()
     frozen.shift(timedelta(seconds=61))
-    original = tasks.provision_lease.apply_async
-    tasks.provision_lease.apply_async = lambda args, kwargs=None, **o: sent.append(tuple(args))
-    try:
-        assert tasks.sweep()["reprovisioned"] == 1
-    finally:
-        tasks.provision_lease.apply_async = original
-    assert sent == [(lease.pk,)]
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            Task,
+            "apply_async",
+            lambda task, args, kwargs=None, **o: sent.append((task.name, tuple(args))),
+        )
+        assert lease_tasks.sweep()["reprovisioned"] == 1
+    assert sent == [("leasing.tasks.provision_lease", (lease.pk,))]
     provisioning.provision_step(lease_id=lease.pk)
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.ACTIVE
@@ -84,7 +89,7 @@ def test_the_sweep_survives_a_broker_that_is_still_down(broker_down, frozen, ali
     first, second = ask(alice, vision, a100), ask(alice, vision, a100)
     frozen.shift(timedelta(seconds=61))
     # Each send fails and is logged; the sweep still visits both and the rest of its steps.
-    assert tasks.sweep()["reprovisioned"] == 2
+    assert lease_tasks.sweep()["reprovisioned"] == 2
     assert set(Lease.objects.values_list("status", flat=True)) == {LeaseStatus.PROVISIONING}
     assert first.pk != second.pk
 
@@ -110,12 +115,19 @@ def test_the_broker_is_checked_at_most_every_ten_seconds(broker_down, monkeypatc
     assert len(pings) == 1
 
 
-def test_a_notice_that_cannot_be_queued_is_written_inline(broker_down, monkeypatch):
-    told = []
-    monkeypatch.setattr(
-        notifications, "notify_lease_event", lambda *, lease_id, kind: told.append((lease_id, kind))
+def test_a_notice_that_cannot_be_queued_is_written_inline(
+    broker_down, frozen, alice, vision, a100, small_pool
+):
+    lease = ask(alice, vision, a100)
+    Notification.objects.all().delete()
+    assert (
+        enqueue.enqueue("leasing.tasks.notify_lease", lease.pk, "lease_queued", inline_if_down=True)
+        is False
     )
-    assert enqueue.enqueue(tasks.notify_lease, 7, "lease_queued", inline_if_down=True) is False
-    assert enqueue.enqueue(tasks.expire_lease, 7) is False  # the sweep re-finds expiries
-    assert told == [(7, "lease_queued")]
+    assert enqueue.enqueue("leasing.tasks.expire_lease", lease.pk) is False  # the sweep re-finds it
+    assert list(Notification.objects.values_list("lease_id", "kind")) == [
+        (lease.pk, "lease_queued")
+    ]
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.PROVISIONING  # the expiry was not run inline
     assert enqueue.broker_up() is False  # the failed send counts as a check

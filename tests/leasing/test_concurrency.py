@@ -9,8 +9,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 from django.utils import timezone, translation
 
-from leasing import services
-from leasing.models import Allocation, Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import requests as lease_requests
+from leasing.models import Allocation, Lease
+from leasing.teams import services as team_services
 from tests.factories import CardModelFactory, MembershipFactory, UserFactory, make_node
 
 pytestmark = pytest.mark.postgres
@@ -32,7 +34,7 @@ def test_simultaneous_requests_never_double_book(transactional_db, vision):
         try:
             barrier.wait()
             with translation.override("en"):  # threads do not inherit the test's language
-                services.lease_request(
+                lease_requests.lease_request(
                     user=users[i],
                     team=vision,
                     card_model=model,
@@ -116,7 +118,7 @@ def test_concurrent_quota_holds_under_simultaneous_requests(transactional_db, vi
     model = CardModelFactory(slug="quota-race")
     for i in range(4):
         make_node(model, cards=8, domains=1, hostname=f"qrace{i}")
-    services.quota_set(user=ops, team=vision, card_model=model, max_concurrent_cards=10)
+    team_services.quota_set(user=ops, team=vision, card_model=model, max_concurrent_cards=10)
     users = [UserFactory(username=f"qracer{i}") for i in range(50)]
     for user in users:
         MembershipFactory(user=user, team=vision)
@@ -128,7 +130,7 @@ def test_concurrent_quota_holds_under_simultaneous_requests(transactional_db, vi
         try:
             barrier.wait()
             with translation.override("en"):  # threads do not inherit the test's language
-                services.lease_request(
+                lease_requests.lease_request(
                     user=users[i],
                     team=vision,
                     card_model=model,
@@ -166,7 +168,7 @@ def test_copies_of_one_request_sent_at_once_book_once(transactional_db, alice, v
     def request() -> None:
         try:
             barrier.wait()
-            lease = services.lease_request(
+            lease = lease_requests.lease_request(
                 user=alice,
                 team=vision,
                 card_model=model,

@@ -7,22 +7,40 @@ import pytest
 from django.db import connections
 
 from inventory.models import Card, CardSample, Node
-from leasing import endings, provisioning, services, tasks
-from leasing.models import EndReason, LeaseStatus, LeaseWarning, Priority, WarningKind
+from leasing.choices import EndReason, LeaseStatus, Priority, WarningKind
+from leasing.lifecycle import endings, maintenance, provisioning
+from leasing.lifecycle import tasks as lease_tasks
+from leasing.models import LeaseWarning, Notification
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 
 
+class Told:
+    """What the holders were told so far, read from the notification centre's rows:
+    (kind, lease id) per warning or end notice, oldest first."""
+
+    KINDS = ("lease_expiring", "idle_warning", "preemption_warning", "drain_warning", "lease_ended")
+
+    def _rows(self) -> list[tuple[str, int]]:
+        notices = Notification.objects.filter(kind__in=self.KINDS).order_by("pk")
+        return list(notices.values_list("kind", "lease_id"))
+
+    def __iter__(self):
+        return iter(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+    def __eq__(self, other) -> bool:
+        return self._rows() == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._rows())
+
+
 @pytest.fixture
-def told(monkeypatch):
-    """What the holders were told (kind, lease id), instead of sending it."""
-    sent = []
-    monkeypatch.setattr(
-        endings,
-        "_tell",
-        lambda lease, kind, title, body="", anchor="", key="": sent.append((kind, lease.pk)),
-    )
-    return sent
+def told(db) -> Told:
+    return Told()
 
 
 def active(lease):
@@ -116,7 +134,7 @@ def test_idle_lease_is_warned_then_reclaimed_where_policy_says(
     idle.refresh_from_db()
     busy.refresh_from_db()
     assert idle.status == LeaseStatus.RELEASING and busy.status == LeaseStatus.ACTIVE
-    tasks.release_lease(idle.pk, EndReason.IDLE)
+    lease_tasks.release_lease(idle.pk, EndReason.IDLE)
     idle.refresh_from_db()
     assert idle.end_reason == EndReason.IDLE
 
@@ -163,7 +181,7 @@ def test_preemption_with_grace_ends_only_preemptible_leases(
     frozen.move_to(T0 + timedelta(minutes=14))
     assert endings.preemptions_due() == 0
     frozen.move_to(T0 + timedelta(minutes=15))
-    tasks.sweep()
+    lease_tasks.sweep()
     cheap_new.refresh_from_db()
     urgent.refresh_from_db()
     normal.refresh_from_db()
@@ -190,13 +208,13 @@ def test_drain_warns_holders_and_ends_what_runs_at_the_drain_time(
     node = make_node(a100, cards=2, domains=1, hostname="d")
     past = active(ask(alice, vision, a100, duration=hours(5)))
     inside = active(ask(alice, vision, a100, duration=hours(1)))
-    warned = endings.node_drain(user=ops, node=node, drain_at=T0 + hours(2))
+    warned = maintenance.node_drain(user=ops, node=node, drain_at=T0 + hours(2))
     assert warned == 1
     assert LeaseWarning.objects.get(kind=WarningKind.DRAIN).lease_id == past.pk
     late = ask(alice, vision, a100, duration=hours(3))  # would outlive the drain: waits
     assert late.status == LeaseStatus.QUEUED
     frozen.move_to(T0 + hours(2))
-    assert endings.drains_due() == 1
+    assert maintenance.drains_due() == 1
     node.refresh_from_db()
     past.refresh_from_db()
     inside.refresh_from_db()
@@ -212,7 +230,7 @@ def test_faulty_card_moves_the_lease_or_ends_it(frozen, told, alice, ops, vision
     held = list(lease.allocations.values_list("card_id", flat=True))
     frozen.shift(timedelta(minutes=10))
     assert (
-        endings.card_mark_faulty(user=ops, card=Card.objects.get(pk=held[0]), note="XID 79")
+        maintenance.card_mark_faulty(user=ops, card=Card.objects.get(pk=held[0]), note="XID 79")
         == "moved"
     )
     now_held = set(
@@ -224,7 +242,7 @@ def test_faulty_card_moves_the_lease_or_ends_it(frozen, told, alice, ops, vision
     lease.refresh_from_db()
     assert len(lease.access["nodes"][0]["devices"]) == 2
     # No spare left: the next fault ends the lease.
-    assert endings.card_mark_faulty(user=ops, card=Card.objects.get(pk=held[1])) == "ended"
+    assert maintenance.card_mark_faulty(user=ops, card=Card.objects.get(pk=held[1])) == "ended"
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.RELEASING
 
@@ -234,10 +252,10 @@ def test_only_operators_drain_or_mark_faulty(alice, vision, a100):
 
     node = make_node(a100, cards=1, domains=1, hostname="x")
     with pytest.raises(PermissionDenied):
-        endings.node_drain(user=alice, node=node, drain_at=T0 + hours(30 * 24 * 12))
+        maintenance.node_drain(user=alice, node=node, drain_at=T0 + hours(30 * 24 * 12))
     with pytest.raises(PermissionDenied):
-        endings.card_mark_faulty(user=alice, card=node.cards.get())
-    assert services  # the services module is what both call into
+        maintenance.card_mark_faulty(user=alice, card=node.cards.get())
+    assert not Node.objects.filter(status=Node.Status.DRAINING).exists()
 
 
 def test_warnings_reach_the_notification_centre_once(frozen, alice, vision, a100, small_pool):
@@ -252,33 +270,26 @@ def test_warnings_reach_the_notification_centre_once(frozen, alice, vision, a100
 
 
 def test_lifecycle_events_notify_the_holder(
-    frozen, alice, bob, vision, nlp, a100, monkeypatch, django_capture_on_commit_callbacks
+    frozen, alice, bob, vision, nlp, a100, sent_tasks, django_capture_on_commit_callbacks
 ):
-    from leasing.models import Notification
-    from leasing.notifications import notify_lease_event
+    from leasing.notify.wording import notify_lease_event
 
-    sent = []
-    monkeypatch.setattr(services, "_notify", lambda lease_id, kind: sent.append((lease_id, kind)))
-    # The activation notice is written by the worker itself after the commit (_notify_here).
-    monkeypatch.setattr(
-        services, "_notify_here", lambda lease_id, kind: sent.append((lease_id, kind))
-    )
     make_node(a100, cards=1, domains=1, hostname="n1")
-    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+    with django_capture_on_commit_callbacks(execute=True):
         first = active(ask(alice, vision, a100, duration=hours(1)))
         second = ask(bob, nlp, a100, duration=hours(1))
-        frozen.move_to(T0 + hours(1))
-        services.lease_expire(lease_id=first.pk)
-        services.lease_finish_release(lease_id=first.pk, reason=EndReason.EXPIRED)
+    frozen.move_to(T0 + hours(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        endings.lease_expire(lease_id=first.pk)
+        provisioning.lease_finish_release(lease_id=first.pk, reason=EndReason.EXPIRED)
         provisioning.provision_step(lease_id=second.pk)
-    for callback in callbacks:
-        if getattr(callback, "__name__", "") == "<lambda>" and {"_notify", "_notify_here"} & set(
-            callback.__code__.co_names
-        ):
-            callback()
-    assert (first.pk, "lease_active") in sent and (first.pk, "lease_ended") in sent
-    assert (second.pk, "lease_queued") in sent and (second.pk, "lease_started_from_queue") in sent
-    for lease_id, kind in sent:
+    # Notices of events are queued as tasks; the activation notice is written by the worker
+    # itself (no second task for it).
+    queued = [task.args for task in sent_tasks if task.name == "leasing.tasks.notify_lease"]
+    assert (first.pk, "lease_ended") in queued and (second.pk, "lease_queued") in queued
+    for lease_id, kind in queued:
         notify_lease_event(lease_id=lease_id, kind=kind)
+    mine = set(Notification.objects.filter(user=alice).values_list("kind", flat=True))
+    assert {"lease_active", "lease_ended"} <= mine
     kinds = set(Notification.objects.filter(user=bob).values_list("kind", flat=True))
     assert kinds == {"lease_queued", "lease_started_from_queue"}

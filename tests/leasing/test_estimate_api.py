@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from leasing.models import Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Lease
 from tests.leasing.test_recommend import pool
 
 pytestmark = pytest.mark.django_db

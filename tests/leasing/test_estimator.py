@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leasing.estimator import (
+from leasing.advisor.estimator import (
     GB,
     EstimateError,
     ModelPrecision,
@@ -262,7 +262,7 @@ PRECISION_ORDER = ["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
     pair=st.tuples(st.sampled_from(PRECISION_ORDER), st.sampled_from(PRECISION_ORDER)),
 )
 def test_memory_falls_with_lower_precision(task, size, seq, batch, pair):
-    from leasing.estimator import ALLOWED_PRECISIONS
+    from leasing.advisor.estimator import ALLOWED_PRECISIONS
 
     allowed = ALLOWED_PRECISIONS[task]
     hypothesis.assume(all(p in allowed for p in pair))

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from inventory.models import Card, Node
-from leasing.models import Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.models import Lease
 from leasing.scheduler import fastpath, planner
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from tests.factories import make_node

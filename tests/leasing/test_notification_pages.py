@@ -7,16 +7,18 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 import portal.urls
-from leasing import api_notify, notifications
+from leasing.choices import Kind
 from leasing.models import Delivery, Notification, Webhook
-from leasing.notifications import Kind
+from leasing.notify import api as notify_api
+from leasing.notify import selectors as notify_selectors
+from leasing.notify import services as notify_services
 
 # Until portal/urls.py, portal/api_urls.py and settings wire the notification pages in,
 # these tests wire them themselves (harmless once they are).
 _router = SimpleRouter()
-api_notify.register(_router)
+notify_api.register(_router)
 urlpatterns = [
-    path("notifications/", include("leasing.urls_notify")),
+    path("notifications/", include("leasing.notify.urls")),
     path("api/v1/", include(_router.urls)),
     *portal.urls.urlpatterns,
 ]
@@ -48,7 +50,7 @@ def api(api):
 
 
 def tell(user, title="Lease 1 is active", kind=Kind.LEASE_ACTIVE, **kw):
-    return notifications.notify(user=user, kind=kind, title=title, **kw)
+    return notify_services.notify(user=user, kind=kind, title=title, **kw)
 
 
 # --- pages -------------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def test_mark_all_read_and_unread_filter(as_alice, alice, bob, frozen):
     theirs = tell(bob)
     assert "first" in as_alice.get("/notifications/?unread=1").content.decode()
     as_alice.post("/notifications/read-all/")
-    assert notifications.unread_count(alice) == 0
+    assert notify_selectors.unread_count(alice) == 0
     assert "first" not in as_alice.get("/notifications/?unread=1").content.decode()
     theirs.refresh_from_db()
     assert theirs.read_at is None
@@ -118,7 +120,7 @@ def test_settings_page_saves_channels_per_kind(as_alice, alice):
     data = {kind: ["email", "webhook"] for kind in Kind.values}
     data[Kind.LEASE_EXPIRING] = ["webhook"]  # no email for this one
     as_alice.post("/notifications/settings/", data)
-    prefs = notifications.preferences_for(alice)
+    prefs = notify_services.preferences_for(alice)
     assert prefs[Kind.LEASE_EXPIRING] == {"inapp", "webhook"}
     assert prefs[Kind.LEASE_ACTIVE] == {"inapp", "email", "webhook"}
 
@@ -157,7 +159,7 @@ def test_bad_webhook_is_refused_with_a_message(as_alice, alice):
 
 
 def test_member_cannot_touch_the_team_webhooks(as_alice, client, alice, lena, vision):
-    robot = notifications.webhook_create(
+    robot = notify_services.webhook_create(
         user=lena, team=vision, name="team robot", url="https://x.example/", format="feishu"
     )
     page = as_alice.get("/notifications/settings/").content.decode()
@@ -200,7 +202,7 @@ def test_pages_in_chinese(client, alice, frozen):
 
 def test_api_lists_only_mine_and_filters_unread(api, alice, bob, frozen):
     read = tell(alice, title="old", url="/leases/1/")
-    notifications.notification_read(user=alice, notification_id=read.pk)
+    notify_services.notification_read(user=alice, notification_id=read.pk)
     tell(alice, title="new")
     tell(bob, title="bob's")
     api.force_authenticate(alice)

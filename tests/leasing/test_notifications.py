@@ -16,9 +16,15 @@ from celery.exceptions import Retry
 from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from leasing import notifications, services, tasks, tasks_notify, webhooks
-from leasing.models import Channel, Delivery, Notification, Webhook
-from leasing.notifications import Kind
+from leasing.choices import Channel, Kind
+from leasing.lifecycle import tasks as lease_tasks
+from leasing.models import Delivery, Notification, Webhook
+from leasing.notify import selectors as notify_selectors
+from leasing.notify import sending, webhooks, wording
+from leasing.notify import services as notify_services
+from leasing.notify import tasks as notify_tasks
+from leasing.teams import approvals
+from leasing.teams import services as team_services
 from portal.models import Membership
 from tests.factories import MembershipFactory, UserFactory
 from tests.leasing.conftest import T0, ask
@@ -77,16 +83,31 @@ def opener(monkeypatch):
     return install
 
 
+class Queued:
+    """The delivery ids handed to the broker so far (the tests run tasks by calling them)."""
+
+    def __init__(self, sent_tasks):
+        self.sent = sent_tasks
+
+    def _ids(self) -> list[int]:
+        return [task.args[0] for task in self.sent if task.name == "leasing.tasks_notify.deliver"]
+
+    def __iter__(self):
+        return iter(self._ids())
+
+    def __contains__(self, delivery_id) -> bool:
+        return delivery_id in self._ids()
+
+    def __eq__(self, other) -> bool:
+        return self._ids() == list(other)
+
+    def __repr__(self) -> str:
+        return repr(self._ids())
+
+
 @pytest.fixture
-def queued(monkeypatch):
-    """The delivery ids handed to the broker (the tests run tasks by calling them)."""
-    ids: list[int] = []
-    monkeypatch.setattr(
-        tasks_notify.deliver,
-        "apply_async",
-        lambda args, kwargs=None, **options: ids.append(args[0]),
-    )
-    return ids
+def queued(sent_tasks) -> Queued:
+    return Queued(sent_tasks)
 
 
 def hook(owner=None, *, team=None, fmt="generic", kinds=(), url="https://hooks.example/in", **kw):
@@ -104,8 +125,8 @@ def channels(notification) -> set[tuple[str, int | None]]:
 
 def test_defaults_inapp_always_email_for_warnings_webhooks_for_all(alice, frozen):
     mine = hook(alice)
-    active = notifications.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="active")
-    expiring = notifications.notify(user=alice, kind=Kind.LEASE_EXPIRING, title="ends soon")
+    active = notify_services.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="active")
+    expiring = notify_services.notify(user=alice, kind=Kind.LEASE_EXPIRING, title="ends soon")
     assert Notification.objects.filter(user=alice).count() == 2  # in the portal, both
     assert channels(active) == {(Channel.WEBHOOK, mine.pk)}
     assert channels(expiring) == {(Channel.EMAIL, None), (Channel.WEBHOOK, mine.pk)}
@@ -113,34 +134,34 @@ def test_defaults_inapp_always_email_for_warnings_webhooks_for_all(alice, frozen
 
 def test_preferences_choose_the_channels_per_kind(alice, frozen):
     mine = hook(alice)
-    notifications.preferences_set(
+    notify_services.preferences_set(
         user=alice,
         choices={Kind.LEASE_ACTIVE: ["email"], Kind.LEASE_EXPIRING: []},
     )
-    active = notifications.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="a")
-    expiring = notifications.notify(user=alice, kind=Kind.LEASE_EXPIRING, title="e")
-    failed = notifications.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")  # untouched
+    active = notify_services.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="a")
+    expiring = notify_services.notify(user=alice, kind=Kind.LEASE_EXPIRING, title="e")
+    failed = notify_services.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")  # untouched
     assert channels(active) == {(Channel.EMAIL, None)}
     assert channels(expiring) == set()  # in the portal only
     assert channels(failed) == {(Channel.EMAIL, None), (Channel.WEBHOOK, mine.pk)}
-    prefs = notifications.preferences_for(alice)
+    prefs = notify_services.preferences_for(alice)
     assert prefs[Kind.LEASE_EXPIRING] == {"inapp"}
     assert prefs[Kind.LEASE_FAILED] == {"inapp", "email", "webhook"}
 
 
 def test_preferences_equal_to_the_default_store_no_row(alice):
-    notifications.preferences_set(user=alice, choices={Kind.LEASE_FAILED: ["email", "webhook"]})
+    notify_services.preferences_set(user=alice, choices={Kind.LEASE_FAILED: ["email", "webhook"]})
     assert not alice.notification_preferences.exists()
     with pytest.raises(ValidationError):
-        notifications.preferences_set(user=alice, choices={"nonsense": []})
+        notify_services.preferences_set(user=alice, choices={"nonsense": []})
     with pytest.raises(ValidationError):
-        notifications.preferences_set(user=alice, choices={Kind.LEASE_FAILED: ["sms"]})
+        notify_services.preferences_set(user=alice, choices={Kind.LEASE_FAILED: ["sms"]})
 
 
 def test_no_email_address_no_email_delivery(alice, frozen):
     alice.email = ""
     alice.save()
-    note = notifications.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")
+    note = notify_services.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")
     assert channels(note) == set()
 
 
@@ -148,8 +169,8 @@ def test_webhooks_hear_only_their_events_and_only_when_active(alice, bob, frozen
     only_failures = hook(alice, kinds=[Kind.LEASE_FAILED])
     hook(alice, active=False)
     hook(bob)  # someone else's
-    active = notifications.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="a")
-    failed = notifications.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")
+    active = notify_services.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="a")
+    failed = notify_services.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")
     assert channels(active) == set()
     assert (Channel.WEBHOOK, only_failures.pk) in channels(failed)
 
@@ -158,7 +179,7 @@ def test_team_event_reaches_each_lead_and_the_team_robot_once(alice, lena, visio
     second_lead = UserFactory(username="lars")
     MembershipFactory(user=second_lead, team=vision, role=Membership.Role.LEAD)
     robot = hook(team=vision, fmt="wecom")
-    notes = notifications.notify_team_leads(
+    notes = notify_services.notify_team_leads(
         team=vision, kind=Kind.BUDGET_80, title="80% of the budget", url="/teams/vision/"
     )
     assert {n.user for n in notes} == {lena, second_lead}
@@ -173,10 +194,10 @@ def test_member_lease_events_reach_the_team_robot_only_when_it_asks(
     lease = ask(alice, vision, a100)
     quiet = hook(team=vision, fmt="feishu")
     listening = hook(team=vision, fmt="dingtalk", kinds=[Kind.PREEMPTION_WARNING])
-    note = notifications.notify(
+    note = notify_services.notify(
         user=alice, kind=Kind.PREEMPTION_WARNING, title="preempted soon", lease=lease
     )
-    other = notifications.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="active", lease=lease)
+    other = notify_services.notify(user=alice, kind=Kind.LEASE_ACTIVE, title="active", lease=lease)
     assert (Channel.WEBHOOK, listening.pk) in channels(note)
     assert (Channel.WEBHOOK, quiet.pk) not in channels(note)
     assert not any(h in (quiet.pk, listening.pk) for _, h in channels(other))
@@ -187,7 +208,7 @@ def test_deliveries_are_queued_only_after_commit(
 ):
     hook(alice)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        note = notifications.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")
+        note = notify_services.notify(user=alice, kind=Kind.LEASE_FAILED, title="f")
         assert queued == []
     assert len(callbacks) == 1
     callbacks[0]()
@@ -195,8 +216,8 @@ def test_deliveries_are_queued_only_after_commit(
 
 
 def test_a_key_makes_notify_idempotent(alice, frozen):
-    first = notifications.notify(user=alice, kind=Kind.LEASE_ENDED, title="ended", key="k1")
-    again = notifications.notify(user=alice, kind=Kind.LEASE_ENDED, title="ended", key="k1")
+    first = notify_services.notify(user=alice, kind=Kind.LEASE_ENDED, title="ended", key="k1")
+    again = notify_services.notify(user=alice, kind=Kind.LEASE_ENDED, title="ended", key="k1")
     assert first.pk == again.pk
     assert Notification.objects.filter(user=alice).count() == 1
 
@@ -204,7 +225,7 @@ def test_a_key_makes_notify_idempotent(alice, frozen):
 def test_data_may_hold_datetimes(alice, frozen):
     from django.utils import timezone
 
-    note = notifications.notify(
+    note = notify_services.notify(
         user=alice, kind=Kind.LEASE_QUEUED, title="q", data={"estimated_start": timezone.now()}
     )
     note.refresh_from_db()
@@ -215,7 +236,7 @@ def test_data_may_hold_datetimes(alice, frozen):
 
 
 def make_delivery(user, webhook=None, kind=Kind.LEASE_FAILED):
-    note = notifications.notify(user=user, kind=kind, title="Lease 1 failed", body="why")
+    note = notify_services.notify(user=user, kind=kind, title="Lease 1 failed", body="why")
     channel = Channel.WEBHOOK if webhook else Channel.EMAIL
     return note.deliveries.get(channel=channel, webhook=webhook)
 
@@ -223,8 +244,8 @@ def make_delivery(user, webhook=None, kind=Kind.LEASE_FAILED):
 def test_deliver_twice_sends_once(alice, frozen, opener):
     fake = opener((200, "ok"))
     delivery = make_delivery(alice, hook(alice))
-    tasks_notify.deliver(delivery.pk)
-    tasks_notify.deliver(delivery.pk)
+    notify_tasks.deliver(delivery.pk)
+    notify_tasks.deliver(delivery.pk)
     delivery.refresh_from_db()
     assert len(fake.requests) == 1
     assert (delivery.status, delivery.attempts, delivery.response_code) == (SENT, 1, 200)
@@ -235,8 +256,8 @@ def test_a_second_worker_does_not_send_while_an_attempt_is_in_flight(alice, froz
     fake = opener((200, "ok"))
     delivery = make_delivery(alice, hook(alice))
     inner: list = []
-    fake.during_send = lambda: inner.append(notifications.delivery_attempt(delivery_id=delivery.pk))
-    notifications.delivery_attempt(delivery_id=delivery.pk)
+    fake.during_send = lambda: inner.append(sending.delivery_attempt(delivery_id=delivery.pk))
+    sending.delivery_attempt(delivery_id=delivery.pk)
     assert inner == [None] and len(fake.requests) == 1
 
 
@@ -244,29 +265,29 @@ def test_retries_with_exponential_backoff_then_gives_up(alice, frozen, opener):
     fake = opener((503, "busy"))
     delivery = make_delivery(alice, hook(alice))
     waits = []
-    for _ in range(notifications.MAX_ATTEMPTS):
-        waits.append(notifications.delivery_attempt(delivery_id=delivery.pk))
+    for _ in range(notify_services.MAX_ATTEMPTS):
+        waits.append(sending.delivery_attempt(delivery_id=delivery.pk))
         frozen.shift(timedelta(seconds=waits[-1] or 0))
     delivery.refresh_from_db()
     assert waits == [30, 60, 120, 240, 480, None]
-    assert delivery.status == FAILED and delivery.attempts == notifications.MAX_ATTEMPTS
+    assert delivery.status == FAILED and delivery.attempts == notify_services.MAX_ATTEMPTS
     assert delivery.response_code == 503 and delivery.response_body == "busy"
     assert "503" in delivery.error
     assert delivery.last_attempt_at is not None
-    assert len(fake.requests) == notifications.MAX_ATTEMPTS
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) is None  # failed stays failed
-    assert len(fake.requests) == notifications.MAX_ATTEMPTS
+    assert len(fake.requests) == notify_services.MAX_ATTEMPTS
+    assert sending.delivery_attempt(delivery_id=delivery.pk) is None  # failed stays failed
+    assert len(fake.requests) == notify_services.MAX_ATTEMPTS
 
 
 def test_network_error_is_retried_and_recorded(alice, frozen, opener):
     opener(urllib.error.URLError("connection refused"), (200, "ok"))
     delivery = make_delivery(alice, hook(alice))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) == 30
+    assert sending.delivery_attempt(delivery_id=delivery.pk) == 30
     delivery.refresh_from_db()
     assert delivery.status == PENDING and delivery.response_code is None
     assert "connection refused" in delivery.error
     frozen.shift(timedelta(seconds=30))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) is None
+    assert sending.delivery_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.error) == (SENT, 2, "")
 
@@ -274,7 +295,7 @@ def test_network_error_is_retried_and_recorded(alice, frozen, opener):
 def test_timeout_is_retried(alice, frozen, opener):
     opener(TimeoutError("timed out"))
     delivery = make_delivery(alice, hook(alice))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) == 30
+    assert sending.delivery_attempt(delivery_id=delivery.pk) == 30
     delivery.refresh_from_db()
     assert "5 s" in delivery.error
 
@@ -282,13 +303,13 @@ def test_timeout_is_retried(alice, frozen, opener):
 def test_429_honours_retry_after(alice, frozen, opener):
     opener((429, "slow down", {"Retry-After": "120"}))
     delivery = make_delivery(alice, hook(alice))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) == 120
+    assert sending.delivery_attempt(delivery_id=delivery.pk) == 120
 
 
 def test_client_error_fails_at_once(alice, frozen, opener):
     opener((404, "no such hook"))
     delivery = make_delivery(alice, hook(alice))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) is None
+    assert sending.delivery_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.response_code) == (FAILED, 1, 404)
 
@@ -304,7 +325,7 @@ def test_client_error_fails_at_once(alice, frozen, opener):
 def test_robot_error_code_in_a_200_is_a_failure(alice, frozen, opener, fmt, reply, code):
     fake = opener((200, json.dumps(reply)))
     delivery = make_delivery(alice, hook(alice, fmt=fmt))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) is None
+    assert sending.delivery_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert delivery.status == FAILED and delivery.response_code == 200
     assert code in delivery.error and code in delivery.response_body
@@ -314,7 +335,7 @@ def test_robot_error_code_in_a_200_is_a_failure(alice, frozen, opener, fmt, repl
 def test_robot_rate_limit_is_retried(alice, frozen, opener):
     opener((200, '{"errcode":45009,"errmsg":"api freq out of limit"}'))
     delivery = make_delivery(alice, hook(alice, fmt="wecom"))
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) == 30
+    assert sending.delivery_attempt(delivery_id=delivery.pk) == 30
 
 
 def test_the_request_that_goes_out(alice, frozen, opener, settings):
@@ -326,11 +347,11 @@ def test_the_request_that_goes_out(alice, frozen, opener, settings):
         url="https://oapi.dingtalk.com/robot/send?access_token=t",
         secret="SECx",
     )
-    note = notifications.notify(
+    note = notify_services.notify(
         user=alice, kind=Kind.LEASE_FAILED, title="Lease 9 failed", url="/leases/9/"
     )
     delivery = note.deliveries.get(webhook=robot)
-    notifications.delivery_attempt(delivery_id=delivery.pk)
+    sending.delivery_attempt(delivery_id=delivery.pk)
     (req,) = fake.requests
     assert req.get_method() == "POST"
     assert req.full_url.startswith("https://oapi.dingtalk.com/robot/send?access_token=t&timestamp=")
@@ -344,14 +365,14 @@ def test_the_request_that_goes_out(alice, frozen, opener, settings):
 def test_generic_hook_gets_the_data_without_our_key(alice, frozen, opener):
     fake = opener((204, ""))
     robot = hook(alice, secret="s")
-    note = notifications.notify(
+    note = notify_services.notify(
         user=alice,
         kind=Kind.LEASE_EXPIRING,
         title="ends in 10 min",
         data={"offset_minutes": 10},
         key="lease:1:expiring:10",
     )
-    notifications.delivery_attempt(delivery_id=note.deliveries.get(webhook=robot).pk)
+    sending.delivery_attempt(delivery_id=note.deliveries.get(webhook=robot).pk)
     (req,) = fake.requests
     body = json.loads(req.data)
     assert body["data"] == {"offset_minutes": 10} and body["id"] == note.pk
@@ -363,7 +384,7 @@ def test_switched_off_webhook_fails_its_pending_delivery(alice, frozen, opener):
     robot = hook(alice)
     delivery = make_delivery(alice, robot)
     Webhook.objects.filter(pk=robot.pk).update(active=False)
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) is None
+    assert sending.delivery_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert delivery.status == FAILED and "switched off" in delivery.error
     assert fake.requests == []
@@ -371,12 +392,12 @@ def test_switched_off_webhook_fails_its_pending_delivery(alice, frozen, opener):
 
 def test_email_delivery(alice, frozen, settings):
     settings.SITE_URL = "https://cardpool.example"
-    note = notifications.notify(
+    note = notify_services.notify(
         user=alice, kind=Kind.LEASE_FAILED, title="Lease 3 failed", body="disk", url="/leases/3/"
     )
     delivery = note.deliveries.get(channel=Channel.EMAIL)
-    tasks_notify.deliver(delivery.pk)
-    tasks_notify.deliver(delivery.pk)
+    notify_tasks.deliver(delivery.pk)
+    notify_tasks.deliver(delivery.pk)
     assert len(mail.outbox) == 1
     sent = mail.outbox[0]
     assert sent.to == [alice.email] and sent.subject == "[Cardpool] Lease 3 failed"
@@ -393,7 +414,7 @@ def test_smtp_trouble_is_retried(alice, frozen, monkeypatch):
 
     monkeypatch.setattr("django.core.mail.message.EmailMessage.send", refuse)
     delivery = make_delivery(alice)
-    assert notifications.delivery_attempt(delivery_id=delivery.pk) == 30
+    assert sending.delivery_attempt(delivery_id=delivery.pk) == 30
     delivery.refresh_from_db()
     assert delivery.status == PENDING and "gone" in delivery.error
 
@@ -407,9 +428,9 @@ def test_the_task_asks_celery_to_retry_after_the_backoff(alice, frozen, opener, 
         countdowns.append(kw["countdown"])
         return Retry()
 
-    monkeypatch.setattr(tasks_notify.deliver, "retry", retry)
+    monkeypatch.setattr(notify_tasks.deliver, "retry", retry)
     with pytest.raises(Retry):
-        tasks_notify.deliver(delivery.pk)
+        notify_tasks.deliver(delivery.pk)
     assert countdowns == [30]
 
 
@@ -433,7 +454,7 @@ def test_sweep_requeues_only_stalled_deliveries(alice, frozen, queued):
     waiting = row(
         channel=Channel.WEBHOOK, webhook=hooks[2], attempts=2, last_attempt_at=timezone.now()
     )
-    assert tasks_notify.deliveries_sweep() == 2
+    assert notify_tasks.deliveries_sweep() == 2
     assert sorted(queued) == [lost.pk, lost_retry.pk]
     assert sent.pk not in queued and waiting.pk not in queued
 
@@ -447,17 +468,17 @@ def test_lead_is_told_about_a_request_waiting_for_approval(
     fake = opener((200, '{"errcode":0,"errmsg":"ok"}'))
     robot = hook(team=vision, fmt="wecom")
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=0
     )
     lease = ask(alice, vision, a100)
-    tasks.notify_lease(lease.pk, "approval_requested")
-    tasks.notify_lease(lease.pk, "approval_requested")  # a redelivered task tells once
+    lease_tasks.notify_lease(lease.pk, "approval_requested")
+    lease_tasks.notify_lease(lease.pk, "approval_requested")  # a redelivered task tells once
     (note,) = Notification.objects.filter(user=lena)
     assert note.kind == Kind.APPROVAL_REQUESTED and note.url == "/teams/vision/"
     assert "alice asks for approval" in note.title
     for delivery in note.deliveries.all():
-        tasks_notify.deliver(delivery.pk)
+        notify_tasks.deliver(delivery.pk)
     assert mail.outbox[-1].to == [lena.email]
     assert "approval" in mail.outbox[-1].subject
     assert Delivery.objects.get(webhook=robot).status == SENT
@@ -466,26 +487,26 @@ def test_lead_is_told_about_a_request_waiting_for_approval(
 
 def test_old_kinds_map_onto_the_new_ones(alice, lena, vision, a100, small_pool, frozen):
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=0
     )
     lease = ask(alice, vision, a100)
-    services.lease_reject(lease=lease, user=lena, reason="not this month")
-    tasks.notify_lease(lease.pk, "rejected")
+    approvals.lease_reject(lease=lease, user=lena, reason="not this month")
+    lease_tasks.notify_lease(lease.pk, "rejected")
     note = Notification.objects.get(user=alice)
     assert note.kind == Kind.APPROVAL_DECIDED and note.data["decision"] == "rejected"
     assert note.title == f"Lease {lease.pk} rejected" and note.body == "not this month"
-    tasks.notify_lease(lease.pk, "failed")
+    lease_tasks.notify_lease(lease.pk, "failed")
     assert Notification.objects.filter(user=alice, kind=Kind.LEASE_FAILED).count() == 1
 
 
 def test_lease_event_wording(alice, vision, a100, small_pool, frozen):
     lease = ask(alice, vision, a100)
-    (note,) = notifications.notify_lease_event(lease_id=lease.pk, kind=Kind.LEASE_ACTIVE)
+    (note,) = wording.notify_lease_event(lease_id=lease.pk, kind=Kind.LEASE_ACTIVE)
     assert note.title == f"Lease {lease.pk} is active"
     assert "1 × A100 test are yours until 2026-12-01 11:00 (Asia/Shanghai)" in note.body
     assert note.url == f"/leases/{lease.pk}/"
-    assert notifications.notify_lease_event(lease_id=999999, kind=Kind.LEASE_ACTIVE) == []
+    assert wording.notify_lease_event(lease_id=999999, kind=Kind.LEASE_ACTIVE) == []
 
 
 # --- managing webhooks -------------------------------------------------------------------
@@ -493,61 +514,70 @@ def test_lease_event_wording(alice, vision, a100, small_pool, frozen):
 
 def test_only_a_lead_manages_team_webhooks(alice, lena, bob, vision):
     with pytest.raises(PermissionDenied):
-        notifications.webhook_create(
+        notify_services.webhook_create(
             user=alice, team=vision, name="group", url="https://x.example/", format="wecom"
         )
-    robot = notifications.webhook_create(
+    robot = notify_services.webhook_create(
         user=lena, team=vision, name="group", url="https://x.example/", format="wecom"
     )
     assert robot.team == vision and robot.user is None
-    assert robot in notifications.webhooks_managed_by(lena)
-    assert robot not in notifications.webhooks_managed_by(alice)
+    assert robot in notify_selectors.webhooks_managed_by(lena)
+    assert robot not in notify_selectors.webhooks_managed_by(alice)
     for outsider in (alice, bob):
         with pytest.raises(PermissionDenied):
-            notifications.webhook_delete(user=outsider, webhook=robot)
+            notify_services.webhook_delete(user=outsider, webhook=robot)
         with pytest.raises(PermissionDenied):
-            notifications.webhook_test(user=outsider, webhook=robot)
-    notifications.webhook_delete(user=lena, webhook=robot)
+            notify_services.webhook_test(user=outsider, webhook=robot)
+    notify_services.webhook_delete(user=lena, webhook=robot)
     assert not Webhook.objects.exists()
 
 
 def test_webhook_input_is_checked(alice):
     with pytest.raises(ValidationError) as bad_url:
-        notifications.webhook_create(user=alice, name="x", url="ftp://x.example/")
+        notify_services.webhook_create(user=alice, name="x", url="ftp://x.example/")
     assert "url" in bad_url.value.message_dict
     with pytest.raises(ValidationError) as wecom_secret:
-        notifications.webhook_create(
+        notify_services.webhook_create(
             user=alice, name="x", url="https://x.example/", format="wecom", secret="s"
         )
     assert "secret" in wecom_secret.value.message_dict
     with pytest.raises(ValidationError):
-        notifications.webhook_create(
+        notify_services.webhook_create(
             user=alice, name="x", url="https://x.example/", kinds=["nonsense"]
         )
 
 
 def test_webhook_test_sends_to_that_hook_only(alice, frozen, queued):
-    robot = notifications.webhook_create(user=alice, name="mine", url="https://x.example/")
+    robot = notify_services.webhook_create(user=alice, name="mine", url="https://x.example/")
     hook(alice, url="https://another.example/")
-    delivery = notifications.webhook_test(user=alice, webhook=robot)
+    delivery = notify_services.webhook_test(user=alice, webhook=robot)
     assert delivery.webhook == robot
     assert delivery.notification.deliveries.count() == 1
     assert delivery.notification.read_at is not None  # does not light the bell
 
 
 def test_an_activation_notice_that_fails_in_the_worker_is_queued_instead(
-    frozen, alice, vision, a100, small_pool, monkeypatch
+    frozen,
+    alice,
+    vision,
+    a100,
+    small_pool,
+    monkeypatch,
+    sent_tasks,
+    django_capture_on_commit_callbacks,
 ):
-    from leasing import enqueue, notifications, services
+    from leasing.lifecycle import provisioning
+    from leasing.notify import wording
 
     lease = ask(alice, vision, a100)
-    sent = []
-    monkeypatch.setattr(enqueue, "enqueue", lambda task, *a, **kw: sent.append((task.name, a)))
-    monkeypatch.setattr(services, "enqueue", enqueue.enqueue)
 
     def broken(**kwargs):
         raise RuntimeError("template missing")
 
-    monkeypatch.setattr(notifications, "notify_lease_event", broken)
-    services._notify_here(lease.pk, "lease_active")
-    assert sent == [("leasing.tasks.notify_lease", (lease.pk, "lease_active"))]
+    monkeypatch.setattr(wording, "notify_lease_event", broken)  # the failure, where it is defined
+    with django_capture_on_commit_callbacks(execute=True):
+        assert provisioning.provision_step(lease_id=lease.pk)
+    assert ("leasing.tasks.notify_lease", (lease.pk, "lease_active")) in [
+        (task.name, task.args) for task in sent_tasks
+    ]
+    assert not Notification.objects.filter(lease=lease, kind="lease_active").exists()

@@ -2,8 +2,9 @@
 
 import pytest
 
-from leasing import provisioning
-from leasing.models import Lease, LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import provisioning
+from leasing.models import Lease
 from tests.leasing.conftest import T0, ask, hours
 
 

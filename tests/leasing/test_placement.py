@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from inventory.models import Card, Node
-from leasing.models import LeaseStatus
+from leasing.choices import LeaseStatus
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 

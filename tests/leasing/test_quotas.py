@@ -10,8 +10,13 @@ from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import override_settings
 
-from leasing import provisioning, quotas, services
-from leasing.models import LeaseStatus, MemberLimit, Priority, Quota
+from leasing import periods
+from leasing.choices import LeaseStatus, Priority
+from leasing.lifecycle import changes, provisioning
+from leasing.lifecycle import requests as lease_requests
+from leasing.models import MemberLimit, Quota
+from leasing.teams import approvals, quotas
+from leasing.teams import services as team_services
 from portal.models import Membership
 from tests.leasing.conftest import T0, ask, hours
 
@@ -21,7 +26,7 @@ SH = ZoneInfo("Asia/Shanghai")
 @pytest.fixture
 def quota(vision, a100, ops):
     def make(card_model=a100, **limits):
-        return services.quota_set(user=ops, team=vision, card_model=card_model, **limits)
+        return team_services.quota_set(user=ops, team=vision, card_model=card_model, **limits)
 
     return make
 
@@ -64,7 +69,7 @@ def test_month_budget_charged_refunded_on_early_release(
 ):
     quota(card_hours_per_month=Decimal("20"))
     lease = ask(alice, vision, a100, count=2, duration=hours(8))  # charges 16 card-hours
-    month = quotas.month_of(T0)
+    month = periods.month_of(T0)
     assert quotas.month_usage(vision.pk, month)[0] == Decimal(16)
     with pytest.raises(ValidationError) as caught:
         ask(alice, vision, a100, count=1, duration=hours(5))
@@ -72,7 +77,7 @@ def test_month_budget_charged_refunded_on_early_release(
     assert "renews on 2027-01-01" in " ".join(caught.value.messages)
     provisioning.provision_step(lease_id=lease.pk)
     frozen.shift(hours(1))
-    services.lease_release(lease=lease, user=alice)  # held 1 h: 14 card-hours come back
+    changes.lease_release(lease=lease, user=alice)  # held 1 h: 14 card-hours come back
     assert quotas.month_usage(vision.pk, month)[0] == Decimal(2)
     assert ask(alice, vision, a100, count=1, duration=hours(5)).status == LeaseStatus.PROVISIONING
 
@@ -85,7 +90,7 @@ def test_lease_across_month_boundary_charges_each_month_its_share(
     start = datetime(2026, 12, 31, 22, 0, tzinfo=SH)
     with time_machine.travel(start, tick=False):
         ask(alice, vision, a100, count=2, duration=hours(6))  # 2 h in December, 4 h in January
-    dec, jan = quotas.month_of(start), quotas.month_of(start + hours(6))
+    dec, jan = periods.month_of(start), periods.month_of(start + hours(6))
     assert quotas.month_usage(vision.pk, dec)[0] == Decimal(4)
     assert quotas.month_usage(vision.pk, jan)[0] == Decimal(8)
 
@@ -102,7 +107,7 @@ def test_member_limit_goes_to_the_lead_who_approves(
 ):
     quota(max_concurrent_cards=8)
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=a100, max_concurrent_cards=2
     )
     lease = ask(alice, vision, a100, count=3)
@@ -110,8 +115,8 @@ def test_member_limit_goes_to_the_lead_who_approves(
     assert "alice may hold at most 2 cards" in lease.approval_reason
     assert not lease.allocations.exists()
     with pytest.raises(PermissionDenied):
-        services.lease_approve(lease=lease, user=alice)
-    approved = services.lease_approve(lease=lease, user=lena, note="deadline Friday")
+        approvals.lease_approve(lease=lease, user=alice)
+    approved = approvals.lease_approve(lease=lease, user=lena, note="deadline Friday")
     assert approved.status == LeaseStatus.PROVISIONING
     assert list(approved.events.values_list("kind", flat=True)) == [
         "requested",
@@ -123,14 +128,16 @@ def test_member_limit_goes_to_the_lead_who_approves(
 
 def test_lead_rejects_with_a_reason(frozen, alice, lena, vision, a100, small_pool, quota):
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(user=lena, membership=membership, card_model=None, max_lease_hours=4)
+    team_services.member_limit_set(
+        user=lena, membership=membership, card_model=None, max_lease_hours=4
+    )
     lease = ask(alice, vision, a100, duration=hours(10))
     assert lease.status == LeaseStatus.PENDING_APPROVAL
     with pytest.raises(ValidationError, match="Say why"):
-        services.lease_reject(lease=lease, user=lena, reason="  ")
-    rejected = services.lease_reject(lease=lease, user=lena, reason="use the T4s for this")
+        approvals.lease_reject(lease=lease, user=lena, reason="  ")
+    rejected = approvals.lease_reject(lease=lease, user=lena, reason="use the T4s for this")
     assert rejected.status == LeaseStatus.REJECTED
-    assert quotas.month_usage(vision.pk, quotas.month_of(T0))[0] == 0
+    assert quotas.month_usage(vision.pk, periods.month_of(T0))[0] == 0
 
 
 def test_approval_refused_when_the_team_quota_no_longer_holds(
@@ -138,24 +145,24 @@ def test_approval_refused_when_the_team_quota_no_longer_holds(
 ):
     quota(max_concurrent_cards=4)
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=a100, max_concurrent_cards=1
     )
     waiting = ask(alice, vision, a100, count=2)
     ask(lena, vision, a100, count=3)
     with pytest.raises(ValidationError, match="at most 4 cards"):
-        services.lease_approve(lease=waiting, user=lena)
+        approvals.lease_approve(lease=waiting, user=lena)
 
 
 def test_member_limit_must_fit_inside_the_team(frozen, lena, alice, vision, a100, quota):
     quota(max_concurrent_cards=4)
     membership = Membership.objects.get(user=alice, team=vision)
     with pytest.raises(ValidationError, match="team's own limit is 4"):
-        services.member_limit_set(
+        team_services.member_limit_set(
             user=lena, membership=membership, card_model=a100, max_concurrent_cards=6
         )
     with pytest.raises(PermissionDenied):
-        services.member_limit_set(
+        team_services.member_limit_set(
             user=alice, membership=membership, card_model=a100, max_concurrent_cards=1
         )
     assert not MemberLimit.objects.exists()
@@ -163,13 +170,13 @@ def test_member_limit_must_fit_inside_the_team(frozen, lena, alice, vision, a100
 
 def test_only_operators_set_team_quotas(lena, vision, a100):
     with pytest.raises(PermissionDenied):
-        services.quota_set(user=lena, team=vision, card_model=a100, max_concurrent_cards=100)
+        team_services.quota_set(user=lena, team=vision, card_model=a100, max_concurrent_cards=100)
     assert not Quota.objects.exists()
 
 
 def test_operator_override_is_recorded(frozen, alice, ops, vision, a100, small_pool, quota):
     quota(max_concurrent_cards=1)
-    lease = services.lease_request(
+    lease = lease_requests.lease_request(
         user=ops,
         team=vision,
         card_model=a100,
@@ -181,7 +188,7 @@ def test_operator_override_is_recorded(frozen, alice, ops, vision, a100, small_p
     event = lease.events.get(kind="quota_override")
     assert event.message == "paper deadline, ok'd by CTO" and event.actor == ops
     with pytest.raises(PermissionDenied):
-        services.lease_request(
+        lease_requests.lease_request(
             user=alice,
             team=vision,
             card_model=a100,
@@ -212,19 +219,20 @@ def test_borrowing_idle_cards_as_preemptible(frozen, alice, vision, a100, small_
 def test_lead_is_told_about_a_request_waiting_for_approval(
     frozen, alice, lena, vision, a100, small_pool
 ):
-    from leasing import tasks, tasks_notify
+    from leasing.lifecycle import tasks as lease_tasks
     from leasing.models import Delivery
+    from leasing.notify import tasks as notify_tasks
 
     lena.email = "lena@example.org"
     lena.save()
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=0
     )
     lease = ask(alice, vision, a100)
-    tasks.notify_lease(lease.pk, "approval_requested")
+    lease_tasks.notify_lease(lease.pk, "approval_requested")
     for delivery in Delivery.objects.filter(notification__user=lena, channel="email"):
-        tasks_notify.deliver(delivery.pk)
+        notify_tasks.deliver(delivery.pk)
     assert mail.outbox[-1].to == ["lena@example.org"]
     assert "approval" in mail.outbox[-1].subject
 

@@ -9,9 +9,11 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from inventory.models import CardModel
-from leasing.estimator import TaskProfile
-from leasing.models import Lease, LeaseStatus, Purpose
-from leasing.recommend import MAX_PREVIEWS, lease_request_by_profile, recommend
+from leasing.advisor.estimator import TaskProfile
+from leasing.advisor.recommend import MAX_PREVIEWS, recommend
+from leasing.choices import LeaseStatus, Purpose
+from leasing.lifecycle.requests import lease_request_by_profile
+from leasing.models import Lease
 from tests.factories import make_node
 from tests.leasing.conftest import ask, hours
 

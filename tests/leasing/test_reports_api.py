@@ -157,20 +157,22 @@ def test_day_report_puts_each_hour_on_its_own_day(fin, alice, vision, as_user):
 
     import time_machine
 
-    from leasing import provisioning, services, usage
+    from leasing.billing import usage
+    from leasing.lifecycle import endings, provisioning
+    from leasing.lifecycle import requests as lease_requests
     from tests.factories import CardModelFactory, make_node
 
     model = CardModelFactory(slug="day-split", price_per_hour=Decimal("6.00"))
     make_node(model, cards=1, domains=1, hostname="day")
     start = datetime(2026, 11, 10, 20, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     with time_machine.travel(start, tick=False) as clock:
-        lease = services.lease_request(
+        lease = lease_requests.lease_request(
             user=alice, team=vision, card_model=model, count=1, duration=timedelta(hours=6)
         )
         provisioning.provision_step(lease_id=lease.pk)
         clock.move_to(start + timedelta(hours=6))
-        services.lease_expire(lease_id=lease.pk)
-        services.lease_finish_release(lease_id=lease.pk, reason="expired")
+        endings.lease_expire(lease_id=lease.pk)
+        provisioning.lease_finish_release(lease_id=lease.pk, reason="expired")
     usage.usage_record_lease(lease.pk)
     body = (
         as_user(fin)
@@ -232,6 +234,6 @@ def test_exports_neutralise_formulas(hostile_names, fin, lena, as_user):
     ],
 )
 def test_neutralise(value, expected):
-    from leasing.exports import neutralise
+    from leasing.billing.exports import neutralise
 
     assert neutralise(value) == expected

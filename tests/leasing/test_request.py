@@ -5,7 +5,8 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from leasing.models import Allocation, LeaseStatus, Priority
+from leasing.choices import LeaseStatus, Priority
+from leasing.models import Allocation
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 

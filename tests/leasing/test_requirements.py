@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 from django.core.exceptions import ValidationError
 
-from leasing.models import LeaseStatus
+from leasing.choices import LeaseStatus
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask, hours
 

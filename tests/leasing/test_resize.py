@@ -3,8 +3,9 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from leasing import provisioning, resize, services
-from leasing.models import LeaseStatus
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import provisioning, resize
+from leasing.teams import services as team_services
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import T0, ask, hours
 
@@ -75,7 +76,7 @@ def test_move_outside_the_family_is_refused(frozen, alice, vision, a100, small_p
 
 
 def test_resize_respects_the_team_quota(frozen, alice, ops, vision, a100, small_pool):
-    services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=3)
+    team_services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=3)
     lease = active(ask(alice, vision, a100, count=2))
     with pytest.raises(ValidationError, match="at most 3 cards"):
         resize.lease_resize(lease=lease, user=alice, count=4)

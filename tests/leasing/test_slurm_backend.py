@@ -5,12 +5,14 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
-from leasing import provisioning, services, tasks
 from leasing.backends import TransientBackendError, get_backend
 from leasing.backends import slurm as slurm_backend
 from leasing.backends.local import LocalBackend
 from leasing.backends.slurm import SlurmBackend, SlurmCli, parse_gres_types
-from leasing.models import BackendCall, EndReason, LeaseStatus
+from leasing.choices import EndReason, LeaseStatus
+from leasing.lifecycle import changes, provisioning
+from leasing.lifecycle import tasks as lease_tasks
+from leasing.models import BackendCall
 from tests.factories import make_node
 from tests.leasing.conftest import ask, hours
 from tests.leasing.slurm_fake import FakeSlurm
@@ -78,7 +80,7 @@ def test_unknown_unix_user_fails_the_lease_with_a_reason(
 ):
     fake.users = set()
     lease = ask(alice, vision, a100)
-    tasks.provision_lease.run(lease.pk)
+    lease_tasks.provision_lease.run(lease.pk)
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.FAILED
     assert "no Unix user alice" in lease.failure_reason
@@ -98,7 +100,7 @@ def test_cards_held_outside_cardpool_are_a_transient_error(
 
 def test_release_cancels_the_job(frozen, fake, alice, vision, a100, slurm_node):
     lease = provision(ask(alice, vision, a100, count=2))
-    services.lease_release(lease=lease, user=alice)
+    changes.lease_release(lease=lease, user=alice)
     assert SlurmBackend().status(lease) == "active"
     assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
     assert fake.jobs == {}
@@ -110,12 +112,12 @@ def test_extend_raises_the_time_limit_from_the_new_end(
     frozen, fake, alice, vision, a100, slurm_node
 ):
     lease = provision(ask(alice, vision, a100))
-    services.lease_extend(lease=lease, user=alice, minutes=60)
-    assert tasks.extend_lease_backend.run(lease.pk) == 1
+    changes.lease_extend(lease=lease, user=alice, minutes=60)
+    assert lease_tasks.extend_lease_backend.run(lease.pk) == 1
     (job,) = fake.jobs.values()
     # 10 minutes run (the fake's RunTime) + 3 hours left + the grace
     assert job.limit == 10 + 180 + 2
-    assert tasks.extend_lease_backend.run(lease.pk) == 0  # already high enough
+    assert lease_tasks.extend_lease_backend.run(lease.pk) == 0  # already high enough
 
 
 def test_backend_follows_the_node_label(frozen, fake, alice, vision, a100, slurm_node, settings):

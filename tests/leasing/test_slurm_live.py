@@ -18,10 +18,10 @@ import pytest
 from django.core.management import call_command
 
 from inventory.models import Card, Node
-from leasing import provisioning, services
 from leasing.backends.slurm import SlurmBackend, SlurmCli
-from leasing.models import EndReason, LeaseStatus
-from leasing.reconcile import slurm_reconcile
+from leasing.choices import EndReason, LeaseStatus
+from leasing.lifecycle import changes, endings, provisioning
+from leasing.lifecycle.reconcile import slurm_reconcile
 from tests.factories import CardModelFactory
 from tests.leasing.conftest import ask
 
@@ -129,13 +129,13 @@ def test_a_lease_is_a_job_of_its_holder_holding_exactly_its_cards(slurm, pool, a
 
     # Extend raises the time limit.
     before = job.time_limit_minutes
-    services.lease_extend(lease=lease, user=alice, minutes=60)
+    changes.lease_extend(lease=lease, user=alice, minutes=60)
     lease.refresh_from_db()
     assert SlurmBackend().extend(lease) == 1
     assert _job(slurm, lease).time_limit_minutes >= before + 60
 
     # Release cancels it within seconds.
-    services.lease_release(lease=lease, user=alice)
+    changes.lease_release(lease=lease, user=alice)
     assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
     assert _gone_within(slurm, lease, 5) < 5
 
@@ -145,7 +145,7 @@ def test_expiry_cancels_the_job(slurm, pool, alice, vision):
     lease = ask(alice, vision, a100, count=1)
     assert provisioning.provision_step(lease_id=lease.pk)
     lease.refresh_from_db()
-    assert services.lease_expire(lease_id=lease.pk, now=lease.end_at)
+    assert endings.lease_expire(lease_id=lease.pk, now=lease.end_at)
     assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.EXPIRED)
     _gone_within(slurm, lease, 5)
 

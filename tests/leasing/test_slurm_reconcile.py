@@ -6,12 +6,14 @@ import pytest
 from django.core.management import call_command
 
 from inventory.models import Card, Node
-from inventory.slurm_sync import slurm_sync
-from leasing import provisioning, tasks
 from leasing.backends import slurm as slurm_backend
 from leasing.backends.slurm_parse import parse_nodes
-from leasing.models import EndReason, LeaseStatus, Notification
-from leasing.reconcile import slurm_reconcile
+from leasing.backends.slurm_sync import slurm_sync
+from leasing.choices import EndReason, LeaseStatus
+from leasing.lifecycle import provisioning
+from leasing.lifecycle import tasks as lease_tasks
+from leasing.lifecycle.reconcile import slurm_reconcile
+from leasing.models import Notification
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask
 from tests.leasing.slurm_fake import FakeSlurm
@@ -49,7 +51,7 @@ def test_a_vanished_job_ends_its_lease_and_tells_the_holder(fake, two_leases):
     (note,) = Notification.objects.filter(lease=gone, kind="lease_ended")
     assert "cancelled outside Cardpool" in note.title
     # The release step finishes it; the generic "ended" notice does not come twice.
-    tasks.release_lease.run(gone.pk, EndReason.ADMIN)
+    lease_tasks.release_lease.run(gone.pk, EndReason.ADMIN)
     gone.refresh_from_db()
     assert gone.status == LeaseStatus.ENDED and gone.end_reason == EndReason.ADMIN
     assert Notification.objects.filter(lease=gone, kind="lease_ended").count() == 1
@@ -69,10 +71,10 @@ def test_a_down_node_ends_the_lease_as_failed(fake, two_leases):
 
 
 def test_a_job_without_a_lease_is_cancelled(fake, two_leases, alice):
-    from leasing import services
+    from leasing.lifecycle import changes
 
     ended = two_leases[1]
-    services.lease_release(lease=ended, user=alice)
+    changes.lease_release(lease=ended, user=alice)
     provisioning.release_step(lease_id=ended.pk, reason=EndReason.RELEASED)
     fake.next_id += 1
     fake._salloc(  # a job left over from the ended lease (a lost release)
@@ -91,13 +93,13 @@ def test_nothing_is_asked_of_slurm_when_no_node_uses_it(db, settings, monkeypatc
     settings.CARDPOOL = {**settings.CARDPOOL, "BACKEND": "local"}
     slurm = FakeSlurm()
     monkeypatch.setattr(slurm_backend, "SlurmCli", lambda config=None: slurm)
-    assert tasks.reconcile_slurm.run() == {"checked": 0, "ended": [], "cancelled": []}
+    assert lease_tasks.reconcile_slurm.run() == {"checked": 0, "ended": [], "cancelled": []}
     assert slurm.calls == []
 
 
 def test_a_failed_read_ends_nothing(fake, two_leases):
     fake.fail_next = "squeue: error: Unable to contact slurm controller"
-    assert "error" in tasks.reconcile_slurm.run()
+    assert "error" in lease_tasks.reconcile_slurm.run()
     assert {lease.status for lease in two_leases} == {LeaseStatus.ACTIVE} or True
     for lease in two_leases:
         lease.refresh_from_db()

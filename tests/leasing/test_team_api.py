@@ -4,8 +4,9 @@ from decimal import Decimal
 
 import pytest
 
-from leasing import services
-from leasing.models import LeaseStatus, Quota
+from leasing.choices import LeaseStatus
+from leasing.models import Quota
+from leasing.teams import services as team_services
 from portal.models import Membership
 from tests.leasing.conftest import ask
 
@@ -85,7 +86,7 @@ def test_leads_and_members_cannot_put_quotas(api, alice, lena, vision):
 
 def test_approvals_flow_through_the_api(api, frozen, alice, lena, bob, vision, a100, small_pool):
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=1
     )
     lease = ask(alice, vision, a100, count=2)
@@ -105,7 +106,7 @@ def test_approvals_flow_through_the_api(api, frozen, alice, lena, bob, vision, a
 
 
 def test_operator_override_through_the_api(api, frozen, alice, ops, vision, a100, small_pool):
-    services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=1)
+    team_services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=1)
     body = {"card_model": a100.slug, "count": 2, "duration_minutes": 60, "team": "vision"}
     api.force_authenticate(alice)
     refused = api.post("/api/v1/leases/", body | {"override_reason": "please"}, format="json")

@@ -4,8 +4,10 @@ from decimal import Decimal
 
 import pytest
 
-from leasing import provisioning, services
-from leasing.models import LeaseStatus, MemberLimit
+from leasing.choices import LeaseStatus
+from leasing.lifecycle import provisioning
+from leasing.models import MemberLimit
+from leasing.teams import services as team_services
 from portal.models import Membership
 from tests.leasing.conftest import ask, hours
 
@@ -20,7 +22,7 @@ def as_lena(client, lena):
 def test_lead_sees_quota_use_holders_and_chart(
     as_lena, frozen, alice, ops, vision, a100, small_pool, django_assert_max_num_queries
 ):
-    services.quota_set(
+    team_services.quota_set(
         user=ops,
         team=vision,
         card_model=a100,
@@ -44,7 +46,7 @@ def test_lead_approves_and_rejects_from_the_page(
     as_lena, frozen, alice, lena, vision, a100, small_pool
 ):
     membership = Membership.objects.get(user=alice, team=vision)
-    services.member_limit_set(
+    team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=1
     )
     first, second = ask(alice, vision, a100, count=2), ask(alice, vision, a100, count=2)
@@ -66,7 +68,7 @@ def test_lead_approves_and_rejects_from_the_page(
 def test_lead_sets_a_member_limit_inside_the_team_quota(
     as_lena, frozen, alice, ops, vision, a100, small_pool
 ):
-    services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=4)
+    team_services.quota_set(user=ops, team=vision, card_model=a100, max_concurrent_cards=4)
     membership = Membership.objects.get(user=alice, team=vision)
     data = {
         "limit-member": membership.pk,
@@ -100,12 +102,12 @@ def test_members_and_other_teams_get_404(client, frozen, alice, bob, vision, nlp
 def test_daily_chart_splits_card_hours_at_midnight(frozen, alice, vision, a100, small_pool):
     from datetime import date
 
-    from leasing import selectors
+    from leasing.teams import selectors as team_selectors
     from tests.leasing.conftest import T0
 
     lease = ask(alice, vision, a100, count=2, duration=hours(20))  # 09:00 → 05:00 next day
     provisioning.provision_step(lease_id=lease.pk)
     ask(alice, vision, a100, count=1, duration=hours(1), start_at=T0 + hours(40))  # not yet
     frozen.move_to(T0 + hours(30))
-    daily = selectors.team_overview(vision, now=T0 + hours(30))["daily"]
+    daily = team_selectors.team_overview(vision, now=T0 + hours(30))["daily"]
     assert daily == {a100.name: {date(2026, 12, 1): Decimal(30), date(2026, 12, 2): Decimal(10)}}

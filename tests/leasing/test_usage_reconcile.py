@@ -14,17 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 import time_machine
 
-from leasing import provisioning, reports, services, usage
-from leasing.models import (
-    Allocation,
-    EndReason,
-    Lease,
-    LeaseStatus,
-    Price,
-    Priority,
-    TeamPrice,
-    UsageRecord,
-)
+from leasing.billing import reports, usage
+from leasing.choices import EndReason, LeaseStatus, Priority
+from leasing.lifecycle import changes, provisioning
+from leasing.models import Allocation, Lease, Price, TeamPrice, UsageRecord
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask
 
@@ -248,7 +241,7 @@ def test_periodic_task_records_missing_leases_and_skips_others(world):
         w, user=w["alice"], team=w["vision"], pieces=[(2, at(11, 2, 9), at(11, 2, 10))]
     )
     assert list(usage.leases_missing_usage().values_list("pk", flat=True)) == [missed.pk]
-    from leasing.tasks_usage import usage_record_missing
+    from leasing.billing.tasks import usage_record_missing
 
     assert usage_record_missing() == 1
     assert usage_record_missing() == 0
@@ -272,8 +265,8 @@ def test_early_release_bills_only_the_time_held(
         assert lease.status == LeaseStatus.ACTIVE
         clock.move_to(T0 + timedelta(minutes=37, seconds=20))
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            services.lease_release(lease=lease, user=alice)
-            services.lease_finish_release(lease_id=lease.pk, reason=EndReason.RELEASED)
+            changes.lease_release(lease=lease, user=alice)
+            provisioning.lease_finish_release(lease_id=lease.pk, reason=EndReason.RELEASED)
         mine = [c for c in callbacks if "usage_record_lease_safely" in c.__code__.co_names]
         assert mine, "the end-of-lease hook queued no usage recording"
         for callback in mine:

@@ -13,8 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from leasing import webhooks
-from leasing.webhooks import HttpResponse, Message
+from leasing.notify import webhooks
+from leasing.notify.webhooks import HttpResponse, Message
 
 NOW = datetime(2026, 12, 1, 2, 50, tzinfo=UTC)  # 1796093400 s since the epoch
 MESSAGE = Message(

@@ -8,8 +8,9 @@ import socket
 import pytest
 from django.core.exceptions import ValidationError
 
-from leasing import notifications, webhooks
 from leasing.models import Webhook
+from leasing.notify import services as notify_services
+from leasing.notify import webhooks
 
 INSIDE = [
     "http://127.0.0.1:8000/hook",
@@ -34,14 +35,14 @@ def _resolves_to(monkeypatch, *ips):
 @pytest.mark.parametrize("url", INSIDE)
 def test_adding_an_inside_address_is_refused(alice, url):
     with pytest.raises(ValidationError) as exc:
-        notifications.webhook_create(user=alice, name="x", url=url)
+        notify_services.webhook_create(user=alice, name="x", url=url)
     assert "inside the network" in str(exc.value.message_dict["url"])
 
 
 def test_a_name_with_any_private_address_is_refused(alice, monkeypatch):
     _resolves_to(monkeypatch, "93.184.216.34", "10.0.0.5")
     with pytest.raises(ValidationError):
-        notifications.webhook_create(user=alice, name="x", url="https://mixed.example/hook")
+        notify_services.webhook_create(user=alice, name="x", url="https://mixed.example/hook")
 
 
 def test_the_form_shows_the_error(alice, client):
@@ -57,7 +58,7 @@ def test_the_form_shows_the_error(alice, client):
 
 def test_operators_may_allow_private_addresses(alice, settings):
     settings.CARDPOOL_WEBHOOK_ALLOW_PRIVATE = True
-    hook = notifications.webhook_create(user=alice, name="x", url="http://10.1.2.3/hook")
+    hook = notify_services.webhook_create(user=alice, name="x", url="http://10.1.2.3/hook")
     assert hook.pk
 
 

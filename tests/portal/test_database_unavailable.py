@@ -2,11 +2,10 @@
 
 import pytest
 from django.contrib.sessions.backends.db import SessionStore
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, transaction
 from django.http import HttpResponse
 from django.urls import path
 
-from leasing import services
 from leasing.models import Lease
 
 pytestmark = pytest.mark.django_db
@@ -87,7 +86,7 @@ def test_a_request_cut_off_midway_leaves_no_lease(api, alice, vision, monkeypatc
         raise OperationalError("terminating connection due to administrator command")
 
     # After the Lease row, its events and its cards are written, before the commit.
-    monkeypatch.setattr(services, "enqueue_after_commit", lost)
+    monkeypatch.setattr(transaction, "on_commit", lost)
     api.force_authenticate(alice)
     response = api.post(
         "/api/v1/leases/",

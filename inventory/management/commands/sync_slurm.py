@@ -8,10 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from inventory.services import InventoryImportError
-from inventory.slurm_sync import slurm_sync
 from leasing.backends import BackendError
 from leasing.backends.slurm import SlurmCli, slurm_settings
 from leasing.backends.slurm_parse import parse_nodes
+from leasing.backends.slurm_sync import slurm_sync
 
 HELP = """Read `scontrol show node -d` (or --from-file) and create or update one Cardpool node
 per Slurm node, one card per GPU GRES (index = Slurm's GRES index). GRES types map to card

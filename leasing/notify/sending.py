@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import smtplib
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
+from datetime import datetime
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import EmailMessage, get_connection
-from django.core.serializers.json import DjangoJSONEncoder
-from django.core.validators import URLValidator
-from django.db import models, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from leasing.choices import Channel, Kind
+from leasing.models import Delivery, Notification, Webhook
 from leasing.notify import webhooks
 from leasing.notify.services import (
     BATCH,
     EMAIL_TIMEOUT,
     ERROR_KEEP_CHARS,
     IN_FLIGHT,
-    KIND_LABELS,
     MAX_ATTEMPTS,
     RESPONSE_KEEP_CHARS,
     RETRY_BASE_SECONDS,
@@ -36,18 +28,13 @@ from leasing.notify.services import (
     STALLED_FIRST,
     STALLED_RETRY,
 )
-from leasing.models import (
-    Channel,
-    Delivery,
-    Lease,
-    Notification,
-    NotificationPreference,
-    Webhook,
-)
-from portal.models import Membership, Team
-from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
+
+
+def _absolute(url: str) -> str:
+    return f"{settings.SITE_URL}{url}" if url.startswith("/") else url
+
 
 # --- sending -----------------------------------------------------------------------------
 
@@ -201,5 +188,3 @@ def deliveries_stalled(*, now: datetime | None = None, limit: int = BATCH) -> li
         | Q(last_attempt_at__lt=now - STALLED_RETRY)
     )
     return list(stalled.order_by("pk").values_list("pk", flat=True)[:limit])
-
-

@@ -2,7 +2,7 @@
 
 A node group can use another backend: a node labelled ``backend=<name>`` (sync_slurm sets
 ``backend=slurm`` on the nodes it imports) has its leases handed over by that backend;
-``get_backend(lease=…)`` picks it from the lease's nodes.
+``get_backend(holding=…)`` picks it from the holding's nodes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from django.utils.module_loading import import_string
 from leasing.backends.base import (
     Backend,
     BackendError,
+    Holding,
+    NodeCards,
     PermanentBackendError,
     TransientBackendError,
 )
@@ -30,39 +32,33 @@ NODE_LABEL = "backend"
 __all__ = [
     "Backend",
     "BackendError",
+    "Holding",
+    "NodeCards",
     "PermanentBackendError",
     "TransientBackendError",
-    "backend_name_for_lease",
+    "backend_name_for",
     "get_backend",
 ]
 
 
-def get_backend(name: str | None = None, *, lease=None) -> Backend:
+def get_backend(name: str | None = None, *, holding: Holding | None = None) -> Backend:
     """The backend *name* (a key of BACKENDS or a dotted class path), else the one of the
-    lease's nodes, else the configured default."""
-    name = name or (backend_name_for_lease(lease) if lease is not None else None)
+    holding's nodes, else the configured default."""
+    name = name or (backend_name_for(holding) if holding is not None else None)
     name = name or settings.CARDPOOL["BACKEND"]
     return import_string(BACKENDS.get(name, name))()
 
 
-def backend_name_for_lease(lease) -> str:
-    """The ``backend`` label of the lease's nodes, or the configured default.
+def backend_name_for(holding: Holding) -> str:
+    """The ``backend`` label of the holding's nodes, or the configured default.
 
     A lease's cards normally sit on one node; should they span node groups of different
     backends, the first node (by hostname) decides and a warning is logged.
     """
-    from inventory.models import Node
-
     default = settings.CARDPOOL["BACKEND"]
-    labels = (
-        Node.objects.filter(cards__allocations__lease=lease)
-        .distinct()
-        .order_by("hostname")
-        .values_list("labels", flat=True)
-    )
-    names = [(lab or {}).get(NODE_LABEL) or default for lab in labels]
+    names = [(node.labels or {}).get(NODE_LABEL) or default for node in holding.nodes]
     if len(set(names)) > 1:
         logger.warning(
-            "lease %s spans backends %s; using %s", lease.pk, sorted(set(names)), names[0]
+            "lease %s spans backends %s; using %s", holding.lease_id, sorted(set(names)), names[0]
         )
     return names[0] if names else default

@@ -1,11 +1,15 @@
-"""The provisioning backend interface: how a lease's cards are handed over and taken back."""
+"""The provisioning backend interface: how a lease's cards are handed over and taken back.
+
+A backend gets plain data (``Holding``: who, which cards on which nodes, until when) and
+answers with access details or an error; it never reads or writes the lease's records.
+``leasing.lifecycle.provisioning.holding_of`` builds a Holding from a lease.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from leasing.models import Lease
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 
 
 class BackendError(Exception):
@@ -20,20 +24,43 @@ class PermanentBackendError(BackendError):
     """Retrying will not help; the message says why (shown to the user)."""
 
 
+@dataclass(frozen=True)
+class NodeCards:
+    """The cards a lease holds now on one node (a swapped-out card no longer counts)."""
+
+    hostname: str
+    indices: tuple[int, ...]
+    labels: Mapping = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What a backend needs to know about one lease, read from the records by the caller."""
+
+    lease_id: int
+    username: str
+    slurm_user: str
+    status: str
+    card_model_slug: str
+    devices_env: str
+    end_at: datetime
+    nodes: tuple[NodeCards, ...] = ()
+
+
 class Backend:
     """Hands cards over and takes them back. Every call is idempotent on the lease id,
     and is called only from Celery tasks."""
 
     name = "base"
 
-    def provision(self, lease: Lease) -> dict:
-        """Make the lease's allocated cards usable by its holder; return the access details."""
+    def provision(self, holding: Holding) -> dict:
+        """Make the holding's cards usable by its holder; return the access details."""
         raise NotImplementedError
 
-    def release(self, lease: Lease) -> None:
+    def release(self, holding: Holding) -> None:
         """Take the cards back. Releasing something already released is not an error."""
         raise NotImplementedError
 
-    def status(self, lease: Lease) -> str:
+    def status(self, holding: Holding) -> str:
         """'active', 'released' or 'unknown', as the backend sees it."""
         raise NotImplementedError

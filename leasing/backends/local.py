@@ -7,42 +7,35 @@ vendor's runtime reads (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES, ...).
 
 from __future__ import annotations
 
-from collections import defaultdict
-
-from django.utils import timezone
-
-from leasing.backends.base import Backend
+from leasing.backends.base import Backend, Holding
 
 
 class LocalBackend(Backend):
     name = "local"
 
-    def provision(self, lease) -> dict:
-        return access_details(lease)
+    def provision(self, holding: Holding) -> dict:
+        return access_details(holding)
 
-    def release(self, lease) -> None:
+    def release(self, holding: Holding) -> None:
         return None
 
-    def status(self, lease) -> str:
-        return "active" if lease.status == "active" else "released"
+    def status(self, holding: Holding) -> str:
+        return "active" if holding.status == "active" else "released"
 
 
-def access_details(lease) -> dict:
-    """Host, device indices and environment per node, from the lease's allocations."""
-    env_name = lease.card_model.devices_env
-    per_node: dict[str, list[int]] = defaultdict(list)
-    current = lease.allocations.filter(end_at__gt=timezone.now())  # not a card swapped out
-    for hostname, index in current.values_list("card__node__hostname", "card__index"):
-        per_node[hostname].append(index)
+def access_details(holding: Holding) -> dict:
+    """Host, device indices and environment per node, from the holding's current cards."""
+    env_name = holding.devices_env
     nodes = []
-    for hostname, indices in sorted(per_node.items()):
-        devices = ",".join(str(i) for i in sorted(indices))
+    for node in sorted(holding.nodes, key=lambda n: n.hostname):
+        indices = sorted(node.indices)
+        devices = ",".join(str(i) for i in indices)
         nodes.append(
             {
-                "host": hostname,
-                "devices": sorted(indices),
+                "host": node.hostname,
+                "devices": indices,
                 "env": {env_name: devices},
-                "shell": f"ssh {lease.user.username}@{hostname} && export {env_name}={devices}",
+                "shell": f"ssh {holding.username}@{node.hostname} && export {env_name}={devices}",
             }
         )
     return {"backend": "local", "env_var": env_name, "nodes": nodes}

@@ -1,6 +1,6 @@
 """The ``slurm`` backend: a lease is a Slurm allocation that holds exactly its cards.
 
-Provisioning runs, for each node of the lease,
+Provisioning runs, for each node of the holding,
 ``salloc --no-shell --immediate=N --nodelist=NODE --gres=gpu:TYPE:COUNT --time=MIN
 --job-name=cardpool-<lease id>`` as the holder's Slurm user (through ``sudo -n -u`` or
 ``runuser -u``, see CARDPOOL_SLURM["RUN_AS"]), so the job is theirs and they attach to it
@@ -19,14 +19,19 @@ import logging
 import math
 import os
 import subprocess
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
-from leasing.backends.base import Backend, PermanentBackendError, TransientBackendError
+from leasing.backends.base import (
+    Backend,
+    Holding,
+    NodeCards,
+    PermanentBackendError,
+    TransientBackendError,
+)
 from leasing.backends.slurm_parse import (
     SQUEUE_FORMAT,
     QueuedJob,
@@ -160,49 +165,19 @@ class SlurmCli:
         )
 
 
-def slurm_user_for(user) -> str:
-    """The Slurm (Unix) account of a Cardpool user: Profile.slurm_user, else the username."""
-    profile = getattr(user, "profile", None)
-    return (getattr(profile, "slurm_user", "") or user.get_username()).strip()
-
-
-def gres_type_for(node, card_model_slug: str, config: dict | None = None) -> str:
+def gres_type_for(node: NodeCards, card_model_slug: str, config: dict | None = None) -> str:
     """The GRES type of a card model on a node.
 
     Node.labels["slurm:gres:<slug>"] (written by sync_slurm) wins over
     CARDPOOL_SLURM["GRES_TYPES"]; without either the slug itself is tried.
     """
     config = config or slurm_settings()
-    labels = getattr(node, "labels", None) or {}
+    labels = node.labels or {}
     return (
         labels.get(f"slurm:gres:{card_model_slug}")
         or config["GRES_TYPES"].get(card_model_slug)
         or card_model_slug
     )
-
-
-@dataclass
-class Placement:
-    """What the lease holds on one node, in Cardpool's records."""
-
-    node: object
-    hostname: str
-    indices: list[int]
-
-
-def placements(lease) -> list[Placement]:
-    """The lease's current cards, grouped by node (a swapped-out card no longer counts)."""
-    from inventory.models import Node
-
-    per_node: dict[int, list[int]] = defaultdict(list)
-    current = lease.allocations.filter(end_at__gt=timezone.now())
-    for node_id, index in current.values_list("card__node_id", "card__index"):
-        per_node[node_id].append(index)
-    nodes = Node.objects.in_bulk(list(per_node))
-    return [
-        Placement(nodes[nid], nodes[nid].hostname, sorted(idx))
-        for nid, idx in sorted(per_node.items(), key=lambda kv: nodes[kv[0]].hostname)
-    ]
 
 
 class SlurmBackend(Backend):
@@ -212,50 +187,50 @@ class SlurmBackend(Backend):
         self.config = config or slurm_settings()
         self.cli = cli or SlurmCli(self.config)
 
-    def job_name(self, lease) -> str:
-        return f"{self.config['JOB_PREFIX']}{lease.pk}"
+    def job_name(self, holding: Holding) -> str:
+        return f"{self.config['JOB_PREFIX']}{holding.lease_id}"
 
-    def live_jobs(self, lease) -> list[QueuedJob]:
-        return [j for j in self.cli.queue([self.job_name(lease)]) if j.live]
+    def live_jobs(self, holding: Holding) -> list[QueuedJob]:
+        return [j for j in self.cli.queue([self.job_name(holding)]) if j.live]
 
     # --- interface -----------------------------------------------------------------------
 
-    def provision(self, lease) -> dict:
-        minutes = self._minutes_left(lease)
-        user = slurm_user_for(lease.user)
-        existing = self.live_jobs(lease)
+    def provision(self, holding: Holding) -> dict:
+        minutes = self._minutes_left(holding)
+        user = holding.slurm_user
+        existing = self.live_jobs(holding)
         made: list[int] = []
-        for place in placements(lease):
+        for place in holding.nodes:
             if any(place.hostname in expand_hostlist(j.nodes) for j in existing):
                 continue
             if any(j.nodes == "" and j.state == "PENDING" for j in existing):
                 # A salloc of an earlier attempt still waits; let it end before another.
                 raise TransientBackendError("An earlier allocation for this lease is pending.")
             try:
-                made.append(self._salloc(lease, place, user, minutes))
+                made.append(self._salloc(holding, place, user, minutes))
             except PermanentBackendError:
                 self.cli.cancel(made + [j.job_id for j in existing])
                 raise
-        return self.access(lease, user)
+        return self.access(holding, user)
 
-    def release(self, lease) -> None:
-        self.cli.cancel([j.job_id for j in self.live_jobs(lease)])
+    def release(self, holding: Holding) -> None:
+        self.cli.cancel([j.job_id for j in self.live_jobs(holding)])
 
-    def status(self, lease) -> str:
-        jobs = self.live_jobs(lease)
+    def status(self, holding: Holding) -> str:
+        jobs = self.live_jobs(holding)
         if not jobs:
             return "released"
         return "active" if all(j.state == "RUNNING" for j in jobs) else "unknown"
 
-    def extend(self, lease) -> int:
+    def extend(self, holding: Holding) -> int:
         """Raise each job's time limit to the lease's (new) end plus the grace; returns jobs."""
         changed = 0
-        for queued in self.live_jobs(lease):
+        for queued in self.live_jobs(holding):
             job = self.cli.job(queued.job_id)
             if job is None or not job.live:
                 continue
             elapsed = self._elapsed_minutes(job)
-            left = math.ceil((lease.end_at - timezone.now()) / timedelta(minutes=1))
+            left = math.ceil((holding.end_at - timezone.now()) / timedelta(minutes=1))
             wanted = elapsed + max(left, 0) + self.config["GRACE_MINUTES"]
             if job.time_limit_minutes is not None and job.time_limit_minutes >= wanted:
                 continue
@@ -265,15 +240,15 @@ class SlurmBackend(Backend):
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _minutes_left(self, lease) -> int:
-        left = (lease.end_at - timezone.now()) / timedelta(minutes=1)
+    def _minutes_left(self, holding: Holding) -> int:
+        left = (holding.end_at - timezone.now()) / timedelta(minutes=1)
         if left <= 0:
             raise PermanentBackendError("The lease ended before its cards could be handed over.")
         # Slurm's own limit is a backstop behind Cardpool's expiry, never ahead of it.
         return math.ceil(left) + self.config["GRACE_MINUTES"]
 
-    def _salloc(self, lease, place: Placement, user: str, minutes: int) -> int:
-        gres_type = gres_type_for(place.node, lease.card_model.slug, self.config)
+    def _salloc(self, holding: Holding, place: NodeCards, user: str, minutes: int) -> int:
+        gres_type = gres_type_for(place, holding.card_model_slug, self.config)
         gres = f"{self.config['GRES_NAME']}:{gres_type}:{len(place.indices)}"
         args = [
             "--no-shell",
@@ -281,7 +256,7 @@ class SlurmBackend(Backend):
             f"--nodelist={place.hostname}",
             f"--gres={gres}",
             f"--time={format_time_limit(minutes)}",
-            f"--job-name={self.job_name(lease)}",
+            f"--job-name={self.job_name(holding)}",
         ]
         if self.config["PARTITION"]:
             args.append(f"--partition={self.config['PARTITION']}")
@@ -290,7 +265,7 @@ class SlurmBackend(Backend):
         result = self.cli.run("salloc", args, as_user=user)
         job_id = parse_salloc(result.output)
         if result.rc == 0 and job_id is not None:
-            logger.info("lease %s: slurm job %s for %s on %s", lease.pk, job_id, user, gres)
+            logger.info("lease %s: slurm job %s for %s on %s", holding.lease_id, job_id, user, gres)
             return job_id
         permanent = classify_salloc_failure(result.output)
         if permanent:
@@ -304,12 +279,12 @@ class SlurmBackend(Backend):
     def _elapsed_minutes(job: SlurmJob) -> int:
         return job.run_time_minutes or 0
 
-    def access(self, lease, user: str) -> dict:
+    def access(self, holding: Holding, user: str) -> dict:
         """How to use the cards: the job per node, the devices Slurm gave, how to attach."""
-        env_name = lease.card_model.devices_env
+        env_name = holding.devices_env
         nodes = []
         job_ids = []
-        for queued in self.live_jobs(lease):
+        for queued in self.live_jobs(holding):
             job = self.cli.job(queued.job_id)
             held = job.gres if job else {}
             job_ids.append(queued.job_id)
@@ -340,5 +315,4 @@ __all__ = [
     "parse_gres_types",
     "parse_time_limit",
     "slurm_settings",
-    "slurm_user_for",
 ]

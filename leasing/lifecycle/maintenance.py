@@ -15,9 +15,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, Node
-from leasing.backends.local import access_details
 from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus, WarningKind
 from leasing.lifecycle.endings import lease_end_now, notify_ended
+from leasing.lifecycle.provisioning import access_of
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease
 from leasing.notify.services import notify_holder, warning_record_once
@@ -153,7 +153,7 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
         else:
             Allocation.objects.filter(pk=holding.pk).delete()
         Allocation.objects.create(card_id=replacement[0], lease=lease, start_at=now, end_at=end)
-        Lease.objects.filter(pk=lease.pk).update(access=access_details(lease))
+        Lease.objects.filter(pk=lease.pk).update(access=access_of(lease, now=now))
         event_record(
             lease.pk,
             kind="card_replaced",

@@ -5,12 +5,15 @@ the provisioning backend, one durable BackendCall row per attempt.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
-from leasing.backends import get_backend
+from inventory.models import Node
+from leasing.backends import Holding, NodeCards, get_backend
+from leasing.backends.local import access_details
 from leasing.billing import usage
 from leasing.choices import (
     EndReason,
@@ -19,6 +22,7 @@ from leasing.choices import (
 from leasing.enqueue import enqueue, enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import (
+    Allocation,
     BackendCall,
     Lease,
     LeaseEvent,
@@ -150,13 +154,45 @@ def _notify_here(lease_id: int, kind: str) -> None:
 # --- the backend ------------------------------------------------------------------------
 
 
+def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
+    """What the backend needs to know about *lease*, as plain data: who holds it, and the
+    cards it holds now, per node (a swapped-out card no longer counts)."""
+    now = now or timezone.now()
+    per_node: dict[int, list[int]] = defaultdict(list)
+    current = Allocation.objects.filter(lease=lease, end_at__gt=now)
+    for node_id, index in current.values_list("card__node_id", "card__index"):
+        per_node[node_id].append(index)
+    nodes = Node.objects.in_bulk(list(per_node))
+    profile = getattr(lease.user, "profile", None)
+    return Holding(
+        lease_id=lease.pk,
+        username=lease.user.get_username(),
+        slurm_user=(getattr(profile, "slurm_user", "") or lease.user.get_username()).strip(),
+        status=lease.status,
+        card_model_slug=lease.card_model.slug,
+        devices_env=lease.card_model.devices_env,
+        end_at=lease.end_at,
+        nodes=tuple(
+            NodeCards(nodes[node_id].hostname, tuple(sorted(indices)), nodes[node_id].labels or {})
+            for node_id, indices in sorted(per_node.items(), key=lambda kv: nodes[kv[0]].hostname)
+        ),
+    )
+
+
+def access_of(lease: Lease, *, now: datetime | None = None) -> dict:
+    """The lease's access details as the local backend words them, from its current cards
+    (after a card swap or a resize in place)."""
+    return access_details(holding_of(lease, now=now))
+
+
 def _call(lease: Lease, action: str, attempt: int, fn):
-    backend = get_backend(lease=lease)
+    holding = holding_of(lease)
+    backend = get_backend(holding=holding)
     call = BackendCall.objects.create(
         lease=lease, backend=backend.name, action=action, attempt=attempt, started_at=timezone.now()
     )
     try:
-        result = fn(backend)
+        result = fn(backend, holding)
     except Exception as exc:
         BackendCall.objects.filter(pk=call.pk).update(
             finished_at=timezone.now(), ok=False, detail=str(exc)[:2000]
@@ -171,7 +207,7 @@ def provision_step(*, lease_id: int, attempt: int = 1) -> bool:
     lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
     if lease is None or lease.status != LeaseStatus.PROVISIONING:
         return False
-    access = _call(lease, "provision", attempt, lambda backend: backend.provision(lease))
+    access = _call(lease, "provision", attempt, lambda backend, holding: backend.provision(holding))
     return lease_activate(lease_id=lease_id, access=access)
 
 
@@ -180,5 +216,5 @@ def release_step(*, lease_id: int, reason: str, attempt: int = 1) -> bool:
     lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
     if lease is None or lease.status != LeaseStatus.RELEASING:
         return False
-    _call(lease, "release", attempt, lambda backend: backend.release(lease))
+    _call(lease, "release", attempt, lambda backend, holding: backend.release(holding))
     return lease_finish_release(lease_id=lease_id, reason=reason)

@@ -17,8 +17,8 @@ from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
 from leasing import transitions
-from leasing.backends.local import access_details
 from leasing.choices import LeaseStatus
+from leasing.lifecycle.provisioning import access_of
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import Allocation, Lease
 from leasing.scheduler import planner
@@ -131,7 +131,7 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
         Allocation.objects.bulk_create(
             Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at) for c in chosen
         )
-    Lease.objects.filter(pk=lease.pk).update(count=count, access=access_details(lease))
+    Lease.objects.filter(pk=lease.pk).update(count=count, access=access_of(lease, now=now))
     transitions.event_record(
         lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
     )

@@ -192,11 +192,12 @@ def extend_lease_backend(self, lease_id: int) -> int:
     lease = Lease.objects.select_related("user", "card_model").filter(pk=lease_id).first()
     if lease is None or lease.status != LeaseStatus.ACTIVE:
         return 0
-    backend = get_backend(lease=lease)
+    holding = provisioning.holding_of(lease)
+    backend = get_backend(holding=holding)
     extend = getattr(backend, "extend", None)
     if extend is None:
         return 0
     try:
-        return extend(lease)
+        return extend(holding)
     except TransientBackendError as exc:
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc

@@ -8,12 +8,9 @@ from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from leasing.advisor import api as advisor_api
 from leasing.teams import selectors, services
 from leasing.teams.serializers import QuotaRuleSerializer, QuotaUseSerializer, TeamSerializer
 from portal.models import Team
-
-extra_urlpatterns: list = [*advisor_api.urlpatterns]
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):

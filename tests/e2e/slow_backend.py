@@ -8,6 +8,6 @@ from leasing.backends.local import LocalBackend
 
 
 class SlowLocalBackend(LocalBackend):
-    def provision(self, lease) -> dict:
+    def provision(self, holding) -> dict:
         time.sleep(float(os.environ.get("CARDPOOL_TEST_PROVISION_SECONDS", "3")))
-        return super().provision(lease)
+        return super().provision(holding)

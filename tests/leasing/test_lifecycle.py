@@ -135,14 +135,14 @@ def with_backend(path):
 class FlakyBackend(LocalBackend):
     name = "flaky"
 
-    def provision(self, lease):
+    def provision(self, holding):
         raise TransientBackendError("controller busy")
 
 
 class BrokenBackend(LocalBackend):
     name = "broken"
 
-    def provision(self, lease):
+    def provision(self, holding):
         raise PermanentBackendError("node gpu9 has no such device")
 
 

@@ -64,7 +64,7 @@ def test_provision_makes_a_job_of_the_holder_holding_the_cards(
 
 def test_provision_is_idempotent_on_the_lease_id(frozen, fake, alice, vision, a100, slurm_node):
     lease = provision(ask(alice, vision, a100, count=2))
-    again = SlurmBackend().provision(lease)
+    again = SlurmBackend().provision(provisioning.holding_of(lease))
     assert len(fake.jobs) == 1 and again["job_ids"] == lease.access["job_ids"]
 
 
@@ -95,17 +95,17 @@ def test_cards_held_outside_cardpool_are_a_transient_error(
     )
     lease = ask(alice, vision, a100)
     with pytest.raises(TransientBackendError, match="outside Cardpool"):
-        SlurmBackend().provision(lease)
+        SlurmBackend().provision(provisioning.holding_of(lease))
 
 
 def test_release_cancels_the_job(frozen, fake, alice, vision, a100, slurm_node):
     lease = provision(ask(alice, vision, a100, count=2))
     changes.lease_release(lease=lease, user=alice)
-    assert SlurmBackend().status(lease) == "active"
+    assert SlurmBackend().status(provisioning.holding_of(lease)) == "active"
     assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
     assert fake.jobs == {}
-    assert SlurmBackend().status(lease) == "released"
-    SlurmBackend().release(lease)  # again: no error
+    assert SlurmBackend().status(provisioning.holding_of(lease)) == "released"
+    SlurmBackend().release(provisioning.holding_of(lease))  # again: no error
 
 
 def test_extend_raises_the_time_limit_from_the_new_end(
@@ -132,8 +132,8 @@ def test_backend_follows_the_node_label(frozen, fake, alice, vision, a100, slurm
     from leasing.models import Lease
 
     settings.CARDPOOL = {**settings.CARDPOOL, "BACKEND": "local"}
-    assert isinstance(get_backend(lease=Lease.objects.get(pk=by_host["gpu01"])), SlurmBackend)
-    assert isinstance(get_backend(lease=Lease.objects.get(pk=by_host["plain"])), LocalBackend)
+    assert isinstance(get_backend(holding=provisioning.holding_of(Lease.objects.get(pk=by_host["gpu01"]))), SlurmBackend)
+    assert isinstance(get_backend(holding=provisioning.holding_of(Lease.objects.get(pk=by_host["plain"]))), LocalBackend)
     assert isinstance(get_backend(), LocalBackend)  # the default stays local
 
 
@@ -177,4 +177,4 @@ def test_a_lease_already_over_is_not_provisioned(frozen, fake, alice, vision, a1
     lease = ask(alice, vision, a100, duration=hours(1))
     frozen.shift(timedelta(hours=2))
     with pytest.raises(PermanentBackendError, match="ended before"):
-        SlurmBackend().provision(lease)
+        SlurmBackend().provision(provisioning.holding_of(lease))

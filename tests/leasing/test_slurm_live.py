@@ -131,7 +131,7 @@ def test_a_lease_is_a_job_of_its_holder_holding_exactly_its_cards(slurm, pool, a
     before = job.time_limit_minutes
     changes.lease_extend(lease=lease, user=alice, minutes=60)
     lease.refresh_from_db()
-    assert SlurmBackend().extend(lease) == 1
+    assert SlurmBackend().extend(provisioning.holding_of(lease)) == 1
     assert _job(slurm, lease).time_limit_minutes >= before + 60
 
     # Release cancels it within seconds.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import django_filters
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -12,9 +11,10 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from inventory import selectors
-from inventory.models import Card, CardModel, InterconnectKind, Node, Precision, Region, Vendor
+from inventory.filters import PRECISION_FIELDS, CardFilterSet, CardModelFilterSet, NodeFilterSet
+from inventory.models import Card, CardModel, Node
 from leasing.lifecycle import maintenance
+from leasing.scheduler import availability
 
 # Hostnames hold dots, which DRF's default lookup pattern ([^/.]+) refuses.
 HOSTNAME_LOOKUP = r"[^/]+"
@@ -23,7 +23,7 @@ HOSTNAME_LOOKUP = r"[^/]+"
 
 _SPEC_DECIMALS = (
     "memory_gb",
-    *selectors.PRECISION_FIELDS.values(),
+    *PRECISION_FIELDS.values(),
     "price_per_hour",
 )
 
@@ -46,7 +46,7 @@ class CardModelSerializer(serializers.ModelSerializer):
             "form_factor",
             "memory_gb",
             "memory_bandwidth_gbs",
-            *selectors.PRECISION_FIELDS.values(),
+            *PRECISION_FIELDS.values(),
             "interconnect_kind",
             "interconnect_gbs",
             "tdp_w",
@@ -109,66 +109,6 @@ class CardSerializer(serializers.ModelSerializer):
         ]
 
 
-# --- Filters --------------------------------------------------------------------------
-
-
-class CardModelFilter(django_filters.FilterSet):
-    vendor = django_filters.ChoiceFilter(choices=Vendor.choices)
-    min_memory_gb = django_filters.NumberFilter(field_name="memory_gb", lookup_expr="gte")
-    precision = django_filters.ChoiceFilter(
-        choices=Precision.choices,
-        method="filter_precision",
-        label=_("Supports precision"),
-    )
-    interconnect = django_filters.ChoiceFilter(
-        field_name="interconnect_kind", choices=InterconnectKind.choices
-    )
-
-    class Meta:
-        model = CardModel
-        fields: list[str] = []
-
-    def filter_precision(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
-        return queryset.filter(**{f"{selectors.PRECISION_FIELDS[value]}__isnull": False})
-
-
-class NodeFilter(django_filters.FilterSet):
-    region = django_filters.ModelChoiceFilter(
-        field_name="region", queryset=Region.objects.all(), to_field_name="slug"
-    )
-    status = django_filters.ChoiceFilter(choices=Node.Status.choices)
-
-    class Meta:
-        model = Node
-        fields: list[str] = []
-
-
-class CardFilter(django_filters.FilterSet):
-    model = django_filters.ModelChoiceFilter(
-        field_name="card_model",
-        queryset=CardModel.objects.all(),
-        to_field_name="slug",
-        label=_("Card model (slug)"),
-    )
-    node = django_filters.ModelChoiceFilter(
-        field_name="node",
-        queryset=Node.objects.all(),
-        to_field_name="hostname",
-        label=_("Node (hostname)"),
-    )
-    status = django_filters.ChoiceFilter(choices=Card.Status.choices)
-    region = django_filters.ModelChoiceFilter(
-        field_name="node__region",
-        queryset=Region.objects.all(),
-        to_field_name="slug",
-        label=_("Region (slug)"),
-    )
-
-    class Meta:
-        model = Card
-        fields: list[str] = []
-
-
 class DrainSerializer(serializers.Serializer):
     drain_at = serializers.DateTimeField(
         help_text="When the node goes into maintenance (ISO 8601)."
@@ -195,11 +135,11 @@ class CardModelViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = CardModel.objects.all()
     serializer_class = CardModelSerializer
-    filterset_class = CardModelFilter
+    filterset_class = CardModelFilterSet
     lookup_field = "slug"
 
     def get_queryset(self) -> QuerySet[CardModel]:
-        return selectors.card_models_with_counts(timezone.now())
+        return availability.card_models_with_counts(timezone.now())
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -207,12 +147,12 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Node.objects.all()
     serializer_class = NodeSerializer
-    filterset_class = NodeFilter
+    filterset_class = NodeFilterSet
     lookup_field = "hostname"
     lookup_value_regex = HOSTNAME_LOOKUP
 
     def get_queryset(self) -> QuerySet[Node]:
-        return selectors.nodes_with_counts(timezone.now())
+        return availability.nodes_with_counts(timezone.now())
 
     @extend_schema(request=DrainSerializer, responses={200: DrainResultSerializer})
     @action(detail=True, methods=["post"])
@@ -233,12 +173,12 @@ class CardViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = Card.objects.all()
     serializer_class = CardSerializer
-    filterset_class = CardFilter
+    filterset_class = CardFilterSet
     lookup_field = "uuid"
     lookup_value_regex = r"[^/]+"
 
     def get_queryset(self) -> QuerySet[Card]:
-        return selectors.cards_list(timezone.now())
+        return availability.cards_list(timezone.now())
 
     @extend_schema(request=FaultySerializer, responses={200: FaultyResultSerializer})
     @action(detail=True, methods=["post"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.db import models
 from django.db.models import Q
@@ -177,6 +178,27 @@ class CardModel(models.Model):
         return getattr(self, field, None) is not None
 
 
+# --- the one "usable card" rule --------------------------------------------------------
+# A card can hold a lease over [start, end) when it is healthy and its node takes leases
+# then: active, or draining with the drain at or after the end (after the start when the
+# end is not known: the planner then cuts the window at the drain). Placement, the fast
+# path, the catalogue's free counts, the pool page and /metrics all use this one rule.
+
+
+def node_takes_leases_q(start: datetime, end: datetime | None = None, prefix: str = "node__") -> Q:
+    """Nodes (through *prefix*) that can hand out cards over [start, end)."""
+    drain = {f"{prefix}drain_at__gte": end} if end is not None else {f"{prefix}drain_at__gt": start}
+    return Q(**{f"{prefix}status": Node.Status.ACTIVE}) | Q(
+        **{f"{prefix}status": Node.Status.DRAINING}, **drain
+    )
+
+
+class CardQuerySet(models.QuerySet):
+    def usable(self, start: datetime, end: datetime | None = None) -> CardQuerySet:
+        """Cards that can hold a lease over [start, end): healthy, on a node taking leases."""
+        return self.filter(status=Card.Status.OK).filter(node_takes_leases_q(start, end))
+
+
 class Node(models.Model):
     """A server holding cards."""
 
@@ -252,6 +274,14 @@ class Node(models.Model):
     def __str__(self) -> str:
         return self.hostname
 
+    def takes_leases(self, start: datetime, end: datetime | None = None) -> bool:
+        """Whether the node can hand out cards over [start, end) (the rule above, in Python)."""
+        if self.status == self.Status.ACTIVE:
+            return True
+        if self.status != self.Status.DRAINING or self.drain_at is None:
+            return False
+        return self.drain_at >= end if end is not None else self.drain_at > start
+
 
 class Card(models.Model):
     """One physical accelerator in a node."""
@@ -276,6 +306,8 @@ class Card(models.Model):
     )
     status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.OK)
     health_note = models.CharField(_("health"), max_length=200, blank=True)
+
+    objects = CardQuerySet.as_manager()
 
     class Meta:
         ordering = ["node__hostname", "index"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import F, OrderBy
@@ -14,65 +13,41 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from inventory import selectors
-from inventory.models import Card, CardModel, InterconnectKind, Node, Precision, Region, Vendor
+from inventory.filters import PRECISION_FIELDS, CardModelFilterSet, NodeFilterSet
+from inventory.models import Card, Node, Precision
+from leasing.scheduler.availability import (
+    card_models_with_counts,
+    node_cards_by_domain,
+    nodes_with_counts,
+)
 
 NODES_PER_PAGE = 50
 NODES_ON_MODEL_PAGE = 50
 
 
-# --- Filter forms ---------------------------------------------------------------------
-# Bad values never raise: an invalid field is reported on the form and left out of the filter.
+# --- Filters ----------------------------------------------------------------------------
+# The FilterSets of inventory.filters, the same the API uses. Bad values never raise: an
+# invalid field is reported on the form and left out of the filter.
+
+# The catalogue's memory filter was called ``min_memory`` before the page and the API
+# shared one FilterSet; links that still carry it keep working.
+LEGACY_NAMES = {"min_memory": "min_memory_gb"}
 
 
-class CatalogueFilterForm(forms.Form):
-    vendor = forms.ChoiceField(
-        label=_("Vendor"), required=False, choices=[("", _("All vendors")), *Vendor.choices]
-    )
-    min_memory = forms.DecimalField(
-        label=_("Memory at least (GB)"),
-        required=False,
-        min_value=0,
-        max_digits=7,
-        decimal_places=1,
-        widget=forms.NumberInput(attrs={"step": "any"}),
-    )
-    precision = forms.ChoiceField(
-        label=_("Supports precision"),
-        required=False,
-        choices=[("", _("Any precision")), *Precision.choices],
-    )
-    interconnect = forms.ChoiceField(
-        label=_("Interconnect"),
-        required=False,
-        choices=[("", _("Any interconnect")), *InterconnectKind.choices],
-    )
+def _bound(filterset_class, request: HttpRequest, queryset):
+    data = request.GET.copy()
+    for old, new in LEGACY_NAMES.items():
+        if old in data and new not in data and new in filterset_class.base_filters:
+            data.setlist(new, data.getlist(old))
+            del data[old]
+    filterset = filterset_class(data, queryset=queryset)
+    filterset.is_valid()
+    return filterset
 
 
-class NodeFilterForm(forms.Form):
-    region = forms.ModelChoiceField(
-        label=_("Region"),
-        required=False,
-        queryset=Region.objects.all(),
-        to_field_name="slug",
-        empty_label=_("All regions"),
-    )
-    status = forms.ChoiceField(
-        label=_("Status"), required=False, choices=[("", _("Any status")), *Node.Status.choices]
-    )
-    model = forms.ModelChoiceField(
-        label=_("Card model"),
-        required=False,
-        queryset=CardModel.objects.all(),
-        to_field_name="slug",
-        empty_label=_("All card models"),
-    )
-
-
-def _valid_filters(form: forms.Form) -> dict:
-    """The fields that passed validation (``cleaned_data`` keeps only those), empty ones dropped."""
-    form.is_valid()
-    return {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+def _applied(filterset) -> dict:
+    """The filters that passed validation and are not empty."""
+    return {k: v for k, v in filterset.form.cleaned_data.items() if v not in (None, "")}
 
 
 # --- Catalogue columns ----------------------------------------------------------------
@@ -100,7 +75,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("memory", _("Memory (GB)"), "memory_gb"),
     Column("bandwidth", _("Bandwidth (GB/s)"), "memory_bandwidth_gbs"),
     *(
-        Column(p.value, p.label, selectors.PRECISION_FIELDS[p.value], group=THROUGHPUT)
+        Column(p.value, p.label, PRECISION_FIELDS[p.value], group=THROUGHPUT)
         for p in Precision
     ),
     Column("interconnect", _("Interconnect"), "interconnect_gbs", numeric=False, sep=True),
@@ -166,22 +141,16 @@ def _headers(
 @login_required
 def catalogue(request: HttpRequest) -> HttpResponse:
     """Card models side by side on the numbers that matter, with what is free now."""
-    form = CatalogueFilterForm(request.GET)
-    filters = _valid_filters(form)
-    models = selectors.card_models_with_counts(
-        timezone.now(),
-        vendor=filters.get("vendor"),
-        min_memory_gb=filters.get("min_memory"),
-        precision=filters.get("precision"),
-        interconnect=filters.get("interconnect"),
-    )
+    filterset = _bound(CardModelFilterSet, request, card_models_with_counts(timezone.now()))
+    filters = _applied(filterset)
+    models = filterset.qs
     column, descending = _parse_sort(request.GET.get("sort"))
     if column is not None:
         models = models.order_by(*_sort_order(column, descending))
     rows = list(models)
     for cm in rows:
         cm.throughput = [
-            (p.value, getattr(cm, selectors.PRECISION_FIELDS[p.value])) for p in Precision
+            (p.value, getattr(cm, PRECISION_FIELDS[p.value])) for p in Precision
         ]
     highlight = filters.get("precision", "")
     header_top, header_sub = _headers(request.GET, column, descending, highlight)
@@ -191,7 +160,7 @@ def catalogue(request: HttpRequest) -> HttpResponse:
         request,
         "inventory/catalogue.html",
         {
-            "form": form,
+            "form": filterset.form,
             "models": rows,
             "header_top": header_top,
             "header_sub": header_sub,
@@ -211,13 +180,13 @@ def catalogue(request: HttpRequest) -> HttpResponse:
 def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """One model's spec sheet and the nodes that hold it."""
     now = timezone.now()
-    card_model = get_object_or_404(selectors.card_models_with_counts(now), slug=slug)
-    nodes = selectors.nodes_with_counts(now, card_model=card_model)
+    card_model = get_object_or_404(card_models_with_counts(now), slug=slug)
+    nodes = nodes_with_counts(now, card_model=card_model)
     shown = list(nodes[: NODES_ON_MODEL_PAGE + 1])
     throughput = [
         (p.label, "TOPS" if p == Precision.INT8 else "TFLOPS", getattr(card_model, field))
         for p in Precision
-        for field in [selectors.PRECISION_FIELDS[p.value]]
+        for field in [PRECISION_FIELDS[p.value]]
     ]
     return render(
         request,
@@ -234,22 +203,17 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def node_list(request: HttpRequest) -> HttpResponse:
     """Nodes with their region, status and cards free now; filter by region, status, model."""
-    form = NodeFilterForm(request.GET)
-    filters = _valid_filters(form)
-    region = filters.get("region")
-    nodes = selectors.nodes_with_counts(
-        timezone.now(),
-        region=region.slug if region else None,
-        status=filters.get("status"),
-        card_model=filters.get("model"),
-    )
+    filterset = _bound(NodeFilterSet, request, Node.objects.none())
+    # With a model chosen, the counts are of that model's cards only.
+    chosen = _applied(filterset).get("model")
+    nodes = filterset.filter_queryset(nodes_with_counts(timezone.now(), card_model=chosen))
     page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))
     page_query = request.GET.copy()
     page_query.pop("page", None)
     return render(
         request,
         "inventory/node_list.html",
-        {"form": form, "page": page, "page_query": page_query.urlencode()},
+        {"form": filterset.form, "page": page, "page_query": page_query.urlencode()},
     )
 
 
@@ -258,12 +222,10 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
     """A node and its cards grouped by interconnect domain, each free or in use now."""
     now = timezone.now()
     node = get_object_or_404(Node.objects.select_related("region"), hostname=hostname)
-    takes_leases = node.status == Node.Status.ACTIVE or (
-        node.status == Node.Status.DRAINING and node.drain_at is not None and node.drain_at > now
-    )
+    takes_leases = node.takes_leases(now)
     domains = []
     totals = {"cards": 0, "available": 0, "busy": 0}
-    for number, cards in selectors.node_cards_by_domain(node, now):
+    for number, cards in node_cards_by_domain(node, now):
         for card in cards:
             card.is_free = (
                 takes_leases and card.status == Card.Status.OK and card.busy_until is None

@@ -41,10 +41,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from inventory.models import Card, CardModel
-from inventory.selectors import covering_allocations, node_takes_leases_q
+from inventory.models import Card, CardModel, node_takes_leases_q
 from leasing.choices import OPEN_STATES, Channel, LeaseStatus
 from leasing.models import Delivery, Lease, LeaseEvent
+from leasing.scheduler.availability import covering_allocations
 from portal.permissions import is_operator
 
 CARD_STATES = ("free", "held", "faulty", "retired", "down")

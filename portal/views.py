@@ -4,10 +4,11 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils import timezone
 
-from inventory.selectors import card_models_with_counts, count_per_row
+from inventory.selectors import count_per_row
 from leasing.choices import OPEN_STATES, LeaseStatus
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Lease
+from leasing.scheduler.availability import card_models_with_counts
 from portal.models import Membership
 from portal.views_pool import next_free
 

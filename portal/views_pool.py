@@ -35,11 +35,11 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import Card, CardModel, Node
-from inventory.selectors import covering_allocations, node_takes_leases_q
+from inventory.models import Card, CardModel, node_takes_leases_q
 from leasing.choices import WAITING_STATES, LeaseStatus
 from leasing.models import Allocation, Lease, LeaseEvent
-from leasing.scheduler import planner
+from leasing.scheduler import planner, snapshot
+from leasing.scheduler.availability import covering_allocations
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
 
@@ -241,37 +241,9 @@ def next_free(now: datetime, model_ids) -> dict[int, datetime | None]:
     """
     if not model_ids:
         return {}
-    slots: dict[int, list[planner.CardSlot]] = defaultdict(list)
-    for pk, model_id, node_id, domain, status, drain_at in (
-        Card.objects.filter(card_model_id__in=model_ids, status=Card.Status.OK)
-        .filter(node_takes_leases_q(now))
-        .values_list(
-            "pk",
-            "card_model_id",
-            "node_id",
-            "interconnect_domain",
-            "node__status",
-            "node__drain_at",
-        )
-        .order_by("node_id", "index")
-    ):
-        usable_until = drain_at if status == Node.Status.DRAINING else None
-        slots[model_id].append(planner.CardSlot(pk, node_id, domain, usable_until))
-    timelines: dict[int, planner.Timeline] = defaultdict(planner.Timeline)
-    for card_id, model_id, start, end, preempt_at in Allocation.objects.filter(
-        card__card_model_id__in=model_ids, end_at__gt=now
-    ).values_list("card_id", "card__card_model_id", "start_at", "end_at", "lease__preempt_at"):
-        if preempt_at is not None:
-            end = min(end, max(preempt_at, now))
-        if end > max(start, now):
-            timelines[model_id].add(card_id, max(start, now), end)
-    queues: dict[int, list[planner.Request]] = defaultdict(list)
-    for pk, model_id, count, duration, start, same_node in (
-        Lease.objects.filter(card_model_id__in=model_ids, status=LeaseStatus.QUEUED)
-        .order_by("-priority_rank", "submitted_at", "pk")
-        .values_list("pk", "card_model_id", "count", "duration", "start_at", "same_node")
-    ):
-        queues[model_id].append(planner.Request(pk, count, duration, max(start, now), same_node))
+    slots = snapshot.card_slots_of(model_ids, now=now)
+    timelines = snapshot.timelines_of(model_ids, now=now)
+    queues = snapshot.queues_of(model_ids, now=now)
     out = {}
     for model_id in model_ids:
         cards, timeline = slots.get(model_id, []), timelines[model_id]

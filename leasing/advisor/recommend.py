@@ -27,9 +27,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from inventory.models import CardModel, InterconnectKind
-from inventory.selectors import card_models_with_counts
 from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
 from leasing.choices import Priority, Purpose
+from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.preview import lease_preview
 
 MIN_HEADROOM = 0.05  # of each card's memory left free: the estimate is an estimate

@@ -16,6 +16,7 @@ from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from inventory.filters import CardModelFilterSet
 from inventory.models import Card, CardModel
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
@@ -32,6 +33,7 @@ from leasing.models import (
     LeaseEvent,
 )
 from leasing.scheduler import fastpath
+from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.preview import lease_preview
 from leasing.scheduler.run import (
     replan,
@@ -256,8 +258,6 @@ def lease_choose_model(
     *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
     figure for it) and ``interconnect``.
     """
-    from inventory.selectors import card_models_with_counts
-
     now = now or timezone.now()
     unknown = set(requirements) - REQUIREMENT_KEYS
     if unknown:
@@ -272,20 +272,16 @@ def lease_choose_model(
                 ]
             }
         )
-    try:
-        candidates = list(
-            card_models_with_counts(
-                now,
-                vendor=requirements.get("vendor") or None,
-                min_memory_gb=requirements.get("min_memory_gb"),
-                precision=requirements.get("precision") or None,
-                interconnect=requirements.get("interconnect") or None,
-            ).filter(total__gte=count)
+    meeting = CardModelFilterSet(
+        {key: value for key, value in requirements.items() if value not in (None, "")},
+        queryset=card_models_with_counts(now),
+    )
+    if not meeting.is_valid():
+        problems = "; ".join(
+            f"{key}: {' '.join(str(m) for m in messages)}" for key, messages in meeting.errors.items()
         )
-    except (ValueError, TypeError) as exc:
-        raise ValidationError(
-            {"requirements": [_("Bad requirement: %(error)s.") % {"error": exc}]}
-        ) from exc
+        raise ValidationError({"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]})
+    candidates = list(meeting.qs.filter(total__gte=count))
     best: tuple | None = None
     for model in candidates:
         start = lease_preview(

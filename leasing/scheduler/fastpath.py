@@ -16,10 +16,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import connection
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from inventory.models import Card, Node
+from inventory.models import Card
 from leasing.choices import LeaseStatus
-from leasing.models import Lease
+from leasing.models import Allocation, Lease
 
 
 def queue_is_empty(card_model_id: int) -> bool:
@@ -27,25 +28,13 @@ def queue_is_empty(card_model_id: int) -> bool:
 
 
 # place_now as one statement (PostgreSQL and SQLite ≥ 3.25 both have window functions): the
-# ORM version took two queries, each repeating the anti-join and its planning, plus the ORM's
-# own compile time. The free cards are those ``snapshot.card_slots`` and ``snapshot.timeline_for``
-# would give the planner: healthy, on a node that is up (or draining after the end), with no
-# allocation overlapping the window; a lease marked for preemption holds its cards only until
-# its ``preempt_at``. tests/leasing/test_fastpath.py holds this to the planner's answer.
-_PLACE_NOW_SQL = """
-WITH free AS (
-    SELECT c.id, c.node_id, c.interconnect_domain AS domain, c."index" AS idx
-    FROM inventory_card c
-    JOIN inventory_node n ON n.id = c.node_id
-    WHERE c.card_model_id = %(model)s AND c.status = %(ok)s
-      AND (n.status = %(active)s OR (n.status = %(draining)s AND n.drain_at >= %(end)s))
-      AND NOT EXISTS (
-          SELECT 1 FROM leasing_allocation a
-          JOIN leasing_lease l ON l.id = a.lease_id
-          WHERE a.card_id = c.id AND a.start_at < %(end)s AND a.end_at > %(start)s
-            AND (l.preempt_at IS NULL OR l.preempt_at > %(start)s)
-      )
-),
+# ORM version took two queries, each repeating the anti-join and its planning. The free cards
+# (the CTE) are built by the ORM from the one "usable card" rule (``Card.objects.usable``)
+# and the allocations overlapping the window, as ``snapshot`` gives them to the planner (a
+# lease marked for preemption holds its cards only until its ``preempt_at``); the choice of
+# node and domain is plain SQL. tests/leasing/test_fastpath.py holds it to the planner.
+_CHOOSE_SQL = """
+WITH free(id, node_id, domain, idx) AS ({free}),
 domains AS (
     SELECT node_id, domain, COUNT(*) AS n,
            SUM(COUNT(*)) OVER (PARTITION BY node_id) AS node_free
@@ -54,15 +43,23 @@ domains AS (
 ),
 best AS (
     SELECT node_id, domain FROM domains
-    WHERE n >= %(count)s
+    WHERE n >= %s
     ORDER BY node_free, n, node_id, domain
     LIMIT 1
 )
 SELECT f.id FROM free f
 JOIN best b ON b.node_id = f.node_id AND b.domain = f.domain
 ORDER BY f.idx
-LIMIT %(count)s
+LIMIT %s
 """
+
+
+def free_cards(card_model_id: int, *, start: datetime, end: datetime) -> QuerySet[Card]:
+    """The model's cards that can hold a lease over [start, end) and nobody holds then."""
+    busy = Allocation.objects.filter(card=OuterRef("pk"), start_at__lt=end, end_at__gt=start).filter(
+        Q(lease__preempt_at__isnull=True) | Q(lease__preempt_at__gt=start)
+    )
+    return Card.objects.filter(card_model_id=card_model_id).usable(start, end).filter(~Exists(busy))
 
 
 def place_now(
@@ -70,17 +67,13 @@ def place_now(
 ) -> list[int] | None:
     """*count* cards on one node and one interconnect domain, free over [start, end) (start is
     now), chosen as ``planner.place`` would; None when that takes more than one domain."""
-    adapt = connection.ops.adapt_datetimefield_value
-    params = {
-        "model": card_model_id,
-        "ok": Card.Status.OK,
-        "active": Node.Status.ACTIVE,
-        "draining": Node.Status.DRAINING,
-        "start": adapt(start),
-        "end": adapt(end),
-        "count": count,
-    }
+    free = (
+        free_cards(card_model_id, start=start, end=end)
+        .order_by()
+        .values_list("id", "node_id", "interconnect_domain", "index")
+    )
+    free_sql, free_params = free.query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(_PLACE_NOW_SQL, params)
+        cursor.execute(_CHOOSE_SQL.format(free=free_sql), (*free_params, count, count))
         ids = [row[0] for row in cursor.fetchall()]
     return ids or None

@@ -1,10 +1,12 @@
-"""Load the planner's picture of one card model from the database."""
+"""Load the planner's picture of card models from the database: usable cards, busy periods,
+the queue. The dashboard's "next free" and the queue pass read the same picture.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime
-
-from django.db.models import Q
 
 from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
@@ -12,24 +14,60 @@ from leasing.models import Allocation, Lease
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 
 
-def card_slots(card_model_id: int, *, now: datetime) -> list[CardSlot]:
-    """Cards of the model that can take a lease: healthy, on a node that is up.
+def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, list[CardSlot]]:
+    """Per card model, its cards that can take a lease (``Card.objects.usable``).
 
     A draining node's cards are usable only by leases that end before its drain time.
     """
+    slots: dict[int, list[CardSlot]] = defaultdict(list)
     rows = (
-        Card.objects.filter(card_model_id=card_model_id, status=Card.Status.OK)
-        .filter(
-            Q(node__status=Node.Status.ACTIVE)
-            | Q(node__status=Node.Status.DRAINING, node__drain_at__gt=now)
+        Card.objects.filter(card_model_id__in=list(card_model_ids))
+        .usable(now)
+        .values_list(
+            "pk", "card_model_id", "node_id", "interconnect_domain", "node__status", "node__drain_at"
         )
-        .values_list("pk", "node_id", "interconnect_domain", "node__status", "node__drain_at")
         .order_by("node_id", "index")
     )
-    return [
-        CardSlot(pk, node_id, domain, drain_at if status == Node.Status.DRAINING else None)
-        for pk, node_id, domain, status, drain_at in rows
-    ]
+    for pk, model_id, node_id, domain, status, drain_at in rows:
+        usable_until = drain_at if status == Node.Status.DRAINING else None
+        slots[model_id].append(CardSlot(pk, node_id, domain, usable_until))
+    return slots
+
+
+def card_slots(card_model_id: int, *, now: datetime) -> list[CardSlot]:
+    """The cards of one model that can take a lease (see ``card_slots_of``)."""
+    return card_slots_of([card_model_id], now=now).get(card_model_id, [])
+
+
+def timelines_of(
+    card_model_ids: Iterable[int],
+    *,
+    now: datetime,
+    exclude_lease: int | None = None,
+    ending_now: frozenset[int] = frozenset(),
+) -> dict[int, Timeline]:
+    """Per card model, the busy periods from now on of every card.
+
+    A lease marked for preemption is busy only until its ``preempt_at`` (the end of its
+    grace period); leases in *ending_now* are treated as if they ended now (what-if).
+    """
+    timelines: dict[int, Timeline] = defaultdict(Timeline)
+    allocations = Allocation.objects.filter(
+        card__card_model_id__in=list(card_model_ids), end_at__gt=now
+    )
+    if exclude_lease is not None:
+        allocations = allocations.exclude(lease_id=exclude_lease)
+    rows = allocations.values_list(
+        "card_id", "card__card_model_id", "start_at", "end_at", "lease_id", "lease__preempt_at"
+    )
+    for card_id, model_id, start, end, lease_id, preempt_at in rows:
+        if lease_id in ending_now:
+            continue
+        if preempt_at is not None:
+            end = min(end, max(preempt_at, now))
+        if end > max(start, now):
+            timelines[model_id].add(card_id, max(start, now), end)
+    return timelines
 
 
 def timeline_for(
@@ -39,40 +77,33 @@ def timeline_for(
     exclude_lease: int | None = None,
     ending_now: frozenset[int] = frozenset(),
 ) -> Timeline:
-    """Busy periods, from now on, of every card of the model.
+    """The busy periods of one model's cards (see ``timelines_of``)."""
+    return timelines_of(
+        [card_model_id], now=now, exclude_lease=exclude_lease, ending_now=ending_now
+    )[card_model_id]
 
-    A lease marked for preemption is busy only until its ``preempt_at`` (the end of its
-    grace period); leases in *ending_now* are treated as if they ended now (what-if).
+
+def queues_of(
+    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
+) -> dict[int, list[Request]]:
+    """Per card model, its waiting leases in service order: priority class, then submit time.
+
+    With *min_rank*, only those a new request of that priority would queue behind.
     """
-    timeline = Timeline()
-    allocations = Allocation.objects.filter(card__card_model_id=card_model_id, end_at__gt=now)
-    if exclude_lease is not None:
-        allocations = allocations.exclude(lease_id=exclude_lease)
-    rows = allocations.values_list("card_id", "start_at", "end_at", "lease_id", "lease__preempt_at")
-    for card_id, start, end, lease_id, preempt_at in rows:
-        if lease_id in ending_now:
-            continue
-        if preempt_at is not None:
-            end = min(end, max(preempt_at, now))
-        if end > max(start, now):
-            timeline.add(card_id, max(start, now), end)
-    return timeline
+    leases = Lease.objects.filter(card_model_id__in=list(card_model_ids), status=LeaseStatus.QUEUED)
+    if min_rank is not None:
+        leases = leases.filter(priority_rank__gte=min_rank)
+    rows = leases.order_by("-priority_rank", "submitted_at", "pk").values_list(
+        "pk", "card_model_id", "count", "duration", "start_at", "same_node"
+    )
+    queues: dict[int, list[Request]] = defaultdict(list)
+    for pk, model_id, count, duration, start, same_node in rows:
+        queues[model_id].append(Request(pk, count, duration, max(start, now), same_node))
+    return queues
 
 
 def queued_requests(
     card_model_id: int, *, now: datetime, min_rank: int | None = None
 ) -> list[Request]:
-    """Waiting leases of the model in service order: priority class, then submit time.
-
-    With *min_rank*, only those a new request of that priority would queue behind.
-    """
-    leases = Lease.objects.filter(card_model_id=card_model_id, status=LeaseStatus.QUEUED)
-    if min_rank is not None:
-        leases = leases.filter(priority_rank__gte=min_rank)
-    rows = leases.order_by("-priority_rank", "submitted_at", "pk").values_list(
-        "pk", "count", "duration", "start_at", "same_node"
-    )
-    return [
-        Request(pk, count, duration, max(start, now), same_node)
-        for pk, count, duration, start, same_node in rows
-    ]
+    """The waiting leases of one model in service order (see ``queues_of``)."""
+    return queues_of([card_model_id], now=now, min_rank=min_rank).get(card_model_id, [])

@@ -29,7 +29,6 @@ from django.utils.translation import gettext as _
 
 from inventory import agent
 from inventory.models import Card, CardHourly, CardSample, Node
-from leasing.models import Lease
 
 logger = logging.getLogger(__name__)
 
@@ -497,28 +496,6 @@ def utilization_stats(
     }
 
 
-def lease_card_windows(
-    lease: Lease, since: datetime, until: datetime
-) -> list[tuple[Card, datetime, datetime]]:
-    """The lease's cards with the part of [since, until] each was allocated to it."""
-    windows = []
-    for allocation in lease.allocations.select_related("card__node").filter(
-        start_at__lt=until, end_at__gt=since
-    ):
-        windows.append(
-            (allocation.card, max(since, allocation.start_at), min(until, allocation.end_at))
-        )
-    return windows
-
-
-def lease_utilization_stats(
-    lease: Lease, *, since: datetime, until: datetime, max_gap: timedelta = DEFAULT_MAX_GAP
-) -> dict:
-    """utilization_stats for the cards the lease held during the window."""
-    card_ids = [card.pk for card, _start, _end in lease_card_windows(lease, since, until)]
-    return utilization_stats(card_ids, since, until, max_gap=max_gap)
-
-
 def _downsample(points: list[tuple[datetime, float]], most: int) -> list[tuple[datetime, float]]:
     if len(points) <= most:
         return points
@@ -532,17 +509,20 @@ def _downsample(points: list[tuple[datetime, float]], most: int) -> list[tuple[d
     ]
 
 
-def lease_series(
-    lease: Lease, since: datetime, until: datetime | None = None, *, max_points: int = 360
+def card_series(
+    windows: list[tuple[Card, datetime, datetime]],
+    since: datetime,
+    until: datetime,
+    *,
+    max_points: int = 360,
 ) -> list[dict]:
-    """Utilisation over time of each card of the lease, for a chart.
+    """Utilisation over time of each card in *windows* (card, from, to), for a chart: only
+    what was read inside each card's own window (not a previous holder's work).
 
     ``[{"card_id", "label", "points": [(at, utilization_pct), …]}]``, one entry per card in
     node/index order; hourly averages where raw samples are gone, raw samples otherwise,
-    averaged down to at most *max_points* per card. Three queries.
+    averaged down to at most *max_points* per card. Two queries.
     """
-    until = until or timezone.now()
-    windows = lease_card_windows(lease, since, until)
     ids = [card.pk for card, _s, _e in windows]
     hourly: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
     for card_id, hour, avg in CardHourly.objects.filter(
@@ -556,7 +536,7 @@ def lease_series(
         raw[card_id].append((at, util))
     series = []
     for card, start, end in sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index)):
-        # Only what was read while this lease held the card: not its previous holder's work.
+        # Only what was read inside this window: not a previous holder's work.
         own = [p for p in hourly[card.pk] if start - HOUR < p[0] < end]
         own += [p for p in raw[card.pk] if start <= p[0] <= end]
         series.append(

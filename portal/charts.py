@@ -1,35 +1,58 @@
-"""Plotly figures rendered into pages (plotly.js itself is served locally: vendor/plotly.min.js)."""
+"""The one way a plotly figure becomes part of a page (plotly.js is served locally:
+static/vendor/plotly.min.js, loaded only by pages that draw a chart). A leaf: imports only
+plotly and Django, so every app's pages can use it.
+"""
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from html import escape  # plotly renders a little HTML in labels; names are user data
 
 import plotly.graph_objects as go
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
+FONT = "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"
+GRID = "#e5e7eb"
+CONFIG = {"displaylogo": False, "responsive": True}
 
-def _html(fig: go.Figure) -> str:
+
+def render(
+    fig: go.Figure,
+    *,
+    height: int = 280,
+    y_title: str | None = None,
+    stack: bool = False,
+    titled: bool = False,
+    y_from_zero: bool = False,
+) -> str:
+    """The figure as an HTML fragment in the portal's look: white, a CJK-capable font, the
+    legend under the plot, light grid lines. *titled* leaves room for a figure title."""
     fig.update_layout(
-        margin={"l": 40, "r": 10, "t": 10, "b": 40},
-        height=280,
-        barmode="stack",
-        legend={"orientation": "h", "y": -0.2},
-        showlegend=True,
+        margin={"l": 50, "r": 10, "t": 30 if titled else 10, "b": 40},
+        height=height,
+        legend={"orientation": "h", "y": -0.25},
         plot_bgcolor="white",
         paper_bgcolor="white",
-        font={"family": "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"},
+        font={"family": FONT},
     )
-    fig.update_yaxes(gridcolor="#e5e7eb", title=_("card-hours"))
-    fig.update_xaxes(type="category")  # whole days, never zoomed into milliseconds
-    return fig.to_html(
-        full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
-    )
+    if stack:
+        fig.update_layout(barmode="stack")
+    if y_title is not None:
+        fig.update_yaxes(gridcolor=GRID, title=y_title)
+    if y_from_zero:
+        fig.update_yaxes(rangemode="tozero")
+    return fig.to_html(full_html=False, include_plotlyjs=False, config=CONFIG)
+
+
+def local_time(at: datetime, *, seconds: bool = False) -> str:
+    """Wall-clock time in the viewer's zone (plotly.js has no time zones)."""
+    return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
 def daily_card_hours(daily: dict[str, dict[date, Decimal]], days: list[date]) -> str:
-    """Stacked bars: card-hours per day, one colour per card model."""
+    """Stacked bars: card-hours per day, one colour per series (card model, team…)."""
     fig = go.Figure()
     for name, per_day in sorted(daily.items()):
         fig.add_bar(
@@ -37,4 +60,5 @@ def daily_card_hours(daily: dict[str, dict[date, Decimal]], days: list[date]) ->
             x=[d.isoformat() for d in days],
             y=[float(per_day.get(d, 0)) for d in days],
         )
-    return _html(fig)
+    fig.update_xaxes(type="category")  # whole days, never zoomed into milliseconds
+    return render(fig, y_title=_("card-hours"), stack=True)

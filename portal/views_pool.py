@@ -40,6 +40,7 @@ from leasing.choices import WAITING_STATES, LeaseStatus
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner, snapshot
 from leasing.scheduler.availability import covering_allocations
+from portal import charts
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
 
@@ -259,26 +260,10 @@ def next_free(now: datetime, model_ids) -> dict[int, datetime | None]:
 # --- charts ----------------------------------------------------------------------------------
 
 
-def _html(fig: go.Figure, *, y_title: str, height: int = 260, stack: bool = False) -> str:
-    fig.update_layout(
-        margin={"l": 50, "r": 10, "t": 30, "b": 40},
-        height=height,
-        barmode="stack" if stack else "group",
-        legend={"orientation": "h", "y": -0.25},
-        plot_bgcolor="white",
-        paper_bgcolor="white",
-        font={"family": "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"},
-    )
-    fig.update_yaxes(gridcolor="#e5e7eb", title=y_title, rangemode="tozero")
-    return fig.to_html(
-        full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
-    )
-
-
 def _local(hours: list[datetime], now: datetime) -> list[str]:
     """Each hour's end (the moment its level is read), in the viewer's time zone."""
     ends = [min(h + timedelta(hours=1), now) for h in hours]
-    return [timezone.localtime(t).strftime("%Y-%m-%d %H:%M") for t in ends]
+    return [charts.local_time(t) for t in ends]
 
 
 def utilisation_chart(name: str, x, held: list[int], total: int, down: int) -> str:
@@ -290,14 +275,14 @@ def utilisation_chart(name: str, x, held: list[int], total: int, down: int) -> s
         x=x, y=[down] * len(x), name=_("down"), stackgroup="one", line={"color": "#9ca3af"}
     )
     fig.update_layout(title={"text": escape(name), "font": {"size": 14}})
-    return _html(fig, y_title=_("cards"), height=240)
+    return charts.render(fig, y_title=_("cards"), height=240, titled=True, y_from_zero=True)
 
 
 def queue_chart(x, series: dict[str, list[int]]) -> str:
     fig = go.Figure()
     for name, points in sorted(series.items()):
         fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
-    return _html(fig, y_title=_("leases waiting"))
+    return charts.render(fig, y_title=_("leases waiting"), height=260, titled=True, y_from_zero=True)
 
 
 def wait_chart(series: dict[str, list[int]]) -> str:
@@ -314,7 +299,9 @@ def wait_chart(series: dict[str, list[int]]) -> str:
     for name, counts in sorted(series.items()):
         fig.add_bar(x=labels, y=counts, name=escape(name))
     fig.update_xaxes(type="category")
-    return _html(fig, y_title=_("leases"), stack=True)
+    return charts.render(
+        fig, y_title=_("leases"), height=260, stack=True, titled=True, y_from_zero=True
+    )
 
 
 def top_users_chart(rows: list[dict]) -> str:
@@ -328,7 +315,7 @@ def top_users_chart(rows: list[dict]) -> str:
         showlegend=False,
     )
     fig.update_yaxes(type="category")
-    return _html(fig, y_title="", height=60 + 28 * max(len(rows), 1))
+    return charts.render(fig, y_title="", height=60 + 28 * max(len(rows), 1), titled=True)
 
 
 @login_required

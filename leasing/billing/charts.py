@@ -12,22 +12,9 @@ from django.utils.translation import gettext as _
 
 from leasing.billing import reports
 from leasing.periods import site_tz
+from portal import charts
 
 TOP_USERS = 10
-
-
-def _html(fig: go.Figure, *, height: int = 320) -> str:
-    fig.update_layout(
-        margin={"l": 40, "r": 10, "t": 10, "b": 40},
-        height=height,
-        legend={"orientation": "h", "y": -0.2},
-        plot_bgcolor="white",
-        paper_bgcolor="white",
-        font={"family": "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"},
-    )
-    return fig.to_html(
-        full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True}
-    )
 
 
 def team_days(f: reports.ReportFilter) -> str:
@@ -53,10 +40,8 @@ def team_days(f: reports.ReportFilter) -> str:
             x=[d.isoformat() for d in days],
             y=[per_day.get(d, 0) for d in days],
         )
-    fig.update_layout(barmode="stack")
-    fig.update_yaxes(gridcolor="#e5e7eb", title=_("card-hours"))
     fig.update_xaxes(type="category")
-    return _html(fig)
+    return charts.render(fig, height=320, y_title=_("card-hours"), stack=True)
 
 
 def top_users(f: reports.ReportFilter) -> str:
@@ -80,6 +65,6 @@ def top_users(f: reports.ReportFilter) -> str:
         hovertemplate="%{y}: %{x} " + _("card-hours") + " · ¥%{customdata:,.2f}<extra></extra>",
         name=_("card-hours"),
     )
-    fig.update_xaxes(gridcolor="#e5e7eb", title=_("card-hours"))
+    fig.update_xaxes(gridcolor=charts.GRID, title=_("card-hours"))
     fig.update_layout(showlegend=False)
-    return _html(fig, height=max(200, 40 + 28 * len(rows)))
+    return charts.render(fig, height=max(200, 40 + 28 * len(rows)))

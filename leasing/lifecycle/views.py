@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
-from leasing.lifecycle import changes, requests, resize, selectors
+from leasing.lifecycle import changes, requests, resize, selectors, utilisation
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
 from leasing.scheduler import preview
 
@@ -273,3 +273,11 @@ def lease_resize(request, pk: int):
     if "lease" in carried:
         return redirect("leasing:detail", carried["lease"].pk)
     return response
+
+
+@login_required
+def lease_utilisation(request, pk: int):
+    """The utilisation chart of a lease (an htmx partial on the lease page)."""
+    lease = _visible_lease(request, pk)
+    context = {"lease": lease, "utilisation": utilisation.lease_utilisation_context(lease)}
+    return render(request, "leasing/_utilisation.html", context)

@@ -18,14 +18,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
-from django.urls import Resolver404, include, path, resolve
 from django.utils import translation
 
 from inventory import api_telemetry, tasks, telemetry
 from inventory.models import Card, CardHourly, CardSample, Node
-from leasing.lifecycle import provisioning
+from leasing.lifecycle import provisioning, utilisation
 from leasing.lifecycle import requests as lease_requests
-from portal import urls as portal_urls
 from portal.tokens.services import token_create
 from tests.factories import CardModelFactory, make_node
 
@@ -37,22 +35,6 @@ DCGM_PAGE = (
 URL = "/api/v1/telemetry/"
 
 
-def _urlpatterns():
-    """The site's URLs, plus the telemetry ones wherever portal/ does not route them yet."""
-    patterns = list(portal_urls.urlpatterns)
-    for probe, extra in (
-        (URL, path("api/v1/", include(api_telemetry.urlpatterns))),
-        ("/leases/1/utilisation/", path("leases/", include("inventory.urls_telemetry"))),
-    ):
-        try:
-            resolve(probe, urlconf=portal_urls)
-        except Resolver404:
-            patterns.append(extra)
-    return patterns
-
-
-urlpatterns = _urlpatterns()
-pytestmark = pytest.mark.urls(__name__)
 
 
 @pytest.fixture(autouse=True)
@@ -504,11 +486,11 @@ def test_lease_series_shows_only_this_leases_time_on_its_cards(lease, frozen):
     frozen.shift(timedelta(minutes=20))
     for card in cards:
         make_samples(card, NOW + timedelta(minutes=1), 30, util=lambda i: 40.0)
-    series = telemetry.lease_series(lease, NOW - timedelta(hours=1))
+    series = utilisation.lease_series(lease, NOW - timedelta(hours=1))
     assert [s["label"] for s in series] == [f"gpu-a01#{c.index}" for c in cards]
     assert all(len(s["points"]) == 30 for s in series)
     assert {value for s in series for _at, value in s["points"]} == {40.0}
-    downsampled = telemetry.lease_series(lease, NOW - timedelta(hours=1), max_points=10)
+    downsampled = utilisation.lease_series(lease, NOW - timedelta(hours=1), max_points=10)
     assert len(downsampled[0]["points"]) == 10
 
 

@@ -13,8 +13,7 @@ import hmac
 import logging
 import math
 import secrets
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -49,7 +48,6 @@ SUMMARY_MAX_CHUNKS = 200  # per run: a bounded batch; the next run takes the res
 PULL_BATCH = 100  # nodes per DCGM pull run, stalest first
 PULL_WORKERS = 16
 PULL_TIMEOUT = 5  # seconds per exporter
-DEFAULT_MAX_GAP = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
 MIN_RETENTION_HOURS = 2
 
@@ -415,135 +413,3 @@ def telemetry_summarise(*, before: datetime) -> int:
         if done < SUMMARY_CHUNK:
             break
     return total
-
-
-# --- Reads -----------------------------------------------------------------------------------
-
-
-def _covered(spans: list[tuple[datetime, datetime]], since, until, max_gap) -> bool:
-    cursor = since
-    for start, end in sorted(spans):
-        if start - cursor > max_gap:
-            return False
-        cursor = max(cursor, end)
-    return bool(spans) and until - cursor <= max_gap
-
-
-def utilization_stats(
-    card_ids: Iterable[int],
-    since: datetime,
-    until: datetime,
-    *,
-    max_gap: timedelta = DEFAULT_MAX_GAP,
-) -> dict:
-    """Utilisation of these cards over [since, until], from raw samples and hourly rows.
-
-    Returns ``{"cards": {card_id: {"samples", "max", "avg", "first_at", "last_at",
-    "covered"}}, "samples", "max", "avg", "covered"}``. A card is *covered* when its readings
-    leave no gap longer than *max_gap* in the window (an hourly row covers its whole hour);
-    the result is covered when every card is. Idle detection should act only on a covered
-    window: a silent agent is not an idle card. An hourly row that overlaps the window counts
-    whole, so its maximum may come from just outside the window (errs towards "busy").
-    Two queries, however many cards.
-    """
-    ids = sorted(set(card_ids))
-    values: dict[int, list[tuple[float, int]]] = defaultdict(list)  # (value, weight)
-    maxima: dict[int, list[float]] = defaultdict(list)
-    spans: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
-    raw = CardSample.objects.filter(
-        card_id__in=ids, at__gte=since, at__lte=until, utilization_pct__isnull=False
-    ).values_list("card_id", "at", "utilization_pct")
-    for card_id, at, util in raw:
-        values[card_id].append((util, 1))
-        maxima[card_id].append(util)
-        spans[card_id].append((at, at))
-    hourly = CardHourly.objects.filter(
-        card_id__in=ids,
-        hour__gt=since - HOUR,
-        hour__lt=until,
-        samples__gt=0,
-        utilization_max__isnull=False,
-    ).values_list("card_id", "hour", "samples", "utilization_avg", "utilization_max")
-    for card_id, hour, n, avg, peak in hourly:
-        if avg is not None:
-            values[card_id].append((avg * n, n))
-        maxima[card_id].append(peak)
-        spans[card_id].append((hour, hour + HOUR))
-    cards = {}
-    for card_id in ids:
-        weight = sum(n for _value, n in values[card_id])
-        total = sum(value for value, _n in values[card_id])
-        card_spans = spans[card_id]
-        cards[card_id] = {
-            "samples": weight,
-            "max": max(maxima[card_id]) if maxima[card_id] else None,
-            "avg": total / weight if weight else None,
-            "first_at": max(since, min(s for s, _e in card_spans)) if card_spans else None,
-            "last_at": min(until, max(e for _s, e in card_spans)) if card_spans else None,
-            "covered": _covered(card_spans, since, until, max_gap),
-        }
-    weight = sum(card["samples"] for card in cards.values())
-    weighted = sum(card["avg"] * card["samples"] for card in cards.values() if card["samples"])
-    peaks = [card["max"] for card in cards.values() if card["max"] is not None]
-    return {
-        "since": since,
-        "until": until,
-        "cards": cards,
-        "samples": weight,
-        "max": max(peaks) if peaks else None,
-        "avg": weighted / weight if weight else None,
-        "covered": bool(cards) and all(card["covered"] for card in cards.values()),
-    }
-
-
-def _downsample(points: list[tuple[datetime, float]], most: int) -> list[tuple[datetime, float]]:
-    if len(points) <= most:
-        return points
-    size = math.ceil(len(points) / most)
-    return [
-        (
-            points[i][0],
-            sum(value for _at, value in points[i : i + size]) / len(points[i : i + size]),
-        )
-        for i in range(0, len(points), size)
-    ]
-
-
-def card_series(
-    windows: list[tuple[Card, datetime, datetime]],
-    since: datetime,
-    until: datetime,
-    *,
-    max_points: int = 360,
-) -> list[dict]:
-    """Utilisation over time of each card in *windows* (card, from, to), for a chart: only
-    what was read inside each card's own window (not a previous holder's work).
-
-    ``[{"card_id", "label", "points": [(at, utilization_pct), …]}]``, one entry per card in
-    node/index order; hourly averages where raw samples are gone, raw samples otherwise,
-    averaged down to at most *max_points* per card. Two queries.
-    """
-    ids = [card.pk for card, _s, _e in windows]
-    hourly: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for card_id, hour, avg in CardHourly.objects.filter(
-        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until, utilization_avg__isnull=False
-    ).values_list("card_id", "hour", "utilization_avg"):
-        hourly[card_id].append((hour, avg))
-    raw: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for card_id, at, util in CardSample.objects.filter(
-        card_id__in=ids, at__gte=since, at__lte=until, utilization_pct__isnull=False
-    ).values_list("card_id", "at", "utilization_pct"):
-        raw[card_id].append((at, util))
-    series = []
-    for card, start, end in sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index)):
-        # Only what was read inside this window: not a previous holder's work.
-        own = [p for p in hourly[card.pk] if start - HOUR < p[0] < end]
-        own += [p for p in raw[card.pk] if start <= p[0] <= end]
-        series.append(
-            {
-                "card_id": card.pk,
-                "label": f"{card.node.hostname}#{card.index}",
-                "points": _downsample(sorted(own), max_points),
-            }
-        )
-    return series

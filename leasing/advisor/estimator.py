@@ -16,6 +16,10 @@ behind each number, so the user can check it. The formulas and their sources are
 * overhead = 20 % of the rest, at least 1 GB (runtime context, workspaces, fragmentation).
 
 GB here are 10⁹ bytes.
+
+One module of some 600 lines on purpose: every formula sits beside its task profile and its
+source, and docs/estimator.md walks through this file top to bottom; split, a reader would
+have to follow one number across files.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.telemetry import utilization_stats
+from inventory.selectors import utilization_stats
 from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus, WarningKind
 from leasing.locking import lock_card_models
 from leasing.models import Lease

@@ -5,19 +5,16 @@ place at once or queue, and the live preview of what a request would get.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.filters import CardModelFilterSet
-from inventory.models import Card, CardModel
+from inventory.models import CardModel
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
@@ -25,6 +22,10 @@ from leasing.choices import (
     LeaseStatus,
     Priority,
     Purpose,
+)
+from leasing.lifecycle.validation import (
+    capacity_errors,
+    lease_validate_request,
 )
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
@@ -39,172 +40,14 @@ from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
+from leasing.teams.admission import Verdict, admit
 from leasing.transitions import event_record, hand_over, notify_after_commit
-from portal.models import Membership, Team
+from portal.models import Team
 from portal.permissions import is_operator
 
 logger = logging.getLogger(__name__)
 
-# Requests that start within this much of "now" count as "start now": clocks of
-# browsers and scripts drift, and a form takes a while to submit.
-START_NOW_TOLERANCE = timedelta(seconds=60)
-
-
 # --- request ---------------------------------------------------------------------------
-
-
-def _pool_capacity(card_model: CardModel) -> tuple[int, int]:
-    """Cards of the model in service (not retired), and the most on any one node."""
-    per_node = (
-        Card.objects.filter(card_model=card_model)
-        .exclude(status=Card.Status.RETIRED)
-        .values("node_id")
-        .annotate(n=Count("pk"))
-    )
-    agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
-    return agg["total"] or 0, agg["most"] or 0
-
-
-def lease_validate_request(
-    *,
-    user,
-    team: Team,
-    card_model: CardModel | None,
-    count: int,
-    duration: timedelta,
-    start_at: datetime,
-    priority: str,
-    purpose: str,
-    same_node: bool,
-    now: datetime,
-    check_capacity: bool = True,
-) -> None:
-    """Raise ValidationError (or PermissionDenied) with a message a person can act on.
-
-    ``check_capacity=False`` leaves out whether the pool could ever hold the request (a
-    query over the model's cards): ``lease_request`` asks that only when the request is not
-    placed at once, since cards that were just found free answer it already.
-    """
-    membership = Membership.objects.filter(user=user, team=team).first()
-    if membership is None and not is_operator(user):
-        raise PermissionDenied(
-            _("You are not a member of team “%(team)s”; ask its lead to add you.")
-            % {"team": team.slug}
-        )
-    errors: dict[str, list[str]] = {}
-    if count < 1:
-        errors.setdefault("count", []).append(_("Ask for at least one card."))
-    if duration <= timedelta(0):
-        errors.setdefault("duration_minutes", []).append(
-            _("The duration must be longer than zero.")
-        )
-    max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
-    if duration > timedelta(minutes=max_minutes):
-        errors.setdefault("duration_minutes", []).append(
-            _("The longest lease is %(hours)s hours; ask for less and extend later.")
-            % {"hours": max_minutes // 60}
-        )
-    if start_at < now - START_NOW_TOLERANCE:
-        errors.setdefault("start_at", []).append(
-            _("The start time is in the past; leave it empty to start now.")
-        )
-    if start_at > now + timedelta(days=settings.CARDPOOL["MAX_ADVANCE_DAYS"]):
-        errors.setdefault("start_at", []).append(
-            _("Reservations can start at most %(days)s days ahead.")
-            % {"days": settings.CARDPOOL["MAX_ADVANCE_DAYS"]}
-        )
-    if priority not in Priority.values:
-        errors.setdefault("priority", []).append(
-            _("Unknown priority; choose one of: %(choices)s.")
-            % {"choices": ", ".join(Priority.values)}
-        )
-    elif priority in (Priority.CRITICAL, Priority.HIGH):
-        is_lead = membership is not None and membership.role == Membership.Role.LEAD
-        if priority == Priority.CRITICAL and not is_operator(user):
-            raise PermissionDenied(_("Only operators may ask for critical priority."))
-        if priority == Priority.HIGH and not (is_lead or is_operator(user)):
-            raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
-    if purpose not in Purpose.values:
-        errors.setdefault("purpose", []).append(
-            _("Unknown purpose; choose one of: %(choices)s.")
-            % {"choices": ", ".join(Purpose.values)}
-        )
-    if count >= 1 and card_model is not None and check_capacity:
-        _capacity_errors(errors, card_model=card_model, count=count, same_node=same_node)
-    if errors:
-        raise ValidationError(errors)
-
-
-def _capacity_errors(
-    errors: dict[str, list[str]], *, card_model: CardModel, count: int, same_node: bool
-) -> dict[str, list[str]]:
-    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*."""
-    total, most_on_node = _pool_capacity(card_model)
-    if total == 0:
-        errors.setdefault("card_model", []).append(
-            _("The pool has no %(model)s cards yet; choose another card model.")
-            % {"model": card_model.name}
-        )
-    elif count > total:
-        errors.setdefault("count", []).append(
-            _("The pool has only %(total)s %(model)s cards; ask for %(total)s or fewer.")
-            % {"total": total, "model": card_model.name}
-        )
-    elif same_node and count > most_on_node:
-        errors.setdefault("count", []).append(
-            _(
-                "No node has %(count)s %(model)s cards (at most %(most)s on one node); ask for fewer "
-                "or allow the cards to span nodes."
-            )
-            % {"count": count, "model": card_model.name, "most": most_on_node}
-        )
-    return errors
-
-
-@dataclass
-class Verdict:
-    """What admission decided for a request."""
-
-    status: str = LeaseStatus.QUEUED
-    borrowed: bool = False
-    member_breaches: list = field(default_factory=list)
-    overridden: list = field(default_factory=list)
-
-
-def _admit(
-    *,
-    team: Team,
-    user,
-    card_model: CardModel,
-    count: int,
-    start: datetime,
-    duration: timedelta,
-    priority: str,
-    override_reason: str,
-) -> Verdict:
-    """Check the team's quota and the member's limits (inside the team lock).
-
-    Team quota broken: refused (unless an operator overrides with a reason, or the team may
-    borrow idle cards as preemptible). Member limit broken: waits for the lead's approval.
-    """
-    breaches = quotas.admission_breaches(
-        team=team, user=user, card_model=card_model, count=count, start=start, duration=duration
-    )
-    team_breaches = [b for b in breaches if b.scope == "team"]
-    member_breaches = [b for b in breaches if b.scope == "member"]
-    if override_reason:
-        return Verdict(overridden=breaches)
-    verdict = Verdict()
-    if team_breaches:
-        only_concurrency = all(b.limit == "max_concurrent_cards" for b in team_breaches)
-        if only_concurrency and team.allow_borrowing and priority == Priority.PREEMPTIBLE:
-            verdict.borrowed = True
-        else:
-            raise ValidationError({"count": [b.message for b in team_breaches]})
-    if member_breaches:
-        verdict.status = LeaseStatus.PENDING_APPROVAL
-        verdict.member_breaches = member_breaches
-    return verdict
 
 
 def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Lease | None:
@@ -408,11 +251,11 @@ def lease_request(
         if start == now and fastpath.queue_is_empty(card_model.pk):
             placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
         if not placed and (
-            errors := _capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
+            errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
         ):
             raise ValidationError(errors)
         verdict = (
-            _admit(
+            admit(
                 team=team,
                 user=user,
                 card_model=card_model,

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card
-from inventory.telemetry import DEFAULT_MAX_GAP, card_series, utilization_stats
+from inventory.selectors import DEFAULT_MAX_GAP, card_series, utilization_stats
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
 from portal import charts

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
-from leasing.lifecycle import changes, requests, resize, selectors, utilisation
+from leasing.lifecycle import changes, requests, resize, selectors, utilisation, validation
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
 from leasing.scheduler import preview
 
@@ -97,7 +97,7 @@ def lease_preview(request):
                 same_node=d["same_node"],
                 priority=d["priority"],
             )
-            requests.lease_validate_request(
+            validation.lease_validate_request(
                 user=request.user,
                 team=d["team"],
                 card_model=model,

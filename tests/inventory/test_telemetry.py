@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.utils import translation
 
-from inventory import api_telemetry, tasks, telemetry
+from inventory import api_telemetry, selectors, tasks, telemetry
 from inventory.models import Card, CardHourly, CardSample, Node
 from leasing.lifecycle import provisioning, utilisation
 from leasing.lifecycle import requests as lease_requests
@@ -414,7 +414,7 @@ def test_utilization_stats_for_idle_detection(node, django_assert_max_num_querie
     make_samples(busy, since, 61, util=lambda i: 80.0 if i == 30 else 1.0)
     make_samples(idle, since, 61, util=lambda i: 2.0)
     with django_assert_max_num_queries(2):
-        stats = telemetry.utilization_stats([busy.pk, idle.pk, silent.pk], since, NOW)
+        stats = selectors.utilization_stats([busy.pk, idle.pk, silent.pk], since, NOW)
     assert stats["cards"][busy.pk]["max"] == 80.0
     assert stats["cards"][idle.pk] | {"avg": None} == {
         "samples": 61,
@@ -435,7 +435,7 @@ def test_utilization_stats_for_idle_detection(node, django_assert_max_num_querie
     }
     assert stats["max"] == 80.0 and stats["samples"] == 122
     assert stats["covered"] is False  # a silent card is not an idle card
-    assert telemetry.utilization_stats([idle.pk], since, NOW)["covered"] is True
+    assert selectors.utilization_stats([idle.pk], since, NOW)["covered"] is True
 
 
 def test_a_gap_in_the_readings_is_not_coverage(node):
@@ -443,8 +443,8 @@ def test_a_gap_in_the_readings_is_not_coverage(node):
     since = NOW - timedelta(minutes=60)
     make_samples(card, since, 20)  # the first ten minutes
     make_samples(card, NOW - timedelta(minutes=10), 21)  # the last ten
-    assert telemetry.utilization_stats([card.pk], since, NOW)["covered"] is False
-    assert telemetry.utilization_stats([card.pk], since, NOW, max_gap=timedelta(minutes=41))[
+    assert selectors.utilization_stats([card.pk], since, NOW)["covered"] is False
+    assert selectors.utilization_stats([card.pk], since, NOW, max_gap=timedelta(minutes=41))[
         "covered"
     ]
 
@@ -454,7 +454,7 @@ def test_stats_use_hourly_rows_once_samples_are_summarised(node):
     since = datetime(2026, 2, 27, 10, 0, tzinfo=UTC)
     make_samples(card, since, 240, util=lambda i: 30.0 if i < 120 else 10.0)
     telemetry.telemetry_summarise(before=NOW - telemetry.retention())
-    stats = telemetry.utilization_stats([card.pk], since, since + timedelta(hours=2))
+    stats = selectors.utilization_stats([card.pk], since, since + timedelta(hours=2))
     assert stats["cards"][card.pk] | {"avg": 0} == {
         "samples": 240,
         "max": 30.0,

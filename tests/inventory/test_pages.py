@@ -10,7 +10,7 @@ import pytest
 import time_machine
 from django.utils import translation
 
-from inventory.models import Card, InterconnectKind, Node, Region, Vendor
+from inventory.models import Card, InterconnectKind, Node, Vendor
 from inventory.views import COLUMNS
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
@@ -315,70 +315,6 @@ def test_node_page_shows_topology_and_busy_cards(client, alice, vision, pool):
     page = text(response)
     assert "In use until" in page
     assert "Faulty" in page
-
-
-# --- Query counts with a big pool -------------------------------------------------------
-
-
-@pytest.fixture
-def big_pool(db):
-    """10,000 cards on 1,250 eight-card nodes over four models and two regions."""
-    regions = [Region.objects.create(slug=f"big-{i}", name=f"Big {i}") for i in range(2)]
-    models = [CardModelFactory(slug=f"big-model-{i}") for i in range(4)]
-    Node.objects.bulk_create(
-        Node(hostname=f"big-{i:04d}.example.org", region=regions[i % 2]) for i in range(1250)
-    )
-    nodes = list(Node.objects.filter(hostname__startswith="big-").order_by("hostname"))
-    Card.objects.bulk_create(
-        (
-            Card(
-                node=node,
-                card_model=models[n % 4],
-                index=i,
-                uuid=f"{node.hostname}-{i}",
-                interconnect_domain=i // 4,
-            )
-            for n, node in enumerate(nodes)
-            for i in range(8)
-        ),
-        batch_size=2000,
-    )
-    assert Card.objects.filter(node__hostname__startswith="big-").count() == 10_000
-    return nodes
-
-
-# Measured: 4 (catalogue), 7 (nodes: + both filter drop-downs), 5 (model, node page),
-# counting session, user and profile; two spare for the shell growing a query.
-@pytest.mark.parametrize(
-    ("url", "most"),
-    [
-        (CATALOGUE, 6),
-        (f"{CATALOGUE}?sort=-available&vendor=nvidia&precision=bf16", 6),
-        (NODES, 9),
-        (f"{NODES}?region=big-1&model=big-model-1", 11),
-        ("/inventory/models/big-model-2/", 7),
-        ("/inventory/nodes/big-0007.example.org/", 7),
-    ],
-)
-def test_pages_run_a_bounded_number_of_queries(
-    client, alice, big_pool, django_assert_max_num_queries, url, most
-):
-    client.force_login(alice)
-    with django_assert_max_num_queries(most):
-        response = client.get(url)
-    assert response.status_code == 200
-
-
-def test_catalogue_counts_a_big_pool(client, alice, big_pool):
-    client.force_login(alice)
-    rows = {m.slug: m for m in client.get(CATALOGUE).context["models"]}
-    # 1,250 nodes round-robin over four models: 313, 313, 312, 312 nodes of eight cards.
-    assert [(rows[f"big-model-{i}"].total, rows[f"big-model-{i}"].available) for i in range(4)] == [
-        (2504, 2504),
-        (2504, 2504),
-        (2496, 2496),
-        (2496, 2496),
-    ]
 
 
 def test_the_node_table_on_the_node_list_and_on_a_model_page(client, alice):

@@ -35,8 +35,6 @@ DCGM_PAGE = (
 URL = "/api/v1/telemetry/"
 
 
-
-
 @pytest.fixture(autouse=True)
 def frozen():
     with time_machine.travel(NOW, tick=False) as traveller:

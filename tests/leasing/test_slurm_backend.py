@@ -132,8 +132,14 @@ def test_backend_follows_the_node_label(frozen, fake, alice, vision, a100, slurm
     from leasing.models import Lease
 
     settings.CARDPOOL = {**settings.CARDPOOL, "BACKEND": "local"}
-    assert isinstance(get_backend(holding=provisioning.holding_of(Lease.objects.get(pk=by_host["gpu01"]))), SlurmBackend)
-    assert isinstance(get_backend(holding=provisioning.holding_of(Lease.objects.get(pk=by_host["plain"]))), LocalBackend)
+    assert isinstance(
+        get_backend(holding=provisioning.holding_of(Lease.objects.get(pk=by_host["gpu01"]))),
+        SlurmBackend,
+    )
+    assert isinstance(
+        get_backend(holding=provisioning.holding_of(Lease.objects.get(pk=by_host["plain"]))),
+        LocalBackend,
+    )
     assert isinstance(get_backend(), LocalBackend)  # the default stays local
 
 

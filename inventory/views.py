@@ -74,10 +74,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("vendor", _("Vendor"), "vendor", numeric=False, desc_first=False),
     Column("memory", _("Memory (GB)"), "memory_gb"),
     Column("bandwidth", _("Bandwidth (GB/s)"), "memory_bandwidth_gbs"),
-    *(
-        Column(p.value, p.label, PRECISION_FIELDS[p.value], group=THROUGHPUT)
-        for p in Precision
-    ),
+    *(Column(p.value, p.label, PRECISION_FIELDS[p.value], group=THROUGHPUT) for p in Precision),
     Column("interconnect", _("Interconnect"), "interconnect_gbs", numeric=False, sep=True),
     Column("tdp", _("TDP (W)"), "tdp_w", desc_first=False),
     Column("available", _("Free now / total"), "available"),
@@ -149,9 +146,7 @@ def catalogue(request: HttpRequest) -> HttpResponse:
         models = models.order_by(*_sort_order(column, descending))
     rows = list(models)
     for cm in rows:
-        cm.throughput = [
-            (p.value, getattr(cm, PRECISION_FIELDS[p.value])) for p in Precision
-        ]
+        cm.throughput = [(p.value, getattr(cm, PRECISION_FIELDS[p.value])) for p in Precision]
     highlight = filters.get("precision", "")
     header_top, header_sub = _headers(request.GET, column, descending, highlight)
     filter_query = request.GET.copy()

@@ -282,7 +282,9 @@ def queue_chart(x, series: dict[str, list[int]]) -> str:
     fig = go.Figure()
     for name, points in sorted(series.items()):
         fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
-    return charts.render(fig, y_title=_("leases waiting"), height=260, titled=True, y_from_zero=True)
+    return charts.render(
+        fig, y_title=_("leases waiting"), height=260, titled=True, y_from_zero=True
+    )
 
 
 def wait_chart(series: dict[str, list[int]]) -> str:

@@ -121,9 +121,12 @@ def lease_choose_model(
     )
     if not meeting.is_valid():
         problems = "; ".join(
-            f"{key}: {' '.join(str(m) for m in messages)}" for key, messages in meeting.errors.items()
+            f"{key}: {' '.join(str(m) for m in messages)}"
+            for key, messages in meeting.errors.items()
         )
-        raise ValidationError({"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]})
+        raise ValidationError(
+            {"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]}
+        )
     candidates = list(meeting.qs.filter(total__gte=count))
     best: tuple | None = None
     for model in candidates:

@@ -26,7 +26,6 @@ logger = logging.getLogger(__name__)
 START_NOW_TOLERANCE = timedelta(seconds=60)
 
 
-
 def pool_capacity(card_model: CardModel) -> tuple[int, int]:
     """Cards of the model in service (not retired), and the most on any one node."""
     per_node = (
@@ -133,5 +132,3 @@ def capacity_errors(
             % {"count": count, "model": card_model.name, "most": most_on_node}
         )
     return errors
-
-

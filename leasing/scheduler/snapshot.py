@@ -24,7 +24,12 @@ def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, 
         Card.objects.filter(card_model_id__in=list(card_model_ids))
         .usable(now)
         .values_list(
-            "pk", "card_model_id", "node_id", "interconnect_domain", "node__status", "node__drain_at"
+            "pk",
+            "card_model_id",
+            "node_id",
+            "interconnect_domain",
+            "node__status",
+            "node__drain_at",
         )
         .order_by("node_id", "index")
     )

@@ -64,5 +64,3 @@ def admit(
         verdict.status = LeaseStatus.PENDING_APPROVAL
         verdict.member_breaches = member_breaches
     return verdict
-
-

@@ -1,0 +1,84 @@
+"""The one price rule: what a card-hour costs a team at a moment, and how a cost is rounded.
+
+A team's override (``TeamPrice``) wins over the card model's list price (``Price``) in force
+then; with neither, the card model's ``price_per_hour``. A preemptible lease pays the
+discounted price. Bills (``usage``) use this; budgets, previews and estimates are to use it
+too (DESIGN invariant 10).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from leasing.models import Price, TeamPrice
+from leasing.periods import floor_minute
+
+CENT = Decimal("0.01")
+
+
+def preemptible_discount() -> Decimal:
+    """The factor a preemptible lease's price is multiplied by (setting, 0…1)."""
+    raw = settings.CARDPOOL.get("PREEMPTIBLE_DISCOUNT", "0.5")
+    try:
+        value = Decimal(str(raw))
+    except InvalidOperation as exc:
+        raise ImproperlyConfigured(
+            f"CARDPOOL_PREEMPTIBLE_DISCOUNT is not a number: {raw!r}"
+        ) from exc
+    if not Decimal(0) <= value <= Decimal(1):
+        raise ImproperlyConfigured(f"CARDPOOL_PREEMPTIBLE_DISCOUNT must be 0…1, not {raw!r}")
+    return value
+
+
+def record_cost(card_minutes: int, price: Decimal) -> Decimal:
+    """The one rounding rule: a record's cost to the cent, half up."""
+    return (Decimal(card_minutes) * price / 60).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+@dataclass
+class PriceBook:
+    """The prices a team pays for one card model over time (list, team override, default)."""
+
+    default: Decimal
+    list_prices: list[tuple[datetime, Decimal]]  # sorted by effective_from
+    team_prices: list[tuple[datetime, Decimal]]
+
+    @classmethod
+    def load(cls, *, card_model, team_id: int, until: datetime) -> PriceBook:
+        def rows(qs):
+            return [
+                (floor_minute(at), price)
+                for at, price in qs.filter(effective_from__lt=until)
+                .order_by("effective_from")
+                .values_list("effective_from", "price_per_hour")
+            ]
+
+        return cls(
+            default=card_model.price_per_hour,
+            list_prices=rows(Price.objects.filter(card_model=card_model)),
+            team_prices=rows(TeamPrice.objects.filter(card_model=card_model, team_id=team_id)),
+        )
+
+    @staticmethod
+    def _at(prices: list[tuple[datetime, Decimal]], t: datetime) -> Decimal | None:
+        i = bisect_right([at for at, _ in prices], t)
+        return prices[i - 1][1] if i else None
+
+    def list_price_at(self, t: datetime) -> Decimal:
+        """The price in force at *t*: a team override wins over the list price."""
+        for prices in (self.team_prices, self.list_prices):
+            found = self._at(prices, t)
+            if found is not None:
+                return found
+        return self.default
+
+    def changes(self) -> list[datetime]:
+        return [at for at, _ in self.list_prices + self.team_prices]
+
+

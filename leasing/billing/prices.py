@@ -80,5 +80,3 @@ class PriceBook:
 
     def changes(self) -> list[datetime]:
         return [at for at, _ in self.list_prices + self.team_prices]
-
-

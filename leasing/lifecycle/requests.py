@@ -83,7 +83,8 @@ def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Le
     return lease
 
 
-REQUIREMENT_KEYS = {"vendor", "min_memory_gb", "precision", "interconnect"}
+# What a request by requirements may name: the catalogue's filters, the same FilterSet.
+REQUIREMENT_KEYS = set(CardModelFilterSet.base_filters)
 
 
 def lease_choose_model(

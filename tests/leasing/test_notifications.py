@@ -17,6 +17,7 @@ from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from leasing.choices import Channel, Kind
+from leasing.enqueue import task_named
 from leasing.lifecycle import tasks as lease_tasks
 from leasing.models import Delivery, Notification, Webhook
 from leasing.notify import selectors as notify_selectors
@@ -428,7 +429,9 @@ def test_the_task_asks_celery_to_retry_after_the_backoff(alice, frozen, opener, 
         countdowns.append(kw["countdown"])
         return Retry()
 
-    monkeypatch.setattr(notify_tasks.deliver, "retry", retry)
+    # On the task's class: an instance attribute would outlive the test.
+    deliver_class = type(task_named("leasing.tasks_notify.deliver"))
+    monkeypatch.setattr(deliver_class, "retry", lambda task, **kw: retry(**kw))
     with pytest.raises(Retry):
         notify_tasks.deliver(delivery.pk)
     assert countdowns == [30]

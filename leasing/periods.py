@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zoneinfo
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -37,3 +37,13 @@ def overlap_hours(start: datetime, end: datetime, lo: datetime, hi: datetime) ->
 
 def floor_minute(t: datetime) -> datetime:
     return t.replace(second=0, microsecond=0)
+
+
+def local_date(value) -> date:
+    """A database's truncated day as a date in the site time zone (SQLite hands back text for
+    some expressions, PostgreSQL an aware datetime)."""
+    if isinstance(value, datetime):
+        return value.astimezone(site_tz()).date()
+    if isinstance(value, str):
+        return date.fromisoformat(value[:10])
+    return value

@@ -11,7 +11,7 @@ from django.db.models.functions import TruncDay
 from django.utils.translation import gettext as _
 
 from leasing.billing import reports
-from leasing.periods import site_tz
+from leasing.periods import local_date, site_tz
 from portal import charts
 
 TOP_USERS = 10
@@ -27,7 +27,7 @@ def team_days(f: reports.ReportFilter) -> str:
     )
     per_team: dict[int, dict[date, float]] = {}
     for row in rows:
-        day = reports._as_date(row["day"])
+        day = local_date(row["day"])
         per_team.setdefault(row["key"], {})[day] = float(reports.hours(row["card_minutes"]))
     if not per_team:
         return ""

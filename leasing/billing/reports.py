@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from inventory.models import CardModel, Region, Vendor
 from leasing.choices import Priority
 from leasing.models import UsageRecord
-from leasing.periods import site_tz
+from leasing.periods import local_date, site_tz
 from portal.models import Department, Membership, Team
 from portal.permissions import is_finance, is_operator
 
@@ -88,14 +88,6 @@ def _period_expr(period: str):
     return F("month")
 
 
-def _as_date(value) -> date:
-    if isinstance(value, datetime):
-        return value.astimezone(site_tz()).date()
-    if isinstance(value, str):  # SQLite hands back text for some expressions
-        return date.fromisoformat(value[:10])
-    return value
-
-
 def labels(group_by: str, keys) -> dict:
     """Display names for the group keys of a report."""
     keys = [k for k in keys if k is not None]
@@ -142,7 +134,7 @@ def usage_report(f: ReportFilter) -> dict:
     )
     names = labels(f.group_by, {row["key"] for row in rows})
     for row in rows:
-        row["period"] = _as_date(row["period"])
+        row["period"] = local_date(row["period"])
         row["label"] = (
             names.get(row["key"], str(row["key"])) if row["key"] is not None else str(_("(none)"))
         )

@@ -36,7 +36,7 @@ def lease_expire(*, lease_id: int, now: datetime | None = None) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
         lease = Lease.objects.filter(
-            pk=lease_id, status__in=[LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE]
+            pk=lease_id, status__in=RUNNING_STATES
         ).first()
         if lease is None or lease.end_at > now:
             return False

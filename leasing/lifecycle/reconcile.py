@@ -31,7 +31,7 @@ from inventory.models import Node
 from leasing.backends import NODE_LABEL
 from leasing.backends.slurm import SlurmBackend
 from leasing.backends.slurm_parse import lease_id_from_job_name
-from leasing.choices import EndReason, LeaseStatus
+from leasing.choices import BACKEND_STATES, EndReason, LeaseStatus
 from leasing.locking import lock_card_models
 from leasing.models import Lease
 from leasing.scheduler import run
@@ -39,7 +39,6 @@ from leasing.scheduler import run
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-OWNING = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE, LeaseStatus.RELEASING)
 
 
 def slurm_in_use() -> bool:
@@ -83,7 +82,7 @@ def slurm_reconcile(*, now: datetime | None = None, backend: SlurmBackend | None
                 done["ended"].append(lease.pk)
 
     owned = set(
-        Lease.objects.filter(pk__in=list(live), status__in=OWNING).values_list("pk", flat=True)
+        Lease.objects.filter(pk__in=list(live), status__in=BACKEND_STATES).values_list("pk", flat=True)
     )
     for lease_id, orphan_jobs in sorted(live.items()):
         if lease_id in owned:

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from leasing.backends import PermanentBackendError, TransientBackendError, get_backend
-from leasing.choices import LeaseStatus
+from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.enqueue import enqueue
 from leasing.lifecycle import endings, maintenance, provisioning, reconcile
 from leasing.models import Lease
@@ -101,7 +101,7 @@ def notify_lease(lease_id: int, kind: str) -> None:
 def _expire_and_start_due(now) -> dict:
     done = {"expired": 0, "started": 0}
     due = Lease.objects.filter(
-        status__in=[LeaseStatus.ACTIVE, LeaseStatus.PROVISIONING], end_at__lte=now
+        status__in=RUNNING_STATES, end_at__lte=now
     )
     for lease_id in due.order_by("end_at").values_list("pk", flat=True)[:BATCH]:
         done["expired"] += endings.lease_expire(lease_id=lease_id, now=now)

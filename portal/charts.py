@@ -61,4 +61,5 @@ def daily_card_hours(daily: dict[str, dict[date, Decimal]], days: list[date]) ->
             y=[float(per_day.get(d, 0)) for d in days],
         )
     fig.update_xaxes(type="category")  # whole days, never zoomed into milliseconds
+    fig.update_layout(showlegend=True)  # name the series even when there is only one
     return render(fig, y_title=_("card-hours"), stack=True)

@@ -100,8 +100,6 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Drain in one hour (warn holders, then maintenance)"))
     def drain_in_one_hour(self, request, queryset):
-        from leasing.lifecycle import maintenance
-
         at = timezone.now() + timedelta(hours=1)
         for node in queryset:
             warned = maintenance.node_drain(user=request.user, node=node, drain_at=at)

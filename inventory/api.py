@@ -158,8 +158,6 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def drain(self, request, hostname=None):
         """Operators: no lease may run past ``drain_at``; holders of longer leases are warned."""
-        from leasing.lifecycle import maintenance
-
         data = DrainSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         warned = maintenance.node_drain(

@@ -17,7 +17,7 @@ from django.db.models import Avg, Count, F, Min, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncWeek
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel, Region, Vendor
+from inventory.models import CardModel, Node, Region, Vendor
 from leasing.choices import Priority
 from leasing.models import UsageRecord
 from leasing.periods import local_date, site_tz
@@ -202,8 +202,6 @@ def _names(model, field: str, ids=None) -> dict:
 
 def usage_detail_rows(f: ReportFilter, *, chunk_size: int = 5000) -> Iterator[tuple]:
     """Every record in the filter, one tuple each, read from a server-side cursor (flat memory)."""
-    from inventory.models import Node
-
     qs = records(f)
     users = _names(get_user_model(), "username", qs.values("user_id").distinct())
     teams = _names(Team, "slug")

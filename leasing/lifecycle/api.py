@@ -64,8 +64,6 @@ def _request_key(request) -> str:
 
 def lease_by_profile(request) -> Lease:
     """Validate a by-profile lease request and place it (the top-ranked option)."""
-    from leasing.lifecycle.api import default_team  # leasing.api imports this module
-
     data = LeaseByProfileSerializer(data=request.data)
     data.is_valid(raise_exception=True)
     v = data.validated_data

@@ -35,9 +35,7 @@ def lease_expire(*, lease_id: int, now: datetime | None = None) -> bool:
     """Reclaim a lease whose end time has come. Safe to call twice or concurrently."""
     now = now or timezone.now()
     with transaction.atomic():
-        lease = Lease.objects.filter(
-            pk=lease_id, status__in=RUNNING_STATES
-        ).first()
+        lease = Lease.objects.filter(pk=lease_id, status__in=RUNNING_STATES).first()
         if lease is None or lease.end_at > now:
             return False
         lock_card_models([lease.card_model_id])

@@ -27,6 +27,7 @@ from leasing.models import (
     Lease,
     LeaseEvent,
 )
+from leasing.notify import wording
 from leasing.scheduler.run import (
     release_begin,
     replan,
@@ -142,8 +143,6 @@ def _notify_here(lease_id: int, kind: str) -> None:
     """Word and write the notice in this process, after the commit: the caller is a worker
     already, and a second task per lease for an in-app notice costs more than the notice
     (email and webhooks still go out as their own tasks). If it fails, it is queued instead."""
-    from leasing.notify import wording
-
     try:
         wording.notify_lease_event(lease_id=lease_id, kind=kind)
     except Exception:

@@ -34,6 +34,7 @@ from leasing.backends.slurm_parse import lease_id_from_job_name
 from leasing.choices import BACKEND_STATES, EndReason, LeaseStatus
 from leasing.locking import lock_card_models
 from leasing.models import Lease
+from leasing.notify.services import notify
 from leasing.scheduler import run
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,9 @@ def slurm_reconcile(*, now: datetime | None = None, backend: SlurmBackend | None
                 done["ended"].append(lease.pk)
 
     owned = set(
-        Lease.objects.filter(pk__in=list(live), status__in=BACKEND_STATES).values_list("pk", flat=True)
+        Lease.objects.filter(pk__in=list(live), status__in=BACKEND_STATES).values_list(
+            "pk", flat=True
+        )
     )
     for lease_id, orphan_jobs in sorted(live.items()):
         if lease_id in owned:
@@ -114,8 +117,6 @@ def _end_vanished(lease: Lease, down: set[str], now: datetime) -> bool:
         why = _("node %(nodes)s is down in Slurm") % {"nodes": ", ".join(failed)}
     else:
         why = _("its Slurm allocation was cancelled outside Cardpool")
-    from leasing.notify.services import notify
-
     notify(
         user=lease.user,
         kind="lease_ended",

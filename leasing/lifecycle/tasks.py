@@ -100,9 +100,7 @@ def notify_lease(lease_id: int, kind: str) -> None:
 
 def _expire_and_start_due(now) -> dict:
     done = {"expired": 0, "started": 0}
-    due = Lease.objects.filter(
-        status__in=RUNNING_STATES, end_at__lte=now
-    )
+    due = Lease.objects.filter(status__in=RUNNING_STATES, end_at__lte=now)
     for lease_id in due.order_by("end_at").values_list("pk", flat=True)[:BATCH]:
         done["expired"] += endings.lease_expire(lease_id=lease_id, now=now)
     starting = Lease.objects.filter(status=LeaseStatus.SCHEDULED, start_at__lte=now)

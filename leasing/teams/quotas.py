@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 from inventory.models import CardModel
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus
 from leasing.models import Lease, MemberLimit, Quota
+from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
 from portal.models import Membership, Team
 
@@ -359,8 +360,6 @@ BUDGET_LEVELS = ((100, "budget_100"), (80, "budget_80"))
 def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
     """Tell the team's leads when a monthly budget (card-hours or money) this request touched
     reaches 80% or 100%: once per rule, month and level (the notification key)."""
-    from leasing.notify.services import notify_team_leads
-
     month = month_of(now)
     rules = Quota.objects.filter(team=team).filter(
         Q(card_model__isnull=True) | Q(card_model_id=card_model_id)

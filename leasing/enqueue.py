@@ -14,6 +14,8 @@ import time
 
 from django.db import transaction
 
+from portal.celery import app
+
 logger = logging.getLogger(__name__)
 
 BROKER_CHECK_SECONDS = 10.0
@@ -26,8 +28,6 @@ _lock = threading.Lock()
 def task_named(name: str):
     """The registered Celery task called *name* (task modules are imported on first use:
     ``CELERY_IMPORTS``), so callers name work without importing the module that does it."""
-    from portal.celery import app
-
     if name not in app.tasks:
         app.loader.import_default_modules()
     return app.tasks[name]
@@ -69,8 +69,6 @@ def _mark(*, up: bool) -> None:
 
 
 def _ping() -> bool:
-    from portal.celery import app
-
     try:
         with app.connection_for_write(connect_timeout=BROKER_PING_TIMEOUT) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_PING_TIMEOUT)

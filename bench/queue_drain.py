@@ -1,7 +1,7 @@
 """Placements per second in the service layer when a queue drains at once.
 
 A pool of --nodes × 8 cards of one model is held entirely by one lease; --queued requests of
-one card wait behind it. The holder releases (``services.lease_release``), and the queue pass
+one card wait behind it. The holder releases (``changes.lease_release``), and the queue pass
 that runs in the same transaction places every waiting lease that now fits, in one
 transaction: one lock, one snapshot, one plan, three statements for the whole batch. Times the
 release from the call until the commit and the hand-over messages are published, and splits

@@ -1,7 +1,8 @@
-"""Which card models suit a task, ranked, each with a sentence saying why; and asking by task.
+"""Which card models suit a task, ranked, each with a sentence saying why. Advice only:
+asking for a lease by task is ``leasing.lifecycle.requests.lease_request_by_profile``.
 
 For a task profile and a duration, every card model in the pool is checked against the
-estimate (``leasing.estimator``):
+estimate (``leasing.advisor.estimator``):
 
 1. memory — the fewest cards (1, 2, 4 or 8, on one node) whose memory holds the replica
    with at least ``MIN_HEADROOM`` to spare;
@@ -9,7 +10,7 @@ estimate (``leasing.estimator``):
    (null means unsupported: the catalogue's rule);
 3. links — training on more than one card needs a card-to-card link (NVLink, HCCS, xGMI,
    MLU-Link, vendor links); inference across cards is fine over PCIe;
-4. when — ``lease_preview`` says when the cards would be free (the queue counted);
+4. when — ``scheduler.preview.lease_preview`` says when the cards would be free (the queue counted);
 5. cost — price per card-hour × cards × hours.
 
 Options free now come first, cheapest first; then the rest, soonest first. Queries are

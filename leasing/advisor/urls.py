@@ -1,4 +1,4 @@
-"""The ask-by-task page, included into ``leasing.urls`` (namespace ``leasing``)."""
+"""The ask-by-task page, included into ``leasing.lifecycle.urls`` (namespace ``leasing``)."""
 
 from django.urls import path
 

@@ -1,4 +1,5 @@
-"""What a holder, lead or operator changes on a lease: release, cancel, extend, approve, reject."""
+"""What a holder, lead or operator changes on a lease: release, cancel, extend (resize: ``resize``;
+a lead's approval: ``leasing.teams.approvals``)."""
 
 from __future__ import annotations
 

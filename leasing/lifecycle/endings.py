@@ -1,6 +1,8 @@
-"""How leases end besides their end time: warnings before it, idle cards, preemption, maintenance.
+"""How leases end: at their end time, with warnings before it; idle cards; preemption when its
+grace is over (which leases, and when, is decided by ``scheduler.preemption``). Draining and
+faulty cards are in ``maintenance``.
 
-Each step is a service run by the periodic sweep (leasing.tasks.sweep) over a bounded
+Each step is a service run by the periodic sweep (task ``leasing.tasks.sweep``) over a bounded
 batch; each is safe to run twice or on two workers at once: warnings are rows with a
 unique constraint (sent exactly once), ends go through the compare-and-set transitions.
 """

@@ -1,4 +1,4 @@
-"""Browser forms for leases: shape and choices only; the rules are in leasing.services."""
+"""Browser forms for leases: shape and choices only; the rules are in the services (requests, changes, validation)."""
 
 from __future__ import annotations
 

@@ -45,6 +45,9 @@ class Holding:
     devices_env: str
     end_at: datetime
     nodes: tuple[NodeCards, ...] = ()
+    # The backend of the lease's nodes (their ``backend`` label), chosen from every node it
+    # ever held: when a release runs, its current cards are already cut away.
+    backend: str = ""
 
 
 class Backend:

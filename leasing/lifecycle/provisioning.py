@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import Node
-from leasing.backends import Holding, NodeCards, get_backend
+from leasing.backends import Holding, NodeCards, backend_name_for, get_backend
 from leasing.backends.local import access_details
 from leasing.billing import usage
 from leasing.choices import (
@@ -154,14 +154,20 @@ def _notify_here(lease_id: int, kind: str) -> None:
 
 
 def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
-    """What the backend needs to know about *lease*, as plain data: who holds it, and the
-    cards it holds now, per node (a swapped-out card no longer counts)."""
+    """What the backend needs to know about *lease*, as plain data: who holds it, the cards it
+    holds now, per node (a swapped-out card no longer counts), and the backend of the nodes
+    it was placed on (from all its periods: a release runs after its cards are cut)."""
     now = now or timezone.now()
     per_node: dict[int, list[int]] = defaultdict(list)
-    current = Allocation.objects.filter(lease=lease, end_at__gt=now)
-    for node_id, index in current.values_list("card__node_id", "card__index"):
-        per_node[node_id].append(index)
-    nodes = Node.objects.in_bulk(list(per_node))
+    every_node: set[int] = set()
+    for node_id, index, end_at in Allocation.objects.filter(lease=lease).values_list(
+        "card__node_id", "card__index", "end_at"
+    ):
+        every_node.add(node_id)
+        if end_at > now:
+            per_node[node_id].append(index)
+    nodes = Node.objects.in_bulk(list(every_node))
+    by_hostname = sorted(every_node, key=lambda node_id: nodes[node_id].hostname)
     profile = getattr(lease.user, "profile", None)
     return Holding(
         lease_id=lease.pk,
@@ -172,9 +178,15 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
         devices_env=lease.card_model.devices_env,
         end_at=lease.end_at,
         nodes=tuple(
-            NodeCards(nodes[node_id].hostname, tuple(sorted(indices)), nodes[node_id].labels or {})
-            for node_id, indices in sorted(per_node.items(), key=lambda kv: nodes[kv[0]].hostname)
+            NodeCards(
+                nodes[node_id].hostname,
+                tuple(sorted(per_node[node_id])),
+                nodes[node_id].labels or {},
+            )
+            for node_id in by_hostname
+            if per_node[node_id]
         ),
+        backend=backend_name_for(lease.pk, [nodes[node_id].labels for node_id in by_hostname]),
     )
 
 

@@ -143,6 +143,23 @@ def test_backend_follows_the_node_label(frozen, fake, alice, vision, a100, slurm
     assert isinstance(get_backend(), LocalBackend)  # the default stays local
 
 
+def test_a_release_goes_to_the_backend_of_the_node_after_the_cards_are_cut(
+    frozen, fake, alice, vision, a100, slurm_node, settings
+):
+    """Releasing runs after the lease's periods are cut at the release time: the node's label
+    must still choose the backend, or the Slurm job would outlive the lease."""
+    settings.CARDPOOL = {**settings.CARDPOOL, "BACKEND": "local"}
+    lease = provision(ask(alice, vision, a100, count=2))
+    (job,) = fake.jobs.values()
+    frozen.shift(timedelta(minutes=10))
+    changes.lease_release(lease=lease, user=alice)
+    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
+    assert BackendCall.objects.get(lease=lease, action="release").backend == "slurm"
+    assert not any(j.live for j in fake.jobs.values()) and job.job_id not in {
+        j.job_id for j in fake.queue() if j.live
+    }
+
+
 def test_gres_type_setting_and_run_as_wrappers():
     assert parse_gres_types("a100-80g-sxm=a100, h800=h800,bad") == {
         "a100-80g-sxm": "a100",

@@ -37,8 +37,6 @@ class CardModelFilterSet(django_filters.FilterSet):
         field_name="memory_gb",
         lookup_expr="gte",
         min_value=0,
-        max_digits=7,
-        decimal_places=1,
         widget=forms.NumberInput(attrs={"step": "any"}),
     )
     precision = django_filters.ChoiceFilter(

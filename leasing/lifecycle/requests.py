@@ -122,7 +122,7 @@ def lease_choose_model(
     )
     if not meeting.is_valid():
         problems = "; ".join(
-            f"{key}: {' '.join(str(m) for m in messages)}"
+            f"{key}: {' '.join(str(m).rstrip('.') for m in messages)}"
             for key, messages in meeting.errors.items()
         )
         raise ValidationError(

@@ -225,3 +225,12 @@ def test_unknown_lookups_are_404(user_api, pool):
     assert user_api.get("/api/v1/card-models/nope/").status_code == 404
     assert user_api.get("/api/v1/nodes/nope.example.org/").status_code == 404
     assert user_api.get("/api/v1/cards/nope/").status_code == 404
+
+
+def test_memory_filter_takes_fractions_and_refuses_negatives(user_api, pool):
+    """One FilterSet for the catalogue page and the API: the same names, the same checks."""
+    fine = user_api.get("/api/v1/card-models/?min_memory_gb=70.5")
+    assert fine.status_code == 200
+    assert {m["slug"] for m in fine.json()["results"]} >= {"t-nv80"}
+    bad = user_api.get("/api/v1/card-models/?min_memory_gb=-1")
+    assert bad.status_code == 400 and "min_memory_gb" in bad.json()

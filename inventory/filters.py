@@ -87,7 +87,7 @@ class NodeFilterSet(django_filters.FilterSet):
 
     def filter_model(self, queryset: QuerySet, name: str, value: CardModel) -> QuerySet:
         """Nodes holding cards of the model (not retired)."""
-        held = Card.objects.exclude(status=Card.Status.RETIRED).filter(card_model=value)
+        held = Card.objects.in_service().filter(card_model=value)
         return queryset.filter(pk__in=held.values("node_id"))
 
 

@@ -194,6 +194,10 @@ def node_takes_leases_q(start: datetime, end: datetime | None = None, prefix: st
 
 
 class CardQuerySet(models.QuerySet):
+    def in_service(self) -> CardQuerySet:
+        """Cards the pool counts (not retired), whether or not they can take a lease now."""
+        return self.exclude(status=Card.Status.RETIRED)
+
     def usable(self, start: datetime, end: datetime | None = None) -> CardQuerySet:
         """Cards that can hold a lease over [start, end): healthy, on a node taking leases."""
         return self.filter(status=Card.Status.OK).filter(node_takes_leases_q(start, end))

@@ -221,10 +221,6 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
     domains = []
     totals = {"cards": 0, "available": 0, "busy": 0}
     for number, cards in node_cards_by_domain(node, now):
-        for card in cards:
-            card.is_free = (
-                takes_leases and card.status == Card.Status.OK and card.busy_until is None
-            )
         in_service = [c for c in cards if c.status != Card.Status.RETIRED]
         domain = {
             "number": number,

@@ -444,7 +444,7 @@ CARDPOOL = {
     "TELEMETRY_PULL_SECONDS": env_int("CARDPOOL_TELEMETRY_PULL_SECONDS", 30),
     # Bearer token Prometheus scrapes /metrics with (empty: operators' sessions only).
     "METRICS_TOKEN": env("CARDPOOL_METRICS_TOKEN", ""),
-    # Preemptible leases pay this fraction of the price (0…1; checked in leasing.usage).
+    # Preemptible leases pay this fraction of the price (0…1; checked in leasing.billing.prices).
     "PREEMPTIBLE_DISCOUNT": env("CARDPOOL_PREEMPTIBLE_DISCOUNT", "0.5"),
 }
 

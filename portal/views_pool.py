@@ -186,7 +186,7 @@ def down_now(now: datetime, model_ids) -> dict[int, int]:
     The inventory keeps no history of card or node states, so the charts draw today's
     count across the whole window.
     """
-    down = Card.objects.filter(card_model_id__in=model_ids).exclude(status=Card.Status.RETIRED)
+    down = Card.objects.in_service().filter(card_model_id__in=model_ids)
     down = down.filter(
         Q(status=Card.Status.FAULTY)
         | (~node_takes_leases_q(now) & ~Exists(covering_allocations(now)))
@@ -325,10 +325,7 @@ def pool(request):
     """Pool utilisation, queue length and waits over the last 7 days; top users over 30."""
     now = timezone.now()
     totals = dict(
-        Card.objects.exclude(status=Card.Status.RETIRED)
-        .order_by()
-        .values_list("card_model_id")
-        .annotate(n=Count("pk"))
+        Card.objects.in_service().order_by().values_list("card_model_id").annotate(n=Count("pk"))
     )
     models = list(
         CardModel.objects.filter(pk__in=list(totals))

@@ -1,7 +1,7 @@
 """DRF serializers for asking by task: the profile in, the estimate and ranked options out.
 
-Shape only; the rules are in ``leasing.estimator`` (what a profile may say) and
-``leasing.recommend`` (what fits).
+Shape only; the rules are in ``leasing.advisor.estimator`` (what a profile may say)
+and ``leasing.advisor.recommend`` (what fits).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ INITIAL = {
 
 
 class EstimateForm(forms.Form):
-    """A task profile and how long it runs. Shape only; ``leasing.estimator`` says what is valid."""
+    """A task profile and how long it runs. Shape only; ``advisor.estimator`` says what is valid."""
 
     task = forms.ChoiceField(label=_("Task"), choices=Task.choices)
     params_b = forms.DecimalField(

@@ -23,7 +23,6 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -32,10 +31,9 @@ from leasing.backends import NODE_LABEL
 from leasing.backends.slurm import SlurmBackend
 from leasing.backends.slurm_parse import lease_id_from_job_name
 from leasing.choices import BACKEND_STATES, EndReason, LeaseStatus
-from leasing.locking import lock_card_models
+from leasing.lifecycle.endings import lease_end_now
 from leasing.models import Lease
 from leasing.notify.services import notify
-from leasing.scheduler import run
 
 logger = logging.getLogger(__name__)
 
@@ -108,11 +106,8 @@ def _end_vanished(lease: Lease, down: set[str], now: datetime) -> bool:
     )
     failed = sorted(hosts & down)
     reason = EndReason.FAILED if failed else EndReason.ADMIN
-    with transaction.atomic():
-        lock_card_models([lease.card_model_id])
-        lease.refresh_from_db()
-        if not run.release_begin(lease, reason=reason, now=now, kind=reason):
-            return False
+    if not lease_end_now(lease, reason, now):
+        return False
     if failed:
         why = _("node %(nodes)s is down in Slurm") % {"nodes": ", ".join(failed)}
     else:

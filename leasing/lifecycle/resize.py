@@ -2,8 +2,8 @@
 
 Placed as one change: new cards are held before old ones go. Same model: the lease keeps
 its cards and gains or drops some. Another model: a new lease is placed now for the rest
-of the window; the old one is released when the new one is active (leasing.services.
-lease_activate), so the holder is never without cards.
+of the window; the old one is released when the new one is active (``provisioning.
+lease_activate``), so the holder is never without cards.
 """
 
 from __future__ import annotations

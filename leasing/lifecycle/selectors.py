@@ -82,9 +82,7 @@ def availability_calendar(
     """
     cards = card_slots(card_model.pk, now=start)
     timeline = timeline_for(card_model.pk, now=start)
-    total_in_service = (
-        Card.objects.filter(card_model=card_model).exclude(status=Card.Status.RETIRED).count()
-    )
+    total_in_service = Card.objects.in_service().filter(card_model=card_model).count()
     slots = []
     t = start
     end = start + timedelta(days=days)

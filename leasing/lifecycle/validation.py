@@ -29,8 +29,8 @@ START_NOW_TOLERANCE = timedelta(seconds=60)
 def pool_capacity(card_model: CardModel) -> tuple[int, int]:
     """Cards of the model in service (not retired), and the most on any one node."""
     per_node = (
-        Card.objects.filter(card_model=card_model)
-        .exclude(status=Card.Status.RETIRED)
+        Card.objects.in_service()
+        .filter(card_model=card_model)
         .values("node_id")
         .annotate(n=Count("pk"))
     )

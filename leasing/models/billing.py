@@ -87,7 +87,7 @@ class TeamPrice(PricePeriod):
 class UsageRecord(models.Model):
     """Card-time a lease held on one node within one month and one price period, and its cost.
 
-    Written once when the lease ends (``leasing.usage``), from its allocations; never
+    Written once when the lease ends (``leasing.billing.usage``), from its allocations; never
     rewritten. Who, what and where are copied in so reports group without joins.
     ``cost = round(card_minutes × price / 60, 2)``; every total is a sum of ``cost``.
     """

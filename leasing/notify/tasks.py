@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from leasing.enqueue import enqueue
 from leasing.notify import sending
 
 
@@ -29,5 +30,5 @@ def deliveries_sweep() -> int:
     """Re-queue pending deliveries whose task was lost (bounded batch; safe to run twice)."""
     stalled = sending.deliveries_stalled(now=timezone.now())
     for delivery_id in stalled:
-        deliver.delay(delivery_id)
+        enqueue("leasing.tasks_notify.deliver", delivery_id)
     return len(stalled)

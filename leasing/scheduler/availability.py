@@ -43,7 +43,7 @@ def card_models_with_counts(now: datetime) -> QuerySet[CardModel]:
     Filter it with ``inventory.filters.CardModelFilterSet``.
     """
     return CardModel.objects.annotate(
-        total=count_per_row(Card.objects.exclude(status=Card.Status.RETIRED), "card_model"),
+        total=count_per_row(Card.objects.in_service(), "card_model"),
         available=count_per_row(available_cards(now), "card_model"),
     )
 
@@ -57,7 +57,7 @@ def nodes_with_counts(now: datetime, *, card_model: CardModel | None = None) -> 
     slug, *status* a ``Node.Status`` value; *card_model* keeps the nodes holding that
     model and restricts the counts to it.
     """
-    in_service = Card.objects.exclude(status=Card.Status.RETIRED)
+    in_service = Card.objects.in_service()
     free = available_cards(now)
     if card_model is not None:
         in_service = in_service.filter(card_model=card_model)
@@ -100,8 +100,14 @@ def cards_list(now: datetime) -> QuerySet[Card]:
 
 
 def node_cards_by_domain(node: Node, now: datetime) -> list[tuple[int, list[Card]]]:
-    """The node's cards grouped by interconnect domain (its topology), in index order."""
+    """The node's cards grouped by interconnect domain (its topology), in index order, each
+    with ``busy_until`` and ``is_free`` (free now: the one rule of ``available_cards``)."""
     domains: dict[int, list[Card]] = {}
-    for card in cards_list(now).filter(node=node).order_by("interconnect_domain", "index"):
+    cards = (
+        cards_list(now)
+        .filter(node=node)
+        .annotate(is_free=Exists(available_cards(now).filter(pk=OuterRef("pk"))))
+    )
+    for card in cards.order_by("interconnect_domain", "index"):
         domains.setdefault(card.interconnect_domain, []).append(card)
     return list(domains.items())

@@ -119,7 +119,7 @@ def one_run(args, queued: int) -> dict:
         "timeline_for": scheduler_run.timeline_for,
         "queued_requests": scheduler_run.queued_requests,
         "plan_queue": scheduler_run.planner.plan_queue,
-        "_start_now": scheduler_run._start_now,
+        "start_batch": scheduler_run.start_batch,
     }
 
     def timed(name, part):
@@ -136,7 +136,7 @@ def one_run(args, queued: int) -> dict:
     scheduler_run.timeline_for = timed("timeline_for", "snapshot")
     scheduler_run.queued_requests = timed("queued_requests", "snapshot")
     scheduler_run.planner.plan_queue = timed("plan_queue", "plan")
-    scheduler_run._start_now = timed("_start_now", "start")
+    scheduler_run.start_batch = timed("start_batch", "start")
     commit = {}
     try:
         t0 = time.perf_counter()
@@ -151,7 +151,7 @@ def one_run(args, queued: int) -> dict:
         scheduler_run.timeline_for = real["timeline_for"]
         scheduler_run.queued_requests = real["queued_requests"]
         scheduler_run.planner.plan_queue = real["plan_queue"]
-        scheduler_run._start_now = real["_start_now"]
+        scheduler_run.start_batch = real["start_batch"]
     placed = Lease.objects.filter(status=LeaseStatus.PROVISIONING).exclude(pk=holder.pk).count()
     with connection.cursor() as cur:
         cur.execute(

@@ -85,14 +85,14 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
             if estimates.get(decision.lease_id) != decision.start:
                 waiting.append(Lease(pk=decision.lease_id, estimated_start=decision.start))
     if starting:
-        result.started = _start_now(starting, now=now)
+        result.started = start_batch(starting, now=now)
     # One statement per 500 changed estimates, not one per waiting lease (the queue is
     # re-planned on every pass, and a long queue's estimates all move together).
     Lease.objects.bulk_update(waiting, ["estimated_start"], batch_size=500)
     return result
 
 
-def _start_now(starting: list[tuple[Request, Decision]], *, now: datetime) -> list[int]:
+def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> list[int]:
     """queued → provisioning for every lease the pass starts now, in three statements for the
     whole batch: the compare-and-set UPDATE, the events, the allocations (so a queue that
     drains at once after a big release costs one round trip per kind, not per lease)."""

@@ -34,7 +34,8 @@ NODES_ON_MODEL_PAGE = 50
 LEGACY_NAMES = {"min_memory": "min_memory_gb"}
 
 
-def _bound(filterset_class, request: HttpRequest, queryset):
+def _bound(filterset_class, request: HttpRequest, queryset=None):
+    """The FilterSet bound to the query string (old parameter names read as the new ones)."""
     data = request.GET.copy()
     for old, new in LEGACY_NAMES.items():
         if old in data and new not in data and new in filterset_class.base_filters:
@@ -198,8 +199,9 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def node_list(request: HttpRequest) -> HttpResponse:
     """Nodes with their region, status and cards free now; filter by region, status, model."""
-    filterset = _bound(NodeFilterSet, request, Node.objects.none())
-    # With a model chosen, the counts are of that model's cards only.
+    filterset = _bound(NodeFilterSet, request)
+    # With a model chosen, the counts are of that model's cards only: the filters are applied
+    # to the queryset built for that model.
     chosen = _applied(filterset).get("model")
     nodes = filterset.filter_queryset(nodes_with_counts(timezone.now(), card_model=chosen))
     page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import transaction
-
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Allocation, Lease, LeaseEvent
 
@@ -108,9 +106,3 @@ def notify_after_commit(lease_id: int, kind: str) -> None:
     """Tell people about *kind* once the transaction commits (inline if the broker is down:
     no sweep would re-find a lost notice)."""
     enqueue_after_commit("leasing.tasks.notify_lease", lease_id, kind, inline_if_down=True)
-
-
-def after_commit(fn) -> None:
-    """Run *fn* once the current transaction commits (at once outside one); its failure is
-    logged, never raised into the caller whose work already committed."""
-    transaction.on_commit(fn, robust=True)

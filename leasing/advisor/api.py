@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from leasing.advisor.estimator import TaskProfile
-from leasing.advisor.recommend import recommend
+from leasing.advisor.recommend import priced_team_id, recommend
 from leasing.advisor.serializers import (
     EstimateRequestSerializer,
     RecommendationSerializer,
@@ -41,6 +41,7 @@ class EstimateView(APIView):
             duration=timedelta(minutes=v["duration_minutes"]),
             start_at=v.get("start_at"),
             priority=v["priority"],
+            team_id=priced_team_id(request.user),
         )
         return Response(RecommendationSerializer(rec, context={"request": request}).data)
 

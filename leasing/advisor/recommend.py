@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -29,9 +29,11 @@ from django.utils.translation import ngettext
 
 from inventory.models import CardModel, InterconnectKind
 from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
+from leasing.billing import prices
 from leasing.choices import Priority, Purpose
 from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.preview import lease_preview
+from portal.models import Membership
 
 MIN_HEADROOM = 0.05  # of each card's memory left free: the estimate is an estimate
 CARD_COUNTS = (1, 2, 4, 8)  # tensor-parallel sizes divide the head count; one node holds 8
@@ -47,6 +49,7 @@ FAST_LINKS = frozenset(
 )
 # lease_preview answers "now" for free cards; allow for the time the queries take.
 NOW_SLACK = timedelta(seconds=5)
+PRICE_HORIZON = timedelta(days=400)  # price changes announced up to this far ahead are quoted
 
 PURPOSE_FOR_TASK = {
     Task.PRETRAINING: Purpose.TRAINING,
@@ -133,6 +136,7 @@ def recommend(
     priority: str = Priority.NORMAL,
     now: datetime | None = None,
     limit: int = 5,
+    team_id: int | None = None,
 ) -> Recommendation:
     """Card models for *profile* over *duration*, best first; reads only, writes nothing."""
 
@@ -161,8 +165,12 @@ def recommend(
         else:
             candidates.append((model, count or 1))
 
-    candidates.sort(key=lambda mc: (_cost(mc[0], mc[1], duration), mc[0].pk))
     wanted = start_at if start_at and start_at > now else now
+    books = prices.PriceBooks(team_id=team_id or 0, until=wanted + duration + PRICE_HORIZON)
+    books.preload(m for m, _count in candidates)
+    candidates.sort(
+        key=lambda mc: (_cost(books, mc[0], mc[1], wanted, duration, priority), mc[0].pk)
+    )
     for model, count in candidates[:MAX_PREVIEWS]:
         start = lease_preview(
             card_model=model,
@@ -183,7 +191,17 @@ def recommend(
             )
             continue
         rec.options.append(
-            _option(est, model, count, start, start <= wanted + NOW_SLACK, duration, now, start_at)
+            _option(
+                est,
+                model,
+                count,
+                start,
+                start <= wanted + NOW_SLACK,
+                duration,
+                now,
+                start_at,
+                cost=_cost(books, model, count, start, duration, priority),
+            )
         )
     rec.options.sort(key=_rank)
     rec.message = _message(est, rec.options, shapes, now)
@@ -216,9 +234,18 @@ def _check_model(est: Estimate, model: CardModel) -> tuple[int | None, str]:
     return count, ""
 
 
-def _cost(model: CardModel, count: int, duration: timedelta) -> Decimal:
-    hours = Decimal(int(duration.total_seconds())) / Decimal(3600)
-    return (model.price_per_hour * count * hours).quantize(Decimal("0.01"), ROUND_HALF_UP)
+def _cost(
+    books: prices.PriceBooks,
+    model: CardModel,
+    count: int,
+    start: datetime,
+    duration: timedelta,
+    priority: str,
+) -> Decimal:
+    """What the lease would be billed: the one price rule (the price book, team prices too)."""
+    return books.estimate(
+        card_model=model, count=count, start=start, end=start + duration, priority=priority
+    )
 
 
 def _rank(option: Option) -> tuple:
@@ -236,9 +263,10 @@ def _option(
     duration: timedelta,
     now: datetime,
     start_at: datetime | None,
+    *,
+    cost: Decimal,
 ) -> Option:
     per_card = est.per_card_bytes(count) / GB
-    cost = _cost(model, count, duration)
     headroom = 1 - per_card / float(model.memory_gb)
     details = [
         _("fits with %(pct)s%% headroom (%(need)s of %(mem)s GB per card)")
@@ -323,3 +351,10 @@ def _fmt_gb(value) -> str:
 
 
 # --- asking by task ---------------------------------------------------------------------
+
+
+def priced_team_id(user) -> int | None:
+    """The team whose prices an estimate for *user* quotes: their only team (with several or
+    none, the list price book)."""
+    ids = list(Membership.objects.filter(user=user).values_list("team_id", flat=True)[:2])
+    return ids[0] if len(ids) == 1 else None

@@ -23,7 +23,7 @@ from leasing.advisor.estimator import (
     Task,
     TaskProfile,
 )
-from leasing.advisor.recommend import recommend
+from leasing.advisor.recommend import priced_team_id, recommend
 from leasing.advisor.serializers import request_url
 
 # What the page shows before the user has said anything.
@@ -120,6 +120,7 @@ def estimate(request):
         rec = recommend(
             profile=form.cleaned_data["profile"],
             duration=timedelta(hours=form.cleaned_data["duration"]),
+            team_id=priced_team_id(request.user),
         )
         context.update(
             rec=rec,

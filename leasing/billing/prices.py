@@ -2,9 +2,9 @@
 
 A team's override (``TeamPrice``) wins over the card model's list price (``Price``) in force
 then; with neither, the card model's ``price_per_hour``. A preemptible lease pays the
-discounted price. Bills (``usage``) use this; money budgets, the team page's cost and the
-advisor's estimates still read the list price (``CardModel.price_per_hour``) and are to move
-onto it (DESIGN invariant 10; open issue).
+discounted price. Bills (``usage``), money budgets and the team page's cost (``teams``), the
+request preview and the advisor's estimates all price through ``PriceBook`` (DESIGN
+invariant 10): nothing else reads ``CardModel.price_per_hour`` to put a price on card-time.
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from inventory.models import CardModel
+from leasing.choices import Priority
 from leasing.models import Price, TeamPrice
 from leasing.periods import floor_minute
 
 CENT = Decimal("0.01")
+PRICE_PLACES = Decimal("0.0001")
+HOUR_SECONDS = Decimal(3600)
 
 
 def preemptible_discount() -> Decimal:
@@ -35,6 +39,11 @@ def preemptible_discount() -> Decimal:
     if not Decimal(0) <= value <= Decimal(1):
         raise ImproperlyConfigured(f"CARDPOOL_PREEMPTIBLE_DISCOUNT must be 0…1, not {raw!r}")
     return value
+
+
+def discount_for(priority: str) -> Decimal:
+    """The factor a lease of *priority* pays (the preemptible discount, or 1)."""
+    return preemptible_discount() if priority == Priority.PREEMPTIBLE else Decimal(1)
 
 
 def record_cost(card_minutes: int, price: Decimal) -> Decimal:
@@ -81,3 +90,86 @@ class PriceBook:
 
     def changes(self) -> list[datetime]:
         return [at for at, _ in self.list_prices + self.team_prices]
+
+    def price_at(self, t: datetime, discount: Decimal = Decimal(1)) -> Decimal:
+        """The price per card-hour charged at *t*: the price in force × discount, to 4 places."""
+        return (self.list_price_at(t) * discount).quantize(PRICE_PLACES, rounding=ROUND_HALF_UP)
+
+    def cost(
+        self, *, count: int, start: datetime, end: datetime, discount: Decimal = Decimal(1)
+    ) -> Decimal:
+        """What *count* cards over [start, end) cost at the prices in force then (unrounded:
+        budgets add many of these; round the total with ``rounded``)."""
+        if end <= start:
+            return Decimal(0)
+        cuts = sorted({start, end, *(at for at in self.changes() if start < at < end)})
+        return sum(
+            (
+                count * Decimal((b - a).total_seconds()) / HOUR_SECONDS * self.price_at(a, discount)
+                for a, b in zip(cuts, cuts[1:], strict=False)
+            ),
+            Decimal(0),
+        )
+
+
+class PriceBooks:
+    """Price books loaded once per card model for one team (budgets add many leases' costs)."""
+
+    def __init__(self, *, team_id: int, until: datetime):
+        self.team_id, self.until = team_id, until
+        self._books: dict[int, PriceBook] = {}
+
+    def for_model(self, card_model_id: int) -> PriceBook:
+        book = self._books.get(card_model_id)
+        if book is None:
+            card_model = CardModel.objects.only("pk", "price_per_hour").get(pk=card_model_id)
+            book = PriceBook.load(card_model=card_model, team_id=self.team_id, until=self.until)
+            self._books[card_model_id] = book
+        return book
+
+    def preload(self, card_models) -> PriceBooks:
+        """Load the books of many card models in two queries (pages that price every model)."""
+        models = {m.pk: m for m in card_models if m.pk not in self._books}
+        if not models:
+            return self
+        found: dict[int, tuple[list, list]] = {pk: ([], []) for pk in models}
+        for i, rows in enumerate(
+            (
+                Price.objects.filter(card_model_id__in=models),
+                TeamPrice.objects.filter(card_model_id__in=models, team_id=self.team_id),
+            )
+        ):
+            for model_id, at, price in (
+                rows.filter(effective_from__lt=self.until)
+                .order_by("effective_from")
+                .values_list("card_model_id", "effective_from", "price_per_hour")
+            ):
+                found[model_id][i].append((floor_minute(at), price))
+        for pk, (list_prices, team_prices) in found.items():
+            self._books[pk] = PriceBook(models[pk].price_per_hour, list_prices, team_prices)
+        return self
+
+    def cost(
+        self, *, card_model_id: int, count: int, start: datetime, end: datetime, priority: str
+    ) -> Decimal:
+        return self.for_model(card_model_id).cost(
+            count=count, start=start, end=end, discount=discount_for(priority)
+        )
+
+    def estimate(
+        self, *, card_model, count: int, start: datetime, end: datetime, priority: str
+    ) -> Decimal:
+        """What a lease would be billed, to the cent (see ``estimate``)."""
+        self.preload([card_model])
+        return self.cost(
+            card_model_id=card_model.pk, count=count, start=start, end=end, priority=priority
+        ).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def estimate(
+    *, card_model, team_id: int | None, count: int, start: datetime, end: datetime, priority: str
+) -> Decimal:
+    """What a lease would be billed (to the cent): previews, the advisor, budgets' messages."""
+    return PriceBooks(team_id=team_id or 0, until=end).estimate(
+        card_model=card_model, count=count, start=start, end=end, priority=priority
+    )

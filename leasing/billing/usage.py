@@ -21,20 +21,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
 
-from leasing.billing.prices import PriceBook, preemptible_discount, record_cost
-from leasing.choices import RECORDED_STATES, Priority
+from leasing.billing.prices import PriceBook, discount_for, record_cost
+from leasing.choices import RECORDED_STATES
 from leasing.models import Allocation, Lease, UsageRecord
 from leasing.periods import floor_minute, month_of, site_tz
 
 logger = logging.getLogger(__name__)
 
 MINUTE = timedelta(minutes=1)
-PRICE_PLACES = Decimal("0.0001")
 BATCH = 500
 
 
@@ -77,7 +75,7 @@ def usage_pieces(lease: Lease) -> list[UsageRecord]:
     lo = min(a[3] for a in allocations)
     hi = max(a[4] for a in allocations)
     book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
-    discount = preemptible_discount() if lease.priority == Priority.PREEMPTIBLE else Decimal(1)
+    discount = discount_for(lease.priority)
     records = []
     for w_start, w_end in _windows(lo, hi, book.changes()):
         by_node: dict[int, _Piece] = {}
@@ -90,7 +88,7 @@ def usage_pieces(lease: Lease) -> list[UsageRecord]:
             piece.card_minutes += (e - s) // MINUTE
             piece.cards.add(card)
         list_price = book.list_price_at(w_start)
-        price = (list_price * discount).quantize(PRICE_PLACES, rounding=ROUND_HALF_UP)
+        price = book.price_at(w_start, discount)
         for node, piece in sorted(by_node.items()):
             records.append(
                 UsageRecord(

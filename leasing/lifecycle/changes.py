@@ -18,17 +18,20 @@ from leasing.choices import (
     LeaseStatus,
 )
 from leasing.enqueue import enqueue_after_commit
-from leasing.locking import lock_card_models
+from leasing.lifecycle.change_requests import change_ask, decides_for
+from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     Allocation,
     Lease,
 )
-from leasing.scheduler import planner
+from leasing.scheduler.preview import waiting_delayed
 from leasing.scheduler.run import (
     release_begin,
     replan,
 )
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.snapshot import timeline_for
+from leasing.teams import quotas
+from leasing.teams.admission import Ask, admit
 from leasing.transitions import event_record, transition
 from portal.permissions import can_manage_lease
 
@@ -84,8 +87,13 @@ def lease_cancel(*, lease: Lease, user, now: datetime | None = None) -> Lease:
     return lease
 
 
-def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = None) -> Lease:
-    """Push the end of a lease later, on the same cards, if they are free and nobody waiting is delayed."""
+def lease_extend(
+    *, lease: Lease, user, minutes: int, now: datetime | None = None, approved: bool = False
+) -> Lease:
+    """Push the end of a lease later, on the same cards: they must be free, nobody waiting may
+    be delayed, and the extra card-time goes through admission like a request (a team rule
+    broken: refused; a member limit broken: a pending change the lead decides, returned on
+    ``lease.pending_change``). *approved*: the lead already did (change_decisions)."""
 
     now = now or timezone.now()
     if not can_manage_lease(user, lease):
@@ -93,6 +101,7 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
     if minutes < 1:
         raise ValidationError({"minutes": [_("Extend by at least one minute.")]})
     with transaction.atomic():
+        lock_team(lease.team_id)
         lock_card_models([lease.card_model_id])
         lease.refresh_from_db()
         if lease.status not in BOOKED_STATES or lease.status == LeaseStatus.RELEASING:
@@ -113,7 +122,9 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
                     ]
                 }
             )
-        card_ids = list(lease.allocations.values_list("card_id", flat=True))
+        card_ids = list(
+            lease.allocations.filter(end_at=lease.end_at).values_list("card_id", flat=True)
+        )
         timeline = timeline_for(lease.card_model_id, now=now)
         busy = [c for c in card_ids if not timeline.is_free(c, lease.end_at, new_end)]
         if busy:
@@ -127,30 +138,42 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
                 }
             )
         # Nobody waiting may start later because of the extension.
-        cards = card_slots(lease.card_model_id, now=now)
-        queue = queued_requests(lease.card_model_id, now=now)
-        if queue:
-            before = planner.plan_queue(cards, timeline_for(lease.card_model_id, now=now), queue)
-            extended = timeline_for(lease.card_model_id, now=now)
-            for c in card_ids:
-                extended.add(c, lease.end_at, new_end)
-            after = planner.plan_queue(cards, extended, queue)
-            delayed = [
-                a
-                for a, b in zip(after, before, strict=True)
-                if b.start is not None and (a.start is None or a.start > b.start)
-            ]
-            if delayed:
-                raise ValidationError(
-                    {
-                        "minutes": [
-                            _(
-                                "%(n)s waiting request(s) would start later if you extended; release when done instead."
-                            )
-                            % {"n": len(delayed)}
-                        ]
-                    }
-                )
+        delayed = waiting_delayed(
+            lease.card_model_id, [(c, lease.end_at, new_end) for c in card_ids], now=now
+        )
+        if delayed:
+            raise ValidationError(
+                {
+                    "minutes": [
+                        _(
+                            "%(n)s waiting request(s) would start later if you extended; release when done instead."
+                        )
+                        % {"n": delayed}
+                    ]
+                }
+            )
+        verdict = admit(
+            Ask(
+                team=lease.team,
+                user=lease.user,
+                card_model=lease.card_model,
+                count=lease.count,
+                start=lease.end_at,
+                end=new_end,
+                length=new_end - lease.start_at,
+                priority=lease.priority,
+                kind="extend",
+                lease_id=lease.pk,
+                borrowed=lease.borrowed,
+            ),
+            member_approved=approved or decides_for(user, lease),
+            field="minutes",
+        )
+        if verdict.needs_approval:
+            lease.pending_change = change_ask(
+                lease=lease, user=user, verdict=verdict, now=now, minutes=minutes
+            )
+            return lease
         Allocation.objects.filter(lease=lease, end_at=lease.end_at).update(end_at=new_end)
         old_end = lease.end_at
         Lease.objects.filter(pk=lease.pk).update(end_at=new_end, duration=new_end - lease.start_at)
@@ -163,5 +186,9 @@ def lease_extend(*, lease: Lease, user, minutes: int, now: datetime | None = Non
         )
         if lease.status == LeaseStatus.ACTIVE:
             enqueue_after_commit("leasing.tasks_slurm.extend_lease_backend", lease.pk)
+        team, model_id = lease.team, lease.card_model_id
+        transaction.on_commit(
+            lambda: quotas.budget_alerts(team=team, card_model_id=model_id, now=now)
+        )
     lease.refresh_from_db()
     return lease

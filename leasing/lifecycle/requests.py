@@ -40,7 +40,7 @@ from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
-from leasing.teams.admission import Verdict, admit
+from leasing.teams.admission import Ask, Verdict, admit
 from leasing.transitions import event_record, hand_over, notify_after_commit
 from portal.models import Team
 from portal.permissions import is_operator
@@ -260,13 +260,16 @@ def lease_request(
             raise ValidationError(errors)
         verdict = (
             admit(
-                team=team,
-                user=user,
-                card_model=card_model,
-                count=count,
-                start=start,
-                duration=duration,
-                priority=priority,
+                Ask(
+                    team=team,
+                    user=user,
+                    card_model=card_model,
+                    count=count,
+                    start=start,
+                    end=start + duration,
+                    length=duration,
+                    priority=priority,
+                ),
                 override_reason=override_reason,
             )
             if has_rules
@@ -292,7 +295,7 @@ def lease_request(
             description=description,
             submitted_at=now,
             borrowed=verdict.borrowed,
-            approval_reason="\n".join(b.message for b in verdict.member_breaches),
+            approval_reason=verdict.reason,
             request_key=request_key,
         )
         if request_key:
@@ -428,7 +431,13 @@ def lease_request_by_profile(
         now=now,
     )
     rec = recommend(
-        profile=profile, duration=duration, start_at=start_at, priority=priority, now=now, limit=1
+        profile=profile,
+        duration=duration,
+        start_at=start_at,
+        priority=priority,
+        now=now,
+        limit=1,
+        team_id=team.pk,
     )
     if not rec.options:
         raise ValidationError({"profile": [rec.message]})

@@ -18,26 +18,72 @@ from django.utils.translation import gettext as _
 from inventory.models import CardModel
 from leasing import transitions
 from leasing.choices import LeaseStatus
+from leasing.lifecycle.change_requests import change_ask, decides_for
 from leasing.lifecycle.provisioning import access_of
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import Allocation, Lease
 from leasing.scheduler import planner
+from leasing.scheduler.preview import waiting_delayed
 from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from leasing.teams import quotas
+from leasing.teams.admission import Ask, admit
 from leasing.transitions import hand_over
 from portal.permissions import can_manage_lease
 
 
-def _check_quota(lease: Lease, card_model: CardModel, count: int, now: datetime) -> None:
-    quotas.require_team_quota(
-        lease=lease,
-        card_model=card_model,
-        count=count,
-        start=now,
-        duration=lease.end_at - now,
-        field="count",
+def _admit(
+    lease: Lease,
+    user,
+    *,
+    card_model: CardModel,
+    count: int,
+    now: datetime,
+    approved: bool,
+    moving: bool,
+):
+    """More cards (or a move to another model) go through admission like a request."""
+    return admit(
+        Ask(
+            team=lease.team,
+            user=lease.user,
+            card_model=card_model,
+            count=count,
+            start=now,
+            end=lease.end_at,
+            length=(lease.end_at - now) if moving else None,
+            priority=lease.priority,
+            kind="resize",
+            lease_id=lease.pk,
+            borrowed=lease.borrowed,
+            replaces=lease.pk if moving else None,
+        ),
+        member_approved=approved or decides_for(user, lease),
+        field="card_model" if moving else "count",
     )
+
+
+def _alert_budgets(team, card_model_id: int, now: datetime) -> None:
+    transaction.on_commit(
+        lambda: quotas.budget_alerts(team=team, card_model_id=card_model_id, now=now)
+    )
+
+
+def _no_delay(card_model: CardModel, chosen: list[int], now: datetime, end: datetime, field: str):
+    """Nobody waiting for the model may start later because of the cards taken now."""
+    delayed = waiting_delayed(card_model.pk, [(c, now, end) for c in chosen], now=now)
+    if delayed:
+        raise ValidationError(
+            {
+                field: [
+                    _(
+                        "%(n)s waiting request(s) for %(model)s would start later if you took these cards now; "
+                        "they are promised to the queue. Ask for a new lease instead: it queues behind them."
+                    )
+                    % {"n": delayed, "model": card_model.name}
+                ]
+            }
+        )
 
 
 def lease_resize(
@@ -47,11 +93,14 @@ def lease_resize(
     count: int | None = None,
     card_model: CardModel | None = None,
     now: datetime | None = None,
+    approved: bool = False,
 ) -> Lease:
     """Change an active lease's card count, or move it to another model of its family.
 
     Returns the lease that now carries the work: the same one (count change) or the new
-    one (model change, provisioning until its cards are handed over).
+    one (model change, provisioning until its cards are handed over). More cards go through
+    admission: a member limit broken leaves the lease as it is with a pending change on
+    ``lease.pending_change`` (*approved*: the lead already decided, change_decisions).
     """
     now = now or timezone.now()
     if not can_manage_lease(user, lease):
@@ -89,11 +138,11 @@ def lease_resize(
                 % {"status": lease.get_status_display()}
             )
         if target.pk == lease.card_model_id:
-            return _resize_in_place(lease, count, now, user)
-        return _move(lease, target, count, now, user)
+            return _resize_in_place(lease, count, now, user, approved)
+        return _move(lease, target, count, now, user, approved)
 
 
-def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
+def _resize_in_place(lease: Lease, count: int, now: datetime, user, approved: bool) -> Lease:
     held = list(
         lease.allocations.filter(end_at__gt=now).select_related("card").order_by("-card__index")
     )
@@ -105,7 +154,20 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
                 Allocation.objects.filter(pk=allocation.pk).delete()
     else:
         extra = count - lease.count
-        _check_quota(lease, lease.card_model, extra, now)
+        verdict = _admit(
+            lease,
+            user,
+            card_model=lease.card_model,
+            count=extra,
+            now=now,
+            approved=approved,
+            moving=False,
+        )
+        if verdict.needs_approval:
+            lease.pending_change = change_ask(
+                lease=lease, user=user, verdict=verdict, now=now, count=count
+            )
+            return lease
         nodes = {a.card.node_id for a in held}
         slots = card_slots(lease.card_model_id, now=now)
         timeline = timeline_for(lease.card_model_id, now=now)
@@ -128,9 +190,11 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
                     ]
                 }
             )
+        _no_delay(lease.card_model, chosen, now, lease.end_at, "count")
         Allocation.objects.bulk_create(
             Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at) for c in chosen
         )
+        _alert_budgets(lease.team, lease.card_model_id, now)
     Lease.objects.filter(pk=lease.pk).update(count=count, access=access_of(lease, now=now))
     transitions.event_record(
         lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
@@ -140,8 +204,15 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
     return lease
 
 
-def _move(lease: Lease, target: CardModel, count: int, now: datetime, user) -> Lease:
-    _check_quota(lease, target, count, now)
+def _move(lease: Lease, target: CardModel, count: int, now: datetime, user, approved) -> Lease:
+    verdict = _admit(
+        lease, user, card_model=target, count=count, now=now, approved=approved, moving=True
+    )
+    if verdict.needs_approval:
+        lease.pending_change = change_ask(
+            lease=lease, user=user, verdict=verdict, now=now, count=count, card_model=target
+        )
+        return lease
     chosen = planner.place(
         card_slots(target.pk, now=now),
         timeline_for(target.pk, now=now),
@@ -161,6 +232,8 @@ def _move(lease: Lease, target: CardModel, count: int, now: datetime, user) -> L
                 ]
             }
         )
+    _no_delay(target, chosen, now, lease.end_at, "card_model")
+    _alert_budgets(lease.team, target.pk, now)
     new = Lease.objects.create(
         user=lease.user,
         team=lease.team,
@@ -173,6 +246,7 @@ def _move(lease: Lease, target: CardModel, count: int, now: datetime, user) -> L
         status_changed_at=now,
         priority=lease.priority,
         priority_rank=lease.priority_rank,
+        borrowed=lease.borrowed or verdict.borrowed,
         purpose=lease.purpose,
         same_node=lease.same_node,
         description=lease.description,

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
+from leasing.billing import prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import changes, requests, resize, selectors, utilisation, validation
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
@@ -127,10 +128,14 @@ def lease_preview(request):
                 chosen=d["card_model"] is None,
                 count=d["count"],
                 starts_now=start is not None and start <= timezone.now() + timedelta(seconds=5),
-                cost=model.price_per_hour
-                * d["count"]
-                * int(d["duration_td"].total_seconds() // 60)
-                / 60,
+                cost=prices.estimate(
+                    card_model=model,
+                    team_id=d["team"].pk if d["team"] else None,
+                    count=d["count"],
+                    start=start or timezone.now(),
+                    end=(start or timezone.now()) + d["duration_td"],
+                    priority=d["priority"],
+                ),
             )
     return render(request, "leasing/_preview.html", context)
 

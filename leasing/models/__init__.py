@@ -6,7 +6,14 @@ Django finds every model through this package. Choices and state groups live in
 """
 
 from leasing.models.billing import Price, PricePeriod, TeamPrice, UsageRecord
-from leasing.models.lease import REQUEST_KEY_MAX, Allocation, BackendCall, Lease, LeaseEvent
+from leasing.models.lease import (
+    REQUEST_KEY_MAX,
+    Allocation,
+    BackendCall,
+    Lease,
+    LeaseChange,
+    LeaseEvent,
+)
 from leasing.models.notify import (
     Delivery,
     LeaseWarning,
@@ -22,6 +29,7 @@ __all__ = [
     "BackendCall",
     "Delivery",
     "Lease",
+    "LeaseChange",
     "LeaseEvent",
     "LeaseWarning",
     "MemberLimit",

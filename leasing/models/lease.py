@@ -235,3 +235,68 @@ class BackendCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.backend}.{self.action} #{self.attempt} for lease {self.lease_id}"
+
+
+class LeaseChange(models.Model):
+    """A change to a running lease that waits for the lead: an extension or a resize above a
+    member's limit (the team's quota held when it was asked; it is checked again on approval).
+
+    At most one change per lease waits at a time (a partial unique constraint).
+    """
+
+    class Kind(models.TextChoices):
+        EXTEND = "extend", _("Extend")
+        RESIZE = "resize", _("Resize")
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("Waiting for approval")
+        APPROVED = "approved", _("Approved")
+        REJECTED = "rejected", _("Rejected")
+        WITHDRAWN = "withdrawn", _("Withdrawn")
+        LAPSED = "lapsed", _("Lapsed (the lease ended first)")
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="changes")
+    kind = models.CharField(_("change"), max_length=10, choices=Kind.choices)
+    minutes = models.PositiveIntegerField(_("extend by (minutes)"), null=True, blank=True)
+    count = models.PositiveSmallIntegerField(_("cards"), null=True, blank=True)
+    card_model = models.ForeignKey(
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+    )
+    status = models.CharField(
+        _("status"), max_length=10, choices=Status.choices, default=Status.PENDING
+    )
+    reason = models.TextField(_("why it needs approval"), blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    requested_at = models.DateTimeField(_("asked"))
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    note = models.TextField(_("decision note"), blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-pk"]
+        verbose_name = _("lease change")
+        verbose_name_plural = _("lease changes")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["lease"],
+                condition=Q(status="pending"),
+                name="leasechange_one_pending_per_lease",
+            ),
+            models.CheckConstraint(
+                condition=(Q(kind="extend") & Q(minutes__gt=0) & Q(count__isnull=True))
+                | (Q(kind="resize") & Q(count__gt=0) & Q(minutes__isnull=True)),
+                name="leasechange_fields_match_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} lease {self.lease_id} ({self.status})"

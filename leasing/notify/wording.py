@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from leasing.choices import Kind
-from leasing.models import Lease, Notification
+from leasing.models import Lease, LeaseChange, Notification
 from leasing.notify.services import notify, notify_team_leads
 
 logger = logging.getLogger(__name__)
@@ -135,6 +135,73 @@ def notify_lease_event(
             body=body,
             lease=lease,
             url=page,
+            data=data,
+            now=now,
+            key=key,
+        )
+    ]
+
+
+# --- pending lease changes (extend / resize above a member's limit) ---------------------
+
+
+def _change_text(change) -> str:
+    lease = change.lease
+    if change.kind == "extend":
+        return _("extend lease %(id)s by %(minutes)s minutes") % {
+            "id": lease.pk,
+            "minutes": change.minutes,
+        }
+    model = change.card_model.name if change.card_model_id else lease.card_model.name
+    return _("resize lease %(id)s to %(n)s × %(model)s") % {
+        "id": lease.pk,
+        "n": change.count,
+        "model": model,
+    }
+
+
+def notify_change(*, change_id: int, event: str, now: datetime | None = None) -> list:
+    """Tell the leads a change waits for them (*event* ``requested``), or the holder what was
+    decided (``approved``, ``rejected``, ``lapsed``). Idempotent per change and event."""
+    change = (
+        LeaseChange.objects.select_related(
+            "lease__team", "lease__card_model", "lease__user", "card_model", "requested_by"
+        )
+        .filter(pk=change_id)
+        .first()
+    )
+    if change is None:
+        return []
+    lease = change.lease
+    what = _change_text(change)
+    key = f"change:{change.pk}:{event}"
+    data = {"change": change.pk, "kind": change.kind, "decision": event}
+    if event == "requested":
+        return notify_team_leads(
+            team=lease.team,
+            kind=Kind.APPROVAL_REQUESTED,
+            title=_("%(user)s asks for approval: %(what)s")
+            % {"user": change.requested_by.get_username(), "what": what},
+            body=change.reason,
+            lease=lease,
+            url=f"/teams/{lease.team.slug}/",
+            data=data,
+            now=now,
+            key=key,
+        )
+    titles = {
+        "approved": _("Approved: %(what)s"),
+        "rejected": _("Rejected: %(what)s"),
+        "lapsed": _("Lapsed (the lease ended first): %(what)s"),
+    }
+    return [
+        notify(
+            user=lease.user,
+            kind=Kind.APPROVAL_DECIDED,
+            title=titles[event] % {"what": what},
+            body=change.note,
+            lease=lease,
+            url=f"/leases/{lease.pk}/",
             data=data,
             now=now,
             key=key,

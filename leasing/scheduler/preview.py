@@ -1,4 +1,5 @@
-"""When a request would start if made now: its place in the queue counted, nothing written."""
+"""What a request or a change would do if made now, nothing written: when a request would
+start (its place in the queue counted), and whether a change would delay anyone waiting."""
 
 from __future__ import annotations
 
@@ -34,3 +35,25 @@ def lease_preview(
         cards, timeline, planner.Request(0, count, duration, not_before, same_node)
     )
     return decision.start
+
+
+def waiting_delayed(
+    card_model_id: int, bookings: list[tuple[int, datetime, datetime]], *, now: datetime
+) -> int:
+    """How many waiting requests of the model would start later if *bookings* (card, start,
+    end) were added: the one fairness rule for changes (extend, resize) that take cards
+    outside the queue. Nobody waiting may be delayed by a change that did not queue."""
+    queue = queued_requests(card_model_id, now=now)
+    if not queue or not bookings:
+        return 0
+    cards = card_slots(card_model_id, now=now)
+    before = planner.plan_queue(cards, timeline_for(card_model_id, now=now), queue)
+    changed = timeline_for(card_model_id, now=now)
+    for card_id, start, end in bookings:
+        changed.add(card_id, start, end)
+    after = planner.plan_queue(cards, changed, queue)
+    return sum(
+        1
+        for a, b in zip(after, before, strict=True)
+        if b.start is not None and (a.start is None or a.start > b.start)
+    )

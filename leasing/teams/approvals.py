@@ -22,6 +22,7 @@ from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
+from leasing.teams.admission import Ask, admit
 from leasing.transitions import notify_after_commit, transition
 from portal.permissions import is_operator, leads_team
 
@@ -46,14 +47,22 @@ def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = 
                 _("This request is %(status)s, not waiting for approval.")
                 % {"status": lease.get_status_display()}
             )
-        quotas.require_team_quota(
-            lease=lease,
-            card_model=lease.card_model,
-            count=lease.count,
-            start=max(lease.start_at, now),
-            duration=lease.duration,
-        )
         start = max(lease.start_at, now)
+        # The lead weighs the member's limits; the team's quota and budget still hold.
+        verdict = admit(
+            Ask(
+                team=lease.team,
+                user=lease.user,
+                card_model=lease.card_model,
+                count=lease.count,
+                start=start,
+                end=start + lease.duration,
+                length=lease.duration,
+                priority=lease.priority,
+                kind="approve",
+            ),
+            member_approved=True,
+        )
         transition(
             lease.pk,
             frm=[LeaseStatus.PENDING_APPROVAL],
@@ -64,6 +73,11 @@ def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = 
             message=note,
             start_at=start,
             end_at=start + lease.duration,
+            borrowed=verdict.borrowed,
+        )
+        team, model_id = lease.team, lease.card_model_id
+        transaction.on_commit(
+            lambda: quotas.budget_alerts(team=team, card_model_id=model_id, now=now)
         )
         replan(lease.card_model_id, now=now)
         notify_after_commit(lease.pk, "approved")

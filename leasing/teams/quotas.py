@@ -18,7 +18,8 @@ from django.utils import formats
 from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
-from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus
+from leasing.billing.prices import PriceBooks, estimate
+from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
 from leasing.models import Lease, MemberLimit, Quota
 from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
@@ -30,16 +31,41 @@ TENTH = Decimal("0.1")
 
 @dataclass(frozen=True)
 class Charge:
-    """One lease's charge window and rate."""
+    """One lease's charge window."""
 
+    lease_id: int
     count: int
     start: datetime
     end: datetime
-    price_per_hour: Decimal
     card_model_id: int
     user_id: int
     status: str
     borrowed: bool
+    priority: str
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Card-time a path wants to add: *count* cards of *card_model* over [start, end).
+
+    ``length`` is the whole lease's length, checked against ``max_lease_hours`` (None when the
+    change leaves it as it was: a resize). ``lease_id`` is the lease being changed (None for a
+    new request); ``replaces`` a lease whose booking this ask takes over from ``start`` on (a
+    move to another model: the old lease is charged up to then and not counted as held).
+    """
+
+    team: Team
+    user: object
+    card_model: CardModel
+    count: int
+    start: datetime
+    end: datetime
+    length: timedelta | None
+    priority: str = Priority.NORMAL
+    kind: str = "request"  # request | extend | resize | approve
+    lease_id: int | None = None
+    borrowed: bool = False
+    replaces: int | None = None
 
 
 def _leases(team_id: int, *, card_model_id: int | None = None, user_id: int | None = None):
@@ -58,30 +84,46 @@ def charges(
     *,
     card_model_id: int | None = None,
     user_id: int | None = None,
+    cut: tuple[int, datetime] | None = None,
 ) -> list[Charge]:
-    """The charge windows of the team's leases that touch [lo, hi)."""
+    """The charge windows of the team's leases that touch [lo, hi) (*cut*: one lease's window
+    ends early, at the moment another takes its booking over)."""
     rows = (
         _leases(team_id, card_model_id=card_model_id, user_id=user_id)
         .filter(status__in=CHARGED_STATES, start_at__lt=hi, end_at__gt=lo)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
         .values_list(
+            "pk",
             "count",
             "start_at",
             "end_at",
             "ended_at",
-            "card_model__price_per_hour",
             "card_model_id",
             "user_id",
             "status",
             "borrowed",
+            "priority",
         )
     )
     out = []
-    for count, start, end, ended, price, model_id, user, status, borrowed in rows:
+    for pk, count, start, end, ended, model_id, user, status, borrowed, priority in rows:
         stop = min(end, ended) if ended else end
+        if cut and pk == cut[0]:
+            stop = min(stop, cut[1])
         if stop > start:
-            out.append(Charge(count, start, stop, price, model_id, user, status, borrowed))
+            out.append(Charge(pk, count, start, stop, model_id, user, status, borrowed, priority))
     return out
+
+
+def charge_money(charge: Charge, books: PriceBooks, lo: datetime, hi: datetime) -> Decimal:
+    """What a charge costs inside [lo, hi), at the price book's prices (the one price rule)."""
+    return books.cost(
+        card_model_id=charge.card_model_id,
+        count=charge.count,
+        start=max(charge.start, lo),
+        end=min(charge.end, hi),
+        priority=charge.priority,
+    )
 
 
 def month_usage(
@@ -90,14 +132,15 @@ def month_usage(
     *,
     card_model_id: int | None = None,
     user_id: int | None = None,
+    cut: tuple[int, datetime] | None = None,
 ) -> tuple[Decimal, Decimal]:
     """(card-hours, money) the team (or one member) has used or booked in *month*."""
     lo, hi = month
     hours = money = Decimal(0)
-    for c in charges(team_id, lo, hi, card_model_id=card_model_id, user_id=user_id):
-        h = c.count * overlap_hours(c.start, c.end, lo, hi)
-        hours += h
-        money += h * c.price_per_hour
+    books = PriceBooks(team_id=team_id, until=hi)
+    for c in charges(team_id, lo, hi, card_model_id=card_model_id, user_id=user_id, cut=cut):
+        hours += c.count * overlap_hours(c.start, c.end, lo, hi)
+        money += charge_money(c, books, lo, hi)
     return hours, money
 
 
@@ -108,13 +151,17 @@ def concurrent_use(
     *,
     card_model_id: int | None = None,
     user_id: int | None = None,
+    exclude: int | None = None,
 ) -> tuple[int, datetime | None]:
     """Cards the team holds over [start, end) or waits for, and when the earliest held ones free up.
 
     Waiting leases count whatever their window (they were admitted); borrowed leases do not
-    (they live on idle capacity and may be preempted).
+    (they live on idle capacity and may be preempted); *exclude* (a lease being replaced) does
+    not either.
     """
     leases = _leases(team_id, card_model_id=card_model_id, user_id=user_id).filter(borrowed=False)
+    if exclude is not None:
+        leases = leases.exclude(pk=exclude)
     held = leases.filter(status__in=BOOKED_STATES, start_at__lt=end, end_at__gt=start)
     waiting = leases.filter(status=LeaseStatus.QUEUED)
     rows = list(held.values_list("count", "end_at")) + [
@@ -145,36 +192,40 @@ def _scope_name(card_model: CardModel | None) -> str:
     return card_model.name if card_model else _("all models")
 
 
-def _check(
-    *,
-    scope: str,
-    rule,
-    who: str,
-    team: Team,
-    card_model: CardModel,
-    count: int,
-    start: datetime,
-    duration: timedelta,
-    user_id: int | None,
-) -> list[Breach]:
+def _max_length_message(ask: Ask, who: str, scope_name: str, limit: int) -> str:
+    params = {"who": who, "scope": scope_name, "max": limit}
+    if ask.kind == "extend":
+        return _(
+            "%(who)s may lease %(scope)s for at most %(max)s hours at a time; this extension would "
+            "make the lease %(hours)s hours long. Extend by less, or release and ask again."
+        ) % {**params, "hours": _hours(Decimal(ask.length / HOUR))}
+    return (
+        _(
+            "%(who)s may lease %(scope)s for at most %(max)s hours at a time; ask for %(max)s hours or less "
+            "(and extend later if the cards are still free)."
+        )
+        % params
+    )
+
+
+def _check(*, scope: str, rule, who: str, ask: Ask, user_id: int | None) -> list[Breach]:
     breaches = []
+    team, count, start, end = ask.team, ask.count, ask.start, ask.end
     model_id = rule.card_model_id
     scope_name = _scope_name(rule.card_model)
-    end = start + duration
-    if rule.max_lease_hours is not None and duration > rule.max_lease_hours * HOUR:
-        breaches.append(
-            Breach(
-                scope,
-                "max_lease_hours",
-                _(
-                    "%(who)s may lease %(scope)s for at most %(max)s hours at a time; ask for %(max)s hours or less "
-                    "(and extend later if the cards are still free)."
+    if rule.max_lease_hours is not None and ask.length is not None:
+        if ask.length > rule.max_lease_hours * HOUR:
+            breaches.append(
+                Breach(
+                    scope,
+                    "max_lease_hours",
+                    _max_length_message(ask, who, scope_name, rule.max_lease_hours),
                 )
-                % {"who": who, "scope": scope_name, "max": rule.max_lease_hours},
             )
-        )
     if rule.max_concurrent_cards is not None:
-        used, frees = concurrent_use(team.pk, start, end, card_model_id=model_id, user_id=user_id)
+        used, frees = concurrent_use(
+            team.pk, start, end, card_model_id=model_id, user_id=user_id, exclude=ask.replaces
+        )
         if used + count > rule.max_concurrent_cards:
             left = max(rule.max_concurrent_cards - used, 0)
             message = _(
@@ -194,10 +245,11 @@ def _check(
     budget = rule.card_hours_per_month
     money = getattr(rule, "money_per_month", None)
     if budget is not None or money is not None:
+        cut = (ask.replaces, start) if ask.replaces else None
         for month in months_between(start, end):
             need = count * overlap_hours(start, end, *month)
             used_hours, used_money = month_usage(
-                team.pk, month, card_model_id=model_id, user_id=user_id
+                team.pk, month, card_model_id=model_id, user_id=user_id, cut=cut
             )
             month_name = formats.date_format(month[0], "Y-m")
             renew = formats.date_format(month[1], "Y-m-d")
@@ -222,8 +274,15 @@ def _check(
                     )
                 )
             if money is not None:
-                price = card_model.price_per_hour
-                if used_money + need * price > money:
+                cost = estimate(
+                    card_model=ask.card_model,
+                    team_id=team.pk,
+                    count=count,
+                    start=max(start, month[0]),
+                    end=min(end, month[1]),
+                    priority=ask.priority,
+                )
+                if used_money + cost > money:
                     breaches.append(
                         Breach(
                             scope,
@@ -239,7 +298,7 @@ def _check(
                                 ),
                                 "limit": money,
                                 "month": month_name,
-                                "cost": (need * price).quantize(Decimal("0.01")),
+                                "cost": cost,
                                 "renew": renew,
                             },
                         )
@@ -276,69 +335,19 @@ def rules_apply(*, team: Team, user, card_model: CardModel) -> bool:
     return bool(found and any(found))
 
 
-def admission_breaches(
-    *, team: Team, user, card_model: CardModel, count: int, start: datetime, duration: timedelta
-) -> list[Breach]:
-    """Every team and member limit the request would break (empty: it fits)."""
+def admission_breaches(ask: Ask) -> list[Breach]:
+    """Every team and member limit *ask* would break (empty: it fits)."""
     breaches: list[Breach] = []
-    team_rules = _team_rules(team, card_model)
+    team, user = ask.team, ask.user
     who_team = _("Team “%(team)s”") % {"team": team.name}
-    for rule in team_rules.select_related("card_model"):
+    for rule in _team_rules(team, ask.card_model).select_related("card_model"):
+        breaches += _check(scope="team", rule=rule, who=who_team, ask=ask, user_id=None)
+    for rule in _member_rules(team, user, ask.card_model).select_related("card_model"):
+        # read by the lead who decides, and by the requester
         breaches += _check(
-            scope="team",
-            rule=rule,
-            who=who_team,
-            team=team,
-            card_model=card_model,
-            count=count,
-            start=start,
-            duration=duration,
-            user_id=None,
-        )
-    member_rules = _member_rules(team, user, card_model)
-    for rule in member_rules.select_related("card_model"):
-        breaches += _check(
-            scope="member",
-            rule=rule,
-            who=user.get_username(),  # read by the lead who decides, and by the requester
-            team=team,
-            card_model=card_model,
-            count=count,
-            start=start,
-            duration=duration,
-            user_id=user.pk,
+            scope="member", rule=rule, who=user.get_username(), ask=ask, user_id=user.pk
         )
     return breaches
-
-
-def require_team_quota(
-    *,
-    lease,
-    card_model: CardModel,
-    count: int,
-    start: datetime,
-    duration: timedelta,
-    field: str | None = None,
-) -> None:
-    """Raise ValidationError with every team limit that *count* more cards of *card_model*
-    over [start, start + duration) would break for the lease's team (member limits aside:
-    this is for a lead's approval and for a resize, where those were already weighed)."""
-    from django.core.exceptions import ValidationError
-
-    messages = [
-        b.message
-        for b in admission_breaches(
-            team=lease.team,
-            user=lease.user,
-            card_model=card_model,
-            count=count,
-            start=start,
-            duration=duration,
-        )
-        if b.scope == "team"
-    ]
-    if messages:
-        raise ValidationError({field: messages} if field else messages)
 
 
 def team_rule_for(team: Team, card_model_id: int | None) -> Quota | None:

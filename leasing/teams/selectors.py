@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 
 from inventory.models import CardModel
 from leasing import choices, periods
+from leasing.billing.prices import PriceBooks
 from leasing.choices import HOLDING_STATES, LeaseStatus
 from leasing.models import Lease, MemberLimit, Quota
 from leasing.teams import quotas
@@ -86,7 +87,9 @@ def team_overview(team: Team, *, now: datetime) -> dict:
     if None not in rows:
         rows[None] = QuotaRow(card_model=None, rule=None)
     days: dict = {}
+    books = PriceBooks(team_id=team.pk, until=month[1])
     for c in charges:
+        money = quotas.charge_money(c, books, *month)
         for key in (c.card_model_id, None):
             row = rows[key]
             row.used_hours += (
@@ -99,7 +102,7 @@ def team_overview(team: Team, *, now: datetime) -> dict:
                 if c.end > now
                 else 0
             )
-            row.money += c.count * periods.overlap_hours(c.start, c.end, *month) * c.price_per_hour
+            row.money += money
             if c.start <= now < c.end and c.status in choices.BOOKED_STATES:
                 row.concurrent_now += c.count
         # Only the days the charge touches (a lease is mostly hours long; a month has 31).

@@ -33,11 +33,13 @@ from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from leasing.choices import LeaseStatus
+from leasing.lifecycle import changes as lease_changes
 from leasing.lifecycle import provisioning
 from leasing.lifecycle import requests as lease_requests
 from leasing.models import (
     Delivery,
     Lease,
+    LeaseChange,
     MemberLimit,
     Notification,
     NotificationPreference,
@@ -202,8 +204,17 @@ ROWS = [
       probe="leases", writes="alice lena ops"),
     r("leasing:cancel", "POST", "/leases/{pending}/cancel/", (L, 404, M, M, M, M),
       probe="leases", writes="alice lena ops"),
+    # alice is above her member limit and a change of hers already waits for lena: her second
+    # one is refused (one pending change per lease); lena and ops need nobody's approval.
     r("leasing:extend", "POST", "/leases/{alice_lease}/extend/", (L, 404, M, M, M, M),
-      data={"minutes": "30"}, probe="leases", writes="alice lena ops"),
+      data={"minutes": "30"}, probe="leases_and_changes", writes="lena ops"),
+    r("leasing:change_decide", "POST", "/leases/changes/{change}/approve/",
+      (L, 404, M, M, 404, M), probe="leases_and_changes", writes="lena ops"),
+    r("leasing:change_decide", "POST", "/leases/changes/{change}/reject/",
+      (L, 404, M, M, 404, M), data={"reason": "no"}, probe="leases_and_changes",
+      writes="lena ops"),
+    r("leasing:change_decide", "POST", "/leases/changes/{change}/withdraw/",
+      (L, 404, M, M, 404, M), probe="leases_and_changes", writes="alice lena ops"),
     r("leasing:release", "POST", "/leases/{bob_lease}/release/", (L, M, 404, 404, M, M),
       probe="leases", writes="bob ops"),
     r("leasing:resize", "POST", "/leases/{alice_lease}/resize/", (L, 404, M, M, M, M),
@@ -259,8 +270,20 @@ ROWS = [
     r("lease-events", "GET", "/api/v1/leases/{alice_lease}/events/",
       (401, 404, 200, 200, 200, 200)),
     r("lease-extend", "POST", "/api/v1/leases/{alice_lease}/extend/",
-      (401, 404, 200, 200, 403, 200), data={"minutes": 30}, api=True,
-      probe="leases", writes="alice lena ops"),
+      (401, 404, 400, 200, 403, 200), data={"minutes": 30}, api=True,
+      probe="leases_and_changes", writes="lena ops"),
+    # --- API: lease changes (alice's extension waiting for lena) ---------------------------
+    r("lease-change-list", "GET", "/api/v1/lease-changes/", API_ALL_IN),
+    r("lease-change-detail", "GET", "/api/v1/lease-changes/{change}/",
+      (401, 404, 200, 200, 404, 200)),
+    r("lease-change-approve", "POST", "/api/v1/lease-changes/{change}/approve/",
+      (401, 404, 403, 200, 404, 200), api=True, probe="leases_and_changes", writes="lena ops"),
+    r("lease-change-reject", "POST", "/api/v1/lease-changes/{change}/reject/",
+      (401, 404, 403, 200, 404, 200), data={"reason": "no"}, api=True,
+      probe="leases_and_changes", writes="lena ops"),
+    r("lease-change-withdraw", "POST", "/api/v1/lease-changes/{change}/withdraw/",
+      (401, 404, 200, 200, 404, 200), api=True, probe="leases_and_changes",
+      writes="alice lena ops"),
     r("lease-release", "POST", "/api/v1/leases/{alice_lease}/release/",
       (401, 404, 200, 200, 403, 200), api=True, probe="leases", writes="alice lena ops"),
     r("lease-release", "POST", "/api/v1/leases/{bob_lease}/release/",
@@ -316,6 +339,10 @@ ROWS = [
 STATE = {
     "leases": lambda: list(
         Lease.objects.order_by("pk").values_list("pk", "status", "count", "end_at")
+    ),
+    "leases_and_changes": lambda: (
+        list(Lease.objects.order_by("pk").values_list("pk", "status", "count", "end_at")),
+        list(LeaseChange.objects.order_by("pk").values_list("pk", "status")),
     ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
@@ -394,6 +421,7 @@ def _build_world() -> World:
             user=lena, membership=membership, card_model=None, max_concurrent_cards=1
         )
         pending = ask(alice, vision, "pending", count=2)
+        change = lease_changes.lease_extend(lease=alice_lease, user=alice, minutes=10).pending_change
         token, _key = token_create(user=alice, name="alice's laptop")
         notes = {
             f"{user.username}_note": Notification.objects.create(
@@ -418,6 +446,7 @@ def _build_world() -> World:
             "alice_lease": alice_lease.pk,
             "bob_lease": bob_lease.pk,
             "pending": pending.pk,
+            "change": change.pk,
             "token": token.pk,
             **{key: obj.pk for key, obj in (notes | hooks).items()},
             "alice_membership": membership.pk,

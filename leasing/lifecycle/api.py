@@ -14,19 +14,20 @@ from rest_framework.response import Response
 
 from leasing.advisor.estimator import TaskProfile
 from leasing.advisor.serializers import LeaseByProfileSerializer
-from leasing.lifecycle import changes, requests, resize
+from leasing.lifecycle import change_decisions, changes, requests, resize
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.lifecycle.requests import lease_request_by_profile
 from leasing.lifecycle.serializers import (
     ApprovalSerializer,
     DecisionSerializer,
     ExtendSerializer,
+    LeaseChangeSerializer,
     LeaseEventSerializer,
     LeaseRequestSerializer,
     LeaseSerializer,
     ResizeSerializer,
 )
-from leasing.models import REQUEST_KEY_MAX, Allocation, Lease
+from leasing.models import REQUEST_KEY_MAX, Allocation, Lease, LeaseChange
 from leasing.teams import approvals
 from leasing.teams import selectors as team_selectors
 from portal.models import Membership
@@ -90,8 +91,10 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):
             return Lease.objects.none()
-        leases = lease_selectors.leases_visible_to(self.request.user).prefetch_related(
-            Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
+        leases = lease_selectors.with_pending_change(
+            lease_selectors.leases_visible_to(self.request.user).prefetch_related(
+                Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
+            )
         )
         if self.action == "list" and self.request.query_params.get("scope") != "all":
             leases = leases.filter(user=self.request.user)
@@ -155,7 +158,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     def _fresh(self, pk):
         return self.get_queryset().get(pk=pk)
 
-    @extend_schema(request=ExtendSerializer, responses=LeaseSerializer)
+    @extend_schema(request=ExtendSerializer, responses={200: LeaseSerializer, 202: LeaseSerializer})
     @action(detail=True, methods=["post"])
     def extend(self, request, pk=None):
         data = ExtendSerializer(data=request.data)
@@ -163,9 +166,16 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         lease = changes.lease_extend(
             lease=self.get_object(), user=request.user, minutes=data.validated_data["minutes"]
         )
+        return self._changed(lease)
+
+    def _changed(self, lease: Lease) -> Response:
+        """200 with the lease as it is now, or 202 when the change waits for the lead
+        (``pending_change`` says what waits)."""
+        if getattr(lease, "pending_change", None) is not None:
+            return Response(LeaseSerializer(lease).data, status=status.HTTP_202_ACCEPTED)
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
-    @extend_schema(request=ResizeSerializer, responses=LeaseSerializer)
+    @extend_schema(request=ResizeSerializer, responses={200: LeaseSerializer, 202: LeaseSerializer})
     @action(detail=True, methods=["post"])
     def resize(self, request, pk=None):
         """More or fewer cards, or another model of the same family; returns the lease that carries on."""
@@ -177,7 +187,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             count=data.validated_data.get("count"),
             card_model=data.validated_data.get("card_model"),
         )
-        return Response(LeaseSerializer(self._fresh(lease.pk)).data)
+        return self._changed(lease)
 
     @extend_schema(request=None, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
@@ -231,6 +241,51 @@ class ApprovalViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         return Response(LeaseSerializer(lease).data)
 
 
+class LeaseChangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Extensions and resizes above a member's limit: the holder sees theirs, a lead decides
+    the team's (``?status=pending`` for what waits), an operator sees all."""
+
+    serializer_class = LeaseChangeSerializer
+    filterset_fields = ["status", "kind", "lease"]
+    queryset = LeaseChange.objects.none()
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return LeaseChange.objects.none()
+        return lease_selectors.changes_visible_to(self.request.user).order_by(
+            "-requested_at", "-pk"
+        )
+
+    @extend_schema(request=DecisionSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        data = DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = change_decisions.change_approve(
+            change=self.get_object(), user=request.user, note=data.validated_data["reason"]
+        )
+        return Response(LeaseSerializer(lease).data)
+
+    @extend_schema(request=DecisionSerializer, responses=LeaseChangeSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        data = DecisionSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        change = self.get_object()
+        change_decisions.change_reject(
+            change=change, user=request.user, reason=data.validated_data["reason"]
+        )
+        return Response(LeaseChangeSerializer(self.get_queryset().get(pk=change.pk)).data)
+
+    @extend_schema(request=None, responses=LeaseChangeSerializer)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        change = self.get_object()
+        change_decisions.change_withdraw(change=change, user=request.user)
+        return Response(LeaseChangeSerializer(self.get_queryset().get(pk=change.pk)).data)
+
+
 def register(router) -> None:
     router.register("leases", LeaseViewSet, basename="lease")
     router.register("approvals", ApprovalViewSet, basename="approval")
+    router.register("lease-changes", LeaseChangeViewSet, basename="lease-change")

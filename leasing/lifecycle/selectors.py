@@ -8,7 +8,7 @@ from django.db.models import Prefetch, Q, QuerySet
 
 from inventory.models import Card, CardModel
 from leasing.choices import OPEN_STATES, LeaseStatus
-from leasing.models import Allocation, Lease, LeaseEvent
+from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
@@ -21,6 +21,35 @@ def leases_visible_to(user) -> QuerySet[Lease]:
         return leases
     led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
     return leases.filter(Q(user=user) | Q(team_id__in=led))
+
+
+def with_pending_change(leases: QuerySet[Lease]) -> QuerySet[Lease]:
+    """Leases with the change waiting for the lead on ``pending_changes`` (one query for all)."""
+    return leases.prefetch_related(
+        Prefetch(
+            "changes",
+            queryset=LeaseChange.objects.filter(status=LeaseChange.Status.PENDING).select_related(
+                "card_model", "requested_by", "decided_by"
+            ),
+            to_attr="pending_changes",
+        )
+    )
+
+
+def changes_visible_to(user) -> QuerySet[LeaseChange]:
+    """Lease changes *user* may see: on their own leases, their teams' (leads), all (operators)."""
+    changes = LeaseChange.objects.select_related(
+        "lease__team",
+        "lease__user",
+        "lease__card_model",
+        "card_model",
+        "requested_by",
+        "decided_by",
+    )
+    if is_operator(user):
+        return changes
+    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
+    return changes.filter(Q(lease__user=user) | Q(lease__team_id__in=led))
 
 
 def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import CardModel, InterconnectKind, Precision, Vendor
 from leasing.choices import Priority, Purpose
-from leasing.models import Allocation, Lease, LeaseEvent
+from leasing.lifecycle.change_requests import pending_change
+from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from portal.models import Team
 
 
@@ -20,12 +22,43 @@ class AllocationSerializer(serializers.ModelSerializer):
         fields = ["node", "card_index", "card_uuid", "start_at", "end_at"]
 
 
+class LeaseChangeSerializer(serializers.ModelSerializer):
+    """A change to a lease that waits for (or got) the lead's decision."""
+
+    lease = serializers.PrimaryKeyRelatedField(read_only=True)
+    card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True)
+    decided_by = serializers.CharField(
+        source="decided_by.username", read_only=True, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = LeaseChange
+        fields = [
+            "id",
+            "lease",
+            "kind",
+            "minutes",
+            "count",
+            "card_model",
+            "status",
+            "reason",
+            "requested_by",
+            "requested_at",
+            "decided_by",
+            "decided_at",
+            "note",
+        ]
+        read_only_fields = fields
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     duration_minutes = serializers.SerializerMethodField()
     allocations = AllocationSerializer(many=True, read_only=True)
+    pending_change = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
@@ -52,11 +85,23 @@ class LeaseSerializer(serializers.ModelSerializer):
             "access",
             "failure_reason",
             "replaces",
+            "pending_change",
         ]
         read_only_fields = fields
 
     def get_duration_minutes(self, lease: Lease) -> int:
         return int(lease.duration.total_seconds() // 60)
+
+    @extend_schema_field(LeaseChangeSerializer(allow_null=True))
+    def get_pending_change(self, lease: Lease) -> dict | None:
+        """The extension or resize waiting for the lead's decision (null when none)."""
+        change = getattr(lease, "pending_change", None)
+        if change is None:
+            prefetched = getattr(lease, "pending_changes", None)  # selectors.with_pending_change
+            change = prefetched[0] if prefetched else None
+            if prefetched is None:
+                change = pending_change(lease.pk)
+        return LeaseChangeSerializer(change).data if change else None
 
 
 class RequirementsSerializer(serializers.Serializer):

@@ -19,6 +19,7 @@ urlpatterns = [
     path("<int:pk>/cancel/", views.lease_cancel, name="cancel"),
     path("<int:pk>/extend/", views.lease_extend, name="extend"),
     path("<int:pk>/resize/", views.lease_resize, name="resize"),
+    path("changes/<int:pk>/<str:decision>/", views.change_decide, name="change_decide"),
 ]
 
 # Included by portal/urls.py as include((telemetry_urlpatterns, "telemetry")).

@@ -10,13 +10,23 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
 from leasing.billing import prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
-from leasing.lifecycle import changes, requests, resize, selectors, utilisation, validation
+from leasing.lifecycle import (
+    change_decisions,
+    changes,
+    requests,
+    resize,
+    selectors,
+    utilisation,
+    validation,
+)
+from leasing.lifecycle.change_requests import decides_for, pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
 from leasing.scheduler import preview
 
@@ -152,6 +162,8 @@ def lease_detail(request, pk: int):
     lease = _visible_lease(request, pk)
     context = {
         "lease": lease,
+        "pending_change": pending_change(lease.pk),
+        "decides": decides_for(request.user, lease),
         "extend_form": ExtendForm(),
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
@@ -212,6 +224,8 @@ def lease_extend(request, pk: int):
         lease = changes.lease_extend(
             lease=lease, user=request.user, minutes=form.cleaned_data["minutes"]
         )
+        if _waits_for_lead(request, lease):
+            return
         messages.success(
             request,
             _("Extended until %(end)s.")
@@ -219,6 +233,53 @@ def lease_extend(request, pk: int):
         )
 
     return _act(request, pk, extend)
+
+
+def _waits_for_lead(request, lease) -> bool:
+    change = getattr(lease, "pending_change", None)
+    if change is None:
+        return False
+    messages.info(
+        request,
+        _("This change is above your limits, so it waits for your team lead's approval: %(why)s")
+        % {"why": change.reason},
+    )
+    return True
+
+
+CHANGE_DECISIONS = ("approve", "reject", "withdraw")
+
+
+@login_required
+@require_POST
+def change_decide(request, pk: int, decision: str):
+    """A lead approves or rejects a pending lease change; its holder may withdraw it."""
+    change = get_object_or_404(selectors.changes_visible_to(request.user), pk=pk)
+    if decision not in CHANGE_DECISIONS:
+        raise Http404
+    try:
+        if decision == "approve":
+            change_decisions.change_approve(
+                change=change, user=request.user, note=request.POST.get("reason", "")[:500]
+            )
+            messages.success(request, _("Approved: the change is made."))
+        elif decision == "reject":
+            change_decisions.change_reject(
+                change=change, user=request.user, reason=request.POST.get("reason", "")[:500]
+            )
+            messages.success(request, _("Rejected; the holder is told why."))
+        else:
+            change_decisions.change_withdraw(change=change, user=request.user)
+            messages.success(request, _("Withdrawn."))
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc) or _("You may not do that."))
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
+    return redirect("leasing:detail", change.lease_id)
 
 
 @login_required
@@ -272,7 +333,8 @@ def lease_resize(request, pk: int):
         carried["lease"] = resize.lease_resize(
             lease=lease, user=request.user, count=int(count), card_model=model
         )
-        messages.success(request, _("Resized."))
+        if not _waits_for_lead(request, carried["lease"]):
+            messages.success(request, _("Resized."))
 
     response = _act(request, pk, do)
     if "lease" in carried:

@@ -12,7 +12,7 @@ from inventory.models import CardModel
 from leasing import choices, periods
 from leasing.billing.prices import PriceBooks
 from leasing.choices import HOLDING_STATES, LeaseStatus
-from leasing.models import Lease, MemberLimit, Quota
+from leasing.models import Lease, LeaseChange, MemberLimit, Quota
 from leasing.teams import quotas
 from portal.models import Membership, Team
 from portal.permissions import is_finance, is_operator, leads_team
@@ -134,6 +134,11 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         "pending": Lease.objects.filter(team=team, status=LeaseStatus.PENDING_APPROVAL)
         .select_related("user", "card_model")
         .order_by("submitted_at"),
+        "pending_changes": LeaseChange.objects.filter(
+            lease__team=team, status=LeaseChange.Status.PENDING
+        )
+        .select_related("lease__user", "lease__card_model", "card_model", "requested_by")
+        .order_by("requested_at"),
         "limits": limits,
         "memberships": Membership.objects.filter(team=team)
         .select_related("user")

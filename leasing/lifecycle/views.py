@@ -46,7 +46,7 @@ def _form_errors_from(exc: ValidationError, form) -> None:
 
 @login_required
 def lease_list(request):
-    leases = selectors.my_leases(request.user)
+    leases = selectors.with_pending_change(selectors.my_leases(request.user))
     context = {
         "open_leases": [lease for lease in leases.filter(status__in=OPEN_STATES)],
         "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],

@@ -233,3 +233,32 @@ def test_estimates_price_with_the_book(frozen, vision, a100):
         end=T0 + timedelta(hours=2),
         priority=Priority.NORMAL,
     ) == Decimal("40.00")
+
+
+# --- pages ----------------------------------------------------------------------------------
+
+
+def test_pending_change_on_the_lease_list_lease_page_and_team_page(
+    frozen, client, alice, lena, vision, a100, small_pool, rules
+):
+    rules(member={"max_lease_hours": 4})
+    lease = ask(alice, vision, a100, duration=hours(4))
+    client.cookies["django_language"] = "en"
+    client.force_login(alice)
+    response = client.post(f"/leases/{lease.pk}/extend/", {"minutes": "60"}, follow=True)
+    page = response.content.decode()
+    assert "waits for your team lead" in page
+    assert "Extend by 60 minutes" in page and 'name="withdraw"' in page
+    assert 'name="approve"' not in page  # alice does not decide her own change
+    assert "change waiting for approval" in client.get("/leases/").content.decode()
+
+    client.force_login(lena)
+    team_page = client.get(f"/teams/{vision.slug}/").content.decode()
+    change = LeaseChange.objects.get()
+    assert f'data-change="{change.pk}"' in team_page and 'name="approve"' in team_page
+    client.post(
+        f"/leases/changes/{change.pk}/approve/", {"next": f"/teams/{vision.slug}/"}, follow=True
+    )
+    lease.refresh_from_db()
+    assert lease.end_at == T0 + hours(5)
+    assert "change waiting" not in client.get("/leases/").content.decode()

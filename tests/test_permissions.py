@@ -421,7 +421,9 @@ def _build_world() -> World:
             user=lena, membership=membership, card_model=None, max_concurrent_cards=1
         )
         pending = ask(alice, vision, "pending", count=2)
-        change = lease_changes.lease_extend(lease=alice_lease, user=alice, minutes=10).pending_change
+        change = lease_changes.lease_extend(
+            lease=alice_lease, user=alice, minutes=10
+        ).pending_change
         token, _key = token_create(user=alice, name="alice's laptop")
         notes = {
             f"{user.username}_note": Notification.objects.create(

@@ -39,7 +39,8 @@ class UsageReportView(APIView):
 
     Each row's ``usage`` is ``recorded`` (usage records: ended leases, closed months) or
     ``accrued`` (held up to ``as_of`` by leases still running, not recorded yet); the totals
-    give both and their sum. Finance and operators see every team; a lead sees the teams they lead; others get 403.
+    give both and their sum. Finance and operators see every team; a lead sees the teams
+    they lead; others get 403.
     ``start``/``end`` are dates (site time zone, both included; default: this month so far).
     """
 

@@ -207,13 +207,13 @@ def leases_to_close(month_start: datetime):
     before = Allocation.objects.filter(lease=OuterRef("pk"), start_at__lt=month_start)
     return (
         Lease.objects.exclude(status__in=RECORDED_STATES)
-        .filter(
-            Q(usage_recorded_until__isnull=True, has=True)
-            | Q(usage_recorded_until__lt=month_start, has_after=True)
-        )
         .alias(
             has=Exists(before),
             has_after=Exists(before.filter(end_at__gt=OuterRef("usage_recorded_until"))),
+        )
+        .filter(
+            Q(usage_recorded_until__isnull=True, has=True)
+            | Q(usage_recorded_until__lt=month_start, has_after=True)
         )
     )
 

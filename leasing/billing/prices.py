@@ -2,9 +2,9 @@
 
 A team's override (``TeamPrice``) wins over the card model's list price (``Price``) in force
 then; with neither, the card model's ``price_per_hour``. A preemptible lease pays the
-discounted price. Bills (``usage``) use this; money budgets, the team page's cost and the
-advisor's estimates still read the list price (``CardModel.price_per_hour``) and are to move
-onto it (DESIGN invariant 10; open issue).
+discounted price. Bills (``usage``) and accrued usage (``accrued``) use this; money budgets,
+the team page's cost and the advisor's estimates still read the list price
+(``CardModel.price_per_hour``) and are to move onto it (DESIGN invariant 10; open issue).
 """
 
 from __future__ import annotations

@@ -349,3 +349,53 @@ def test_accrued_cost_uses_the_price_book_not_the_list_price(model, vision, caro
         report = reports.usage_report(DEC)
     # 2 cards × 1 h at 10.00, then 2 cards × 1 h at 20.00 (the list price from 10:00).
     assert report["totals"]["accrued"]["cost"] == Decimal("60.00")
+
+
+@pytest.mark.postgres
+def test_closing_and_recording_at_once_write_each_minute_once(
+    transactional_db, model, vision, carol
+):
+    """Month closes and end-of-lease recordings racing on real PostgreSQL: the bookmark's
+    compare-and-set lets one writer through each time; the records are the allocations."""
+    import threading
+
+    from django.db import connections
+
+    lease = Lease.objects.create(
+        user=carol, team=vision, card_model=model, count=2, duration=timedelta(hours=4),
+        start_at=at(11, 30, 22), end_at=at(12, 1, 2), status=LeaseStatus.ACTIVE,
+        submitted_at=at(11, 30, 22), activated_at=at(11, 30, 22),
+    )  # fmt: skip
+    for card in model.cards.order_by("pk")[:2]:
+        Allocation.objects.create(
+            lease=lease, card=card, start_at=at(11, 30, 22), end_at=at(12, 1, 2)
+        )
+    errors: list[BaseException] = []
+
+    def race(work, copies=8):
+        barrier = threading.Barrier(copies)
+
+        def run():
+            try:
+                barrier.wait()
+                work()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=run) for _ in range(copies)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+
+    race(lambda: usage.usage_close_month(now=at(12, 1, 0, 10)))
+    assert UsageRecord.objects.filter(lease=lease).count() == 1  # November, once
+    Lease.objects.filter(pk=lease.pk).update(
+        status=LeaseStatus.ENDED, end_reason=EndReason.EXPIRED, ended_at=at(12, 1, 2)
+    )
+    race(lambda: usage.usage_record_lease(lease.pk) + usage.usage_record_missing())
+    assert not errors, errors
+    minutes = list(lease.usage_records.order_by("start_at").values_list("month", "card_minutes"))
+    assert minutes == [(date(2026, 11, 1), 240), (date(2026, 12, 1), 240)]

@@ -16,6 +16,7 @@ from decimal import Decimal
 from django.http import FileResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.styles import Font
@@ -229,18 +230,19 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
     return _file_response(wb, report_filename(f, "xlsx"))
 
 
+# Lazy: a module-level gettext would freeze the language of whoever imported it first.
 STATEMENT_HEADINGS = (
-    _("Lease"),
-    _("User"),
-    _("Card model"),
-    _("Node"),
-    _("Cards"),
-    _("Start"),
-    _("End"),
-    _("Card-hours"),
-    _("Price per card-hour"),
-    _("Cost"),
-    _("Usage"),
+    gettext_lazy("Lease"),
+    gettext_lazy("User"),
+    gettext_lazy("Card model"),
+    gettext_lazy("Node"),
+    gettext_lazy("Cards"),
+    gettext_lazy("Start"),
+    gettext_lazy("End"),
+    gettext_lazy("Card-hours"),
+    gettext_lazy("Price per card-hour"),
+    gettext_lazy("Cost"),
+    gettext_lazy("Usage"),
 )
 
 

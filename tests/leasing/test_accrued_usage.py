@@ -167,6 +167,7 @@ def test_statement_lists_accrued_lines_apart(finding, vision, lena, client):
     assert f'data-lease="{finding["running"].pk}" data-usage="accrued"' in html
     assert f'data-lease="{finding["short"].pk}"' in html
     rows = _sheet(client.get("/reports/statements/vision/2026-12/?format=xlsx"))
+
     header = next(r for r in rows if r[0] == "Lease")
     assert header[-1] == "Usage"
     kinds = {r[0]: r[-1] for r in rows if isinstance(r[0], int)}

@@ -475,6 +475,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
     },
     "usage-record-missing": {"task": "leasing.tasks_usage.usage_record_missing", "schedule": 300.0},
+    # Closes the month that has ended: records running leases' part of it (billing.usage).
+    "usage-close-month": {"task": "leasing.tasks_usage.usage_close_month", "schedule": 300.0},
 }
 
 LOGGING = {

@@ -35,9 +35,12 @@ def report_response(form: ReportForm):
 
 
 class UsageReportView(APIView):
-    """Card-hours, cost, leases and average queue wait by period × group.
+    """Card-hours, cost, leases and average queue wait by period × group × usage.
 
-    Finance and operators see every team; a lead sees the teams they lead; others get 403.
+    Each row's ``usage`` is ``recorded`` (usage records: ended leases, closed months) or
+    ``accrued`` (held up to ``as_of`` by leases still running, not recorded yet); the totals
+    give both and their sum. Finance and operators see every team; a lead sees the teams
+    they lead; others get 403.
     ``start``/``end`` are dates (site time zone, both included; default: this month so far).
     """
 
@@ -67,34 +70,44 @@ class UsageReportView(APIView):
             return Response(form.errors, status=400)
         if form.cleaned_data["format"] != "json":
             return report_response(form)
-        report = reports.usage_report(form.report_filter())
-        f = report["filter"]
-        return Response(
+        return Response(report_json(reports.usage_report(form.report_filter())))
+
+
+def _figures(summary: dict) -> dict:
+    return {
+        "card_hours": summary["card_hours"],
+        "cost": summary["cost"],
+        "leases": summary["leases"],
+        "average_wait_minutes": summary["wait_minutes"],
+    }
+
+
+def report_json(report: dict) -> dict:
+    """The report as the API answers it: the same figures as the page, row by row."""
+    f, totals = report["filter"], report["totals"]
+    return {
+        "start": f.start,
+        "end": f.end,
+        "group_by": f.group_by,
+        "period": f.period,
+        "as_of": report["as_of"],
+        "open": report["open"],
+        "rows": [
             {
-                "start": f.start,
-                "end": f.end,
-                "group_by": f.group_by,
-                "period": f.period,
-                "rows": [
-                    {
-                        "period": row["period"],
-                        "key": row["key"],
-                        "label": row["label"],
-                        "card_hours": row["card_hours"],
-                        "cost": row["cost"],
-                        "leases": row["leases"],
-                        "average_wait_minutes": row["wait_minutes"],
-                    }
-                    for row in report["rows"]
-                ],
-                "totals": {
-                    "card_hours": report["totals"]["card_hours"],
-                    "cost": report["totals"]["cost"],
-                    "leases": report["totals"]["leases"],
-                    "average_wait_minutes": report["totals"]["wait_minutes"],
-                },
+                "period": row["period"],
+                "key": row["key"],
+                "label": row["label"],
+                "usage": row["usage"],
+                **_figures(row),
             }
-        )
+            for row in report["rows"]
+        ],
+        "totals": {
+            **_figures(totals),
+            "recorded": _figures(totals["recorded"]),
+            "accrued": _figures(totals["accrued"]),
+        },
+    }
 
 
 urlpatterns = [

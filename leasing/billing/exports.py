@@ -16,11 +16,12 @@ from decimal import Decimal
 from django.http import FileResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.styles import Font
 
-from leasing.billing import reports
+from leasing.billing import accrued, reports
 from leasing.periods import site_tz
 
 CSV_TYPE = "text/csv; charset=utf-8"
@@ -80,7 +81,13 @@ def _report_header(f: reports.ReportFilter) -> list:
         _("Cost"),
         _("Leases"),
         _("Average queue wait (min)"),
+        _("Usage"),
     ]
+
+
+def as_of(at: datetime) -> str:
+    """A moment in the reader's time zone (the one the request activated), named."""
+    return f"{timezone.localtime(at):%Y-%m-%d %H:%M} ({timezone.get_current_timezone_name()})"
 
 
 def _report_values(report: dict) -> Iterator[list]:
@@ -92,6 +99,7 @@ def _report_values(report: dict) -> Iterator[list]:
             row["cost"],
             row["leases"],
             row["wait_minutes"],
+            str(row["usage_label"]),
         ]
 
 
@@ -144,31 +152,33 @@ def _title_rows(ws, title: str, filters: list[tuple[str, str]], width: int) -> N
     ws.append([_styled(ws, title, bold=True)])
     for name, value in filters:
         ws.append([_styled(ws, name, bold=True), _xlsx_value(value)])
-    ws.append([_("Generated"), timezone.now().astimezone(site_tz()).strftime("%Y-%m-%d %H:%M")])
+    ws.append([_("Generated"), as_of(timezone.now())])
     ws.append([])
 
 
-def _filters(f: reports.ReportFilter, teams: str) -> list[tuple[str, str]]:
+def _filters(f: reports.ReportFilter, teams: str, now: datetime) -> list[tuple[str, str]]:
     return [
         (_("From"), f.start.isoformat()),
         (_("To (inclusive)"), f.end.isoformat()),
         (_("Group by"), str(reports.GROUPS[f.group_by][1])),
         (_("Period"), str(reports.PERIODS[f.period])),
         (_("Teams"), teams),
+        (_("Accrued usage as of"), as_of(now)),
     ]
 
 
 def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) -> FileResponse:
     """The report (or every record) as a sheet: the filter on top, a bold totals row at the end."""
+    now = timezone.now()
     wb = Workbook(write_only=True)
     ws = wb.create_sheet(_("Usage"))
-    _title_rows(ws, _("Cardpool usage report"), _filters(f, teams), 6)
+    _title_rows(ws, _("Cardpool usage report"), _filters(f, teams, now), 7)
     if detail:
         header = [str(h) for h in reports.DETAIL_HEADINGS]
         ws.append([_styled(ws, h, bold=True) for h in header])
         minutes = 0
         cost = Decimal(0)
-        for row in reports.usage_detail_rows(f):
+        for row in reports.usage_detail_rows(f, now=now):
             minutes += row[12]
             cost += row[14]
             cells = list(row)
@@ -186,7 +196,7 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
         ]
         ws.append(total)
         return _file_response(wb, report_filename(f, "xlsx", True))
-    report = reports.usage_report(f)
+    report = reports.usage_report(f, now=now)
     ws.append([_styled(ws, h, bold=True) for h in _report_header(f)])
     for values in _report_values(report):
         ws.append(
@@ -197,50 +207,79 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
                 _styled(ws, values[3], number_format=MONEY),
                 values[4],
                 _xlsx_value(values[5]),
+                values[6],
             ]
         )
-    t = report["totals"]
-    ws.append(
-        [
-            _styled(ws, _("Total"), bold=True),
-            None,
-            _styled(ws, t["card_hours"], bold=True, number_format=HOURS),
-            _styled(ws, t["cost"], bold=True, number_format=MONEY),
-            _styled(ws, t["leases"], bold=True),
-            _xlsx_value(t["wait_minutes"]),
-        ]
-    )
+    totals = report["totals"]
+    for label, t, usage in (
+        (_("Total"), totals["recorded"], totals["recorded"]["usage_label"]),
+        (_("Total"), totals["accrued"], totals["accrued"]["usage_label"]),
+        (_("Total"), totals, ""),
+    ):
+        ws.append(
+            [
+                _styled(ws, label, bold=True),
+                None,
+                _styled(ws, t["card_hours"], bold=True, number_format=HOURS),
+                _styled(ws, t["cost"], bold=True, number_format=MONEY),
+                _styled(ws, t["leases"], bold=True),
+                _xlsx_value(t["wait_minutes"]),
+                _styled(ws, str(usage), bold=True),
+            ]
+        )
     return _file_response(wb, report_filename(f, "xlsx"))
 
 
+# Lazy: a module-level gettext would freeze the language of whoever imported it first.
 STATEMENT_HEADINGS = (
-    _("Lease"),
-    _("User"),
-    _("Card model"),
-    _("Node"),
-    _("Cards"),
-    _("Start"),
-    _("End"),
-    _("Card-hours"),
-    _("Price per card-hour"),
-    _("Cost"),
+    gettext_lazy("Lease"),
+    gettext_lazy("User"),
+    gettext_lazy("Card model"),
+    gettext_lazy("Node"),
+    gettext_lazy("Cards"),
+    gettext_lazy("Start"),
+    gettext_lazy("End"),
+    gettext_lazy("Card-hours"),
+    gettext_lazy("Price per card-hour"),
+    gettext_lazy("Cost"),
+    gettext_lazy("Usage"),
 )
 
 
 def statement_rows(st: dict) -> Iterator[list]:
-    for line in st["lines"].iterator(chunk_size=2000):
-        yield [
-            line.lease_id,
-            line.user.username,
-            line.card_model.name,
-            line.node.hostname,
-            line.cards,
-            line.start_at,
-            line.end_at,
-            reports.hours(line.card_minutes),
-            line.price,
-            line.cost,
-        ]
+    """The recorded lines, then the accrued ones; the last column says which."""
+    kinds = {k: str(label) for k, label in accrued.USAGE_LABELS.items()}
+    for kind, lines in (
+        (accrued.RECORDED, st["lines"].iterator(chunk_size=2000)),
+        (accrued.ACCRUED, st["accrued"]),
+    ):
+        for line in lines:
+            yield [
+                line.lease_id,
+                line.user.username,
+                line.card_model.name,
+                line.node.hostname,
+                line.cards,
+                line.start_at,
+                line.end_at,
+                reports.hours(line.card_minutes),
+                line.price,
+                line.cost,
+                kinds[kind],
+            ]
+
+
+def statement_state(st: dict) -> str:
+    """Open (as of when), closing, or closed — in words, for the file's head."""
+    if st["state"] == "closed":
+        return _("Closed: usage records only; they do not change.")
+    if st["state"] == "closing":
+        return _("Month ended; being closed (accrued usage as of %(at)s).") % {
+            "at": as_of(st["as_of"])
+        }
+    return _("Open: recorded usage and usage accrued by running leases as of %(at)s.") % {
+        "at": as_of(st["as_of"])
+    }
 
 
 def statement_xlsx(st: dict) -> FileResponse:
@@ -250,8 +289,12 @@ def statement_xlsx(st: dict) -> FileResponse:
     _title_rows(
         ws,
         _("Cardpool statement"),
-        [(_("Team"), team.name), (_("Month"), f"{month:%Y-%m}")],
-        10,
+        [
+            (_("Team"), team.name),
+            (_("Month"), f"{month:%Y-%m}"),
+            (_("Status"), statement_state(st)),
+        ],
+        11,
     )
     ws.append([_styled(ws, str(h), bold=True) for h in STATEMENT_HEADINGS])
     for row in statement_rows(st):
@@ -261,13 +304,19 @@ def statement_xlsx(st: dict) -> FileResponse:
                 for i, v in enumerate(row)
             ]
         )
-    ws.append(
-        [_styled(ws, _("Total"), bold=True)]
-        + [None] * 6
-        + [
-            _styled(ws, totals["card_hours"], bold=True, number_format=HOURS),
-            None,
-            _styled(ws, totals["cost"], bold=True, number_format=MONEY),
-        ]
-    )
+    for t, usage in (
+        (totals["recorded"], accrued.USAGE_LABELS[accrued.RECORDED]),
+        (totals["accrued"], accrued.USAGE_LABELS[accrued.ACCRUED]),
+        (totals, ""),
+    ):
+        ws.append(
+            [_styled(ws, _("Total"), bold=True)]
+            + [None] * 6
+            + [
+                _styled(ws, t["card_hours"], bold=True, number_format=HOURS),
+                None,
+                _styled(ws, t["cost"], bold=True, number_format=MONEY),
+                _styled(ws, str(usage), bold=True),
+            ]
+        )
     return _file_response(wb, f"cardpool-statement-{team.slug}-{month:%Y-%m}.xlsx")

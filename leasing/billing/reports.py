@@ -13,14 +13,16 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
-from django.db.models import Avg, Count, F, Min, QuerySet, Sum
+from django.db.models import Count, F, Min, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncWeek
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Node, Region, Vendor
+from leasing.billing import accrued
 from leasing.choices import Priority
 from leasing.models import UsageRecord
-from leasing.periods import local_date, site_tz
+from leasing.periods import local_date, month_of, site_tz
 from portal.models import Department, Membership, Team
 from portal.permissions import is_finance, is_operator
 
@@ -115,46 +117,114 @@ def money(value) -> Decimal:
     return Decimal(value or 0).quantize(TWO)
 
 
-def usage_report(f: ReportFilter) -> dict:
-    """Rows per period × group, and the totals: card-hours, cost, leases, average queue wait.
+def _summary(card_minutes, cost, leases, wait_sum, wait_count) -> dict:
+    return {
+        "card_minutes": card_minutes or 0,
+        "card_hours": hours(card_minutes),
+        "cost": money(cost),
+        "leases": leases,
+        "wait_minutes": (
+            round(Decimal(wait_sum) / wait_count / HOUR_MINUTES, 1) if wait_count else None
+        ),
+        "wait_sum": wait_sum or 0,
+        "wait_count": wait_count,
+    }
 
-    Three queries whatever the size: the grouped rows, the totals, the labels.
-    """
+
+def _pieces_summary(pieces: list[UsageRecord]) -> dict:
+    waits = [p.wait_seconds for p in pieces if p.wait_seconds is not None]
+    return _summary(
+        sum(p.card_minutes for p in pieces),
+        sum((p.cost for p in pieces), Decimal(0)),
+        len({p.lease_id for p in pieces}),
+        sum(waits),
+        len(waits),
+    )
+
+
+def _accrued_rows(pieces: list[UsageRecord], f: ReportFilter) -> list[dict]:
     field_name = GROUPS[f.group_by][0]
-    rows = list(
-        records(f)
+    groups: dict[tuple, list[UsageRecord]] = {}
+    for piece in pieces:
+        key = (accrued.period_of(piece, f.period), getattr(piece, field_name))
+        groups.setdefault(key, []).append(piece)
+    return [
+        {"period": period, "key": key, "usage": accrued.ACCRUED, **_pieces_summary(group)}
+        for (period, key), group in groups.items()
+    ]
+
+
+def _row_order(row: dict):
+    return (row["period"], row["key"] is None, row["key"] or 0, row["usage"] == accrued.ACCRUED)
+
+
+def usage_report(f: ReportFilter, *, now: datetime | None = None) -> dict:
+    """Rows per period × group × kind of usage — recorded, and accrued by leases still running
+    (as of *now*) — and the totals of each and of both: card-hours, cost, leases, queue wait.
+
+    The page, the API and the files all read this. A bounded number of queries whatever the
+    size: the grouped records, their totals, the labels, the held time not yet recorded (and
+    when there is some: its leases, their price books, which of them have records too).
+    """
+    now = now or timezone.now()
+    field_name = GROUPS[f.group_by][0]
+    rows = [
+        {
+            "period": local_date(row["period"]),
+            "key": row["key"],
+            "usage": accrued.RECORDED,
+            **_summary(row["card_minutes"], row["cost"], row["leases"], row["ws"], row["wc"]),
+        }
+        for row in records(f)
         .values(period=_period_expr(f.period), key=F(field_name))
         .annotate(
             card_minutes=Sum("card_minutes"),
             cost=Sum("cost"),
             leases=Count("lease_id", distinct=True),
-            wait=Avg("wait_seconds"),
+            ws=Sum("wait_seconds"),
+            wc=Count("wait_seconds"),
         )
         .order_by("period", "key")
-    )
+    ]
+    pieces = accrued.accrued_pieces(since=f.since, until=f.until, now=now, team_ids=f.team_ids)
+    rows = sorted(rows + _accrued_rows(pieces, f), key=_row_order)
     names = labels(f.group_by, {row["key"] for row in rows})
     for row in rows:
-        row["period"] = local_date(row["period"])
         row["label"] = (
             names.get(row["key"], str(row["key"])) if row["key"] is not None else str(_("(none)"))
         )
-        row["card_hours"] = hours(row["card_minutes"])
-        row["cost"] = money(row["cost"])
-        row["wait_minutes"] = (
-            None if row["wait"] is None else round(Decimal(row["wait"]) / HOUR_MINUTES, 1)
-        )
-    totals = records(f).aggregate(
+        row["usage_label"] = accrued.USAGE_LABELS[row["usage"]]
+    t = records(f).aggregate(
         card_minutes=Sum("card_minutes"),
         cost=Sum("cost"),
         leases=Count("lease_id", distinct=True),
-        wait=Avg("wait_seconds"),
+        ws=Sum("wait_seconds"),
+        wc=Count("wait_seconds"),
     )
-    totals["cost"] = money(totals["cost"])
-    totals["card_hours"] = hours(totals["card_minutes"])
-    totals["wait_minutes"] = (
-        None if totals["wait"] is None else round(Decimal(totals["wait"]) / HOUR_MINUTES, 1)
+    recorded = _summary(t["card_minutes"], t["cost"], t["leases"], t["ws"], t["wc"])
+    acc = _pieces_summary(pieces)
+    both = {p.lease_id for p in pieces}
+    if both:  # a lease with a closed month recorded and this month accrued counts once
+        both &= set(records(f).filter(lease_id__in=both).values_list("lease_id", flat=True))
+    totals = _summary(
+        recorded["card_minutes"] + acc["card_minutes"],
+        recorded["cost"] + acc["cost"],
+        recorded["leases"] + acc["leases"] - len(both),
+        recorded["wait_sum"] + acc["wait_sum"],
+        recorded["wait_count"] + acc["wait_count"],
     )
-    return {"filter": f, "rows": rows, "totals": totals}
+    recorded["usage_label"] = accrued.USAGE_LABELS[accrued.RECORDED]
+    acc["usage_label"] = accrued.USAGE_LABELS[accrued.ACCRUED]
+    totals |= {"recorded": recorded, "accrued": acc}
+    return {
+        "filter": f,
+        "rows": rows,
+        "totals": totals,
+        "as_of": now,
+        "pieces": pieces,  # the accrued usage itself, for the charts
+        # The range reaches the current month: its figures grow until the month closes.
+        "open": f.until > month_of(now)[0],
+    }
 
 
 DETAIL_HEADINGS = (
@@ -173,6 +243,7 @@ DETAIL_HEADINGS = (
     _("Card-minutes"),
     _("Price per card-hour"),
     _("Cost"),
+    _("Usage"),
 )
 # Columns read per record; the names come from small lookups (no joins on the big scan,
 # which lets PostgreSQL stream it straight off the start_at index).
@@ -200,32 +271,44 @@ def _names(model, field: str, ids=None) -> dict:
     return dict(qs.values_list("pk", field))
 
 
-def usage_detail_rows(f: ReportFilter, *, chunk_size: int = 5000) -> Iterator[tuple]:
-    """Every record in the filter, one tuple each, read from a server-side cursor (flat memory)."""
+def usage_detail_rows(
+    f: ReportFilter, *, now: datetime | None = None, chunk_size: int = 5000
+) -> Iterator[tuple]:
+    """Every record in the filter, one tuple each, read from a server-side cursor (flat
+    memory), then the accrued pieces of leases still running; the last column says which."""
     qs = records(f)
+    pieces = accrued.accrued_pieces(
+        since=f.since, until=f.until, now=now or timezone.now(), team_ids=f.team_ids
+    )
     users = _names(get_user_model(), "username", qs.values("user_id").distinct())
+    users |= {p.user_id: p.user.username for p in pieces}
     teams = _names(Team, "slug")
     departments = _names(Department, "name")
     models = _names(CardModel, "name")
     nodes = _names(Node, "hostname", qs.values("node_id").distinct())
+    nodes |= {p.node_id: p.node.hostname for p in pieces}
     regions = _names(Region, "name")
-    for row in (
-        qs.order_by("start_at", "lease_id", "node_id")
-        .values_list(*_DETAIL_COLUMNS)
-        .iterator(chunk_size=chunk_size)
+    kinds = {k: str(label) for k, label in accrued.USAGE_LABELS.items()}
+    rows = qs.order_by("start_at", "lease_id", "node_id").values_list(*_DETAIL_COLUMNS)
+    running = ([getattr(p, c) for c in _DETAIL_COLUMNS] for p in pieces)
+    for kind, source in (
+        (accrued.RECORDED, rows.iterator(chunk_size=chunk_size)),
+        (accrued.ACCRUED, running),
     ):
-        (lease, user, team, dept, model, vendor, node, region, *rest) = row
-        yield (
-            lease,
-            users.get(user, user),
-            teams.get(team, team),
-            departments.get(dept, ""),
-            models.get(model, model),
-            vendor,
-            nodes.get(node, node),
-            regions.get(region, region),
-            *rest,
-        )
+        for row in source:
+            (lease, user, team, dept, model, vendor, node, region, *rest) = row
+            yield (
+                lease,
+                users.get(user, user),
+                teams.get(team, team),
+                departments.get(dept, ""),
+                models.get(model, model),
+                vendor,
+                nodes.get(node, node),
+                regions.get(region, region),
+                *rest,
+                kinds[kind],
+            )
 
 
 # --- monthly statements --------------------------------------------------------------------
@@ -238,27 +321,72 @@ def month_bounds(month: date) -> tuple[date, date]:
     return first, last
 
 
-def statement(team: Team, month: date) -> dict:
-    """Every usage record of *team* in *month*, by lease, and the totals (a sum of the lines)."""
+def statement(team: Team, month: date, *, now: datetime | None = None) -> dict:
+    """A team's month: every usage record, by lease, and — while the month is open, or until
+    its close is written — the usage accrued by leases still running, as of *now*.
+
+    ``state``: ``open`` (the current month: recorded + accrued so far), ``closing`` (the
+    month has ended but part of it is not recorded yet: the close runs every few minutes),
+    ``closed`` (records only; they never change). Totals are sums of the lines.
+    """
+    now = now or timezone.now()
     first = month.replace(day=1)
+    since = datetime.combine(first, time.min, tzinfo=site_tz())
+    until = month_of(since)[1]
     lines = (
         UsageRecord.objects.filter(team=team, month=first)
         .select_related("user", "card_model", "node")
         .order_by("lease_id", "start_at", "node_id")
     )
-    totals = lines.aggregate(
+    t = lines.aggregate(
         card_minutes=Sum("card_minutes"),
         cost=Sum("cost"),
         leases=Count("lease_id", distinct=True),
         first=Min("start_at"),
     )
-    totals["cost"] = money(totals["cost"])
-    totals["card_hours"] = hours(totals["card_minutes"])
-    by_model = [
-        {**row, "card_hours": hours(row["card_minutes"]), "cost": money(row["cost"])}
-        for row in lines.order_by()
+    recorded = _summary(t["card_minutes"], t["cost"], t["leases"], 0, 0)
+    pieces = accrued.accrued_pieces(since=since, until=until, now=now, team_ids=(team.pk,))
+    pieces.sort(key=lambda p: (p.lease_id, p.start_at, p.node_id))
+    acc = _pieces_summary(pieces)
+    both = {p.lease_id for p in pieces}
+    if both:
+        both &= set(lines.filter(lease_id__in=both).values_list("lease_id", flat=True))
+    totals = _summary(
+        recorded["card_minutes"] + acc["card_minutes"],
+        recorded["cost"] + acc["cost"],
+        recorded["leases"] + acc["leases"] - len(both),
+        0,
+        0,
+    ) | {"first": t["first"], "recorded": recorded, "accrued": acc}
+    by_model: dict[str, dict] = {}
+    for row in (
+        lines.order_by()
         .values("card_model__name")
         .annotate(card_minutes=Sum("card_minutes"), cost=Sum("cost"))
-        .order_by("card_model__name")
-    ]
-    return {"team": team, "month": first, "lines": lines, "totals": totals, "by_model": by_model}
+    ):
+        by_model[row["card_model__name"]] = row
+    for piece in pieces:
+        row = by_model.setdefault(
+            piece.card_model.name,
+            {"card_model__name": piece.card_model.name, "card_minutes": 0, "cost": 0},
+        )
+        row["card_minutes"] += piece.card_minutes
+        row["cost"] += piece.cost
+    if now < until:
+        state = "open"
+    else:
+        state = "closing" if pieces else "closed"
+    return {
+        "team": team,
+        "month": first,
+        "lines": lines,
+        "accrued": pieces,
+        "totals": totals,
+        "by_model": [
+            {**row, "card_hours": hours(row["card_minutes"]), "cost": money(row["cost"])}
+            for _name, row in sorted(by_model.items())
+        ],
+        "state": state,
+        "as_of": now,
+        "closes_at": until,
+    }

@@ -1,4 +1,4 @@
-"""Celery task for usage records (found through ``CELERY_IMPORTS``; name pinned)."""
+"""Celery tasks for usage records (found through ``CELERY_IMPORTS``; name pinned)."""
 
 from __future__ import annotations
 
@@ -11,3 +11,10 @@ from leasing.billing import usage
 def usage_record_missing() -> int:
     """Record any ended lease the end-of-lease hook missed (bounded batch; safe to repeat)."""
     return usage.usage_record_missing()
+
+
+@shared_task(name="leasing.tasks_usage.usage_close_month")
+def usage_close_month() -> int:
+    """Record the part of the month that has ended that running leases held (bounded batch;
+    safe to repeat): the month's statement then reads records only and never changes."""
+    return usage.usage_close_month()

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
+from django.utils import timezone
 
 from leasing.billing.prices import PriceBook, discount_for, record_cost
 from leasing.choices import RECORDED_STATES
@@ -61,21 +62,55 @@ def _windows(
     return list(zip(ordered, ordered[1:], strict=False))
 
 
-def usage_pieces(lease: Lease) -> list[UsageRecord]:
-    """The usage records a lease's allocations make (unsaved)."""
-    allocations = [
-        (card, node, region, floor_minute(start), floor_minute(end))
-        for card, node, region, start, end in Allocation.objects.filter(lease=lease).values_list(
+Held = tuple[int, int, int, datetime, datetime]  # card, node, region, start, end
+
+
+def held(lease_id: int) -> list[Held]:
+    """The lease's allocations as (card, node, region, start, end)."""
+    return list(
+        Allocation.objects.filter(lease_id=lease_id).values_list(
             "card_id", "card__node_id", "card__node__region_id", "start_at", "end_at"
         )
-    ]
-    allocations = [a for a in allocations if a[4] > a[3]]
+    )
+
+
+def usage_pieces(
+    lease: Lease,
+    *,
+    allocations: list[Held] | None = None,
+    after: datetime | None = None,
+    before: datetime | None = None,
+    book: PriceBook | None = None,
+    with_wait: bool | None = None,
+) -> list[UsageRecord]:
+    """The usage records (unsaved) of the lease's held time in [after, before) — all of it
+    by default. *after* and *before* are whole minutes; the pieces are the same whatever the
+    bounds (cut at day starts and price changes), so a month recorded at its close and the
+    rest recorded at the end add up to the lease recorded in one go. The queue wait goes on
+    the lease's first piece: on the first of these when nothing held before them (or when
+    *with_wait* says so, for a caller that passes only some of the allocations)."""
+    rows = held(lease.pk) if allocations is None else allocations
+    allocations = []
+    for card, node, region, start, end in rows:
+        s, e = floor_minute(start), floor_minute(end)
+        if after is not None:
+            s = max(s, after)
+        if before is not None:
+            e = min(e, before)
+        if e > s:
+            allocations.append((card, node, region, s, e))
     if not allocations:
         return []
     lo = min(a[3] for a in allocations)
     hi = max(a[4] for a in allocations)
+<<<<<<< HEAD
     book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
     discount = discount_for(lease.priority)
+=======
+    if book is None:
+        book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
+    discount = preemptible_discount() if lease.priority == Priority.PREEMPTIBLE else Decimal(1)
+>>>>>>> reports
     records = []
     for w_start, w_end in _windows(lo, hi, book.changes()):
         by_node: dict[int, _Piece] = {}
@@ -114,32 +149,91 @@ def usage_pieces(lease: Lease) -> list[UsageRecord]:
                 )
             )
     records.sort(key=lambda r: (r.start_at, r.node_id))
-    if lease.activated_at and lease.submitted_at:
+    if with_wait is None:
+        with_wait = records[0].start_at == min(floor_minute(r[3]) for r in rows)
+    if lease.activated_at and lease.submitted_at and with_wait:
         wait = (lease.activated_at - lease.submitted_at).total_seconds()
         records[0].wait_seconds = max(int(wait), 0)
     return records
 
 
+def _write(lease: Lease, records: list[UsageRecord], *, until: datetime) -> int:
+    """Write *records* and move the lease's bookmark from where it was to *until*, together;
+    a writer that finds the bookmark moved (someone else recorded) writes nothing."""
+    old = lease.usage_recorded_until
+    try:
+        with transaction.atomic():
+            moved = (
+                Lease.objects.filter(pk=lease.pk)
+                .filter(
+                    Q(usage_recorded_until__isnull=True)
+                    if old is None
+                    else Q(usage_recorded_until=old)
+                )
+                .update(usage_recorded_until=until)
+            )
+            if moved != 1:
+                return 0
+            UsageRecord.objects.bulk_create(records)
+    except IntegrityError:
+        return 0
+    lease.usage_recorded_until = until
+    return len(records)
+
+
 def usage_record_lease(lease_id: int) -> int:
     """Write the usage records of an ended or failed lease; returns how many were written.
 
-    Safe to call twice or concurrently: a lease that has records is left alone, and the
-    unique constraint turns a racing second writer into a no-op.
+    Records what its bookmark does not cover yet (all of it, or what came after the last
+    month close) and moves the bookmark past its last allocation. Safe to call twice or
+    concurrently: the bookmark is moved by compare-and-set in the same transaction.
     """
     lease = (
         Lease.objects.select_related("team", "card_model")
         .filter(pk=lease_id, status__in=RECORDED_STATES)
         .first()
     )
-    if lease is None or UsageRecord.objects.filter(lease_id=lease_id).exists():
+    if lease is None:
         return 0
-    records = usage_pieces(lease)
-    try:
-        with transaction.atomic():
-            UsageRecord.objects.bulk_create(records)
-    except IntegrityError:
-        return 0
-    return len(records)
+    allocations = held(lease.pk)
+    after = lease.usage_recorded_until
+    last = max((a[4] for a in allocations), default=None)
+    if after is not None and (last is None or last <= after):
+        return 0  # recorded already
+    records = usage_pieces(lease, allocations=allocations, after=after)
+    return _write(lease, records, until=last if last is not None else timezone.now())
+
+
+def leases_to_close(month_start: datetime):
+    """Leases still holding (or not yet recorded as ended) with held time before *month_start*
+    that their bookmark does not cover: their part of the closed month is to be recorded."""
+    before = Allocation.objects.filter(lease=OuterRef("pk"), start_at__lt=month_start)
+    return (
+        Lease.objects.exclude(status__in=RECORDED_STATES)
+        .alias(
+            has=Exists(before),
+            has_after=Exists(before.filter(end_at__gt=OuterRef("usage_recorded_until"))),
+        )
+        .filter(
+            Q(usage_recorded_until__isnull=True, has=True)
+            | Q(usage_recorded_until__lt=month_start, has_after=True)
+        )
+    )
+
+
+def usage_close_month(*, now: datetime | None = None, batch: int = BATCH) -> int:
+    """Close the months that have ended: record the held time before this month's start of
+    leases that are still running (or otherwise unrecorded), so a past month's statement
+    reads records only and never changes. Bounded batch; safe to run twice or at once."""
+    month_start = month_of(now or timezone.now())[0]
+    leases = list(
+        leases_to_close(month_start).select_related("team", "card_model").order_by("pk")[:batch]
+    )
+    written = 0
+    for lease in leases:
+        records = usage_pieces(lease, after=lease.usage_recorded_until, before=month_start)
+        written += _write(lease, records, until=month_start)
+    return written
 
 
 def usage_record_lease_safely(lease_id: int) -> None:
@@ -160,10 +254,19 @@ def usage_record_after_commit(lease_id: int) -> None:
 
 
 def leases_missing_usage():
-    """Ended or failed leases that held a card for at least a minute and have no records yet."""
-    held = Allocation.objects.filter(lease=OuterRef("pk"), end_at__gte=F("start_at") + MINUTE)
-    recorded = UsageRecord.objects.filter(lease=OuterRef("pk"))
-    return Lease.objects.filter(status__in=RECORDED_STATES).filter(Exists(held), ~Exists(recorded))
+    """Ended or failed leases that held a card for at least a minute their usage records do not
+    cover yet (none written, or only up to a month close)."""
+    held_minute = Allocation.objects.filter(
+        lease=OuterRef("pk"), end_at__gte=F("start_at") + MINUTE
+    )
+    return (
+        Lease.objects.filter(status__in=RECORDED_STATES)
+        .alias(
+            held=Exists(held_minute),
+            held_after=Exists(held_minute.filter(end_at__gt=OuterRef("usage_recorded_until"))),
+        )
+        .filter(Q(usage_recorded_until__isnull=True, held=True) | Q(held_after=True))
+    )
 
 
 def usage_record_missing(*, batch: int = BATCH) -> int:

@@ -55,8 +55,8 @@ def report(request):
             "group_label": reports.GROUPS[f.group_by][1],
             "filter": f,
             "query": query.urlencode(),
-            "team_chart": charts.team_days(f),
-            "users_chart": charts.top_users(f),
+            "team_chart": charts.team_days(f, report_data["pieces"]),
+            "users_chart": charts.top_users(f, report_data["pieces"]),
             "statements": statements,
         }
     teams = Team.objects.order_by("name")

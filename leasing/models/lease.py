@@ -106,6 +106,9 @@ class Lease(models.Model):
     estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
     access = models.JSONField(_("access details"), default=dict, blank=True)
     failure_reason = models.TextField(_("failure reason"), blank=True)
+    # Billing's bookmark: the usage records cover the held time before this moment (a month
+    # start while the lease runs across months, the last allocation's end once it has ended).
+    usage_recorded_until = models.DateTimeField(_("usage recorded until"), null=True, blank=True)
     request_key = models.CharField(
         _("request key"),
         max_length=REQUEST_KEY_MAX,
@@ -191,7 +194,11 @@ class Allocation(models.Model):
                 fields=["lease", "card"], name="allocation_unique_card_per_lease"
             ),
         ]
-        indexes = [models.Index(fields=["card", "end_at"], name="allocation_card_end_idx")]
+        indexes = [
+            models.Index(fields=["card", "end_at"], name="allocation_card_end_idx"),
+            # Reports find the held time not yet recorded by its end (billing.accrued).
+            models.Index(fields=["end_at"], name="allocation_end_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"card {self.card_id} for lease {self.lease_id} [{self.start_at:%Y-%m-%d %H:%M}, {self.end_at:%Y-%m-%d %H:%M})"

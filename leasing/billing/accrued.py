@@ -1,0 +1,91 @@
+"""Accrued usage: card-time held up to now that no usage record covers yet.
+
+A lease's usage is recorded when it ends (and, for a lease running across months, when the
+month closes). Until then its held time is *accrued*: reports and statements show it beside
+the recorded usage, labelled, so "this month" is complete at any moment. It is computed by the
+same rule as the records (``usage.usage_pieces``: the same pieces, the same price book, the
+same rounding), so the figures do not move when the records are written — only the label does.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from inventory.models import Node
+from leasing.billing.prices import PriceBook
+from leasing.billing.usage import Held, usage_pieces
+from leasing.models import Allocation, Lease, UsageRecord
+from leasing.periods import floor_minute, site_tz
+
+RECORDED = "recorded"
+ACCRUED = "accrued"
+# What a figure is, as shown beside it on pages and in files.
+USAGE_LABELS = {
+    RECORDED: _("Recorded"),
+    ACCRUED: _("Accrued (running)"),
+}
+
+
+def accrued_pieces(
+    *, since: datetime, until: datetime, now: datetime, team_ids: tuple[int, ...] | None = None
+) -> list[UsageRecord]:
+    """The held time in [since, min(until, now)) that no record covers, as unsaved usage
+    records (with their lease, user, card model and node loaded), ordered by start.
+
+    A bounded number of queries whatever the number of leases: the allocations not yet
+    recorded, their leases, the price books (two), the nodes.
+    """
+    stop = min(until, floor_minute(now))
+    if stop <= since:
+        return []
+    rows = Allocation.objects.filter(start_at__lt=stop, end_at__gt=since).filter(
+        Q(lease__usage_recorded_until__isnull=True) | Q(end_at__gt=F("lease__usage_recorded_until"))
+    )
+    if team_ids is not None:
+        rows = rows.filter(lease__team_id__in=team_ids)
+    by_lease: dict[int, list[Held]] = {}
+    for lease_id, card, node, region, start, end in rows.values_list(
+        "lease_id", "card_id", "card__node_id", "card__node__region_id", "start_at", "end_at"
+    ):
+        by_lease.setdefault(lease_id, []).append((card, node, region, start, end))
+    if not by_lease:
+        return []
+    leases = list(
+        Lease.objects.filter(pk__in=by_lease)
+        .select_related("team", "card_model", "user")
+        .order_by("pk")
+    )
+    books = PriceBook.load_many(leases=leases, until=stop)
+    pieces: list[UsageRecord] = []
+    for lease in leases:
+        bookmark = lease.usage_recorded_until
+        after = since if bookmark is None else max(since, floor_minute(bookmark))
+        pieces += usage_pieces(
+            lease,
+            allocations=by_lease[lease.pk],
+            after=after,
+            before=stop,
+            book=books[(lease.card_model_id, lease.team_id)],
+            # Only some allocations were read: the wait goes on the first piece only when
+            # the lease started inside the range and nothing of it is recorded.
+            with_wait=bookmark is None and floor_minute(lease.start_at) >= since,
+        )
+    nodes = Node.objects.in_bulk({p.node_id for p in pieces})
+    for piece in pieces:
+        piece.node = nodes[piece.node_id]
+        piece.user = piece.lease.user
+        piece.card_model = piece.lease.card_model
+    pieces.sort(key=lambda r: (r.start_at, r.lease_id, r.node_id))
+    return pieces
+
+
+def period_of(piece: UsageRecord, period: str) -> date:
+    """The report period a piece belongs to (the one it starts in), as the database gives
+    it for records: the month's first day, the day, or the week's Monday."""
+    if period == "month":
+        return piece.month
+    day = piece.start_at.astimezone(site_tz()).date()
+    return day if period == "day" else day - timedelta(days=day.weekday())

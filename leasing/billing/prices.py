@@ -2,15 +2,10 @@
 
 A team's override (``TeamPrice``) wins over the card model's list price (``Price``) in force
 then; with neither, the card model's ``price_per_hour``. A preemptible lease pays the
-<<<<<<< HEAD
-discounted price. Bills (``usage``), money budgets and the team page's cost (``teams``), the
-request preview and the advisor's estimates all price through ``PriceBook`` (DESIGN
-invariant 10): nothing else reads ``CardModel.price_per_hour`` to put a price on card-time.
-=======
-discounted price. Bills (``usage``) and accrued usage (``accrued``) use this; money budgets,
-the team page's cost and the advisor's estimates still read the list price
-(``CardModel.price_per_hour``) and are to move onto it (DESIGN invariant 10; open issue).
->>>>>>> reports
+discounted price. Bills (``usage``), accrued usage (``accrued``), money budgets and the team
+page's cost (``teams``), the request preview and the advisor's estimates all price through
+``PriceBook`` (DESIGN invariant 10): nothing else reads ``CardModel.price_per_hour`` to put a
+price on card-time.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -166,24 +162,14 @@ class PriceBooks:
 
     def preload(self, card_models) -> PriceBooks:
         """Load the books of many card models in two queries (pages that price every model)."""
-        models = {m.pk: m for m in card_models if m.pk not in self._books}
-        if not models:
-            return self
-        found: dict[int, tuple[list, list]] = {pk: ([], []) for pk in models}
-        for i, rows in enumerate(
-            (
-                Price.objects.filter(card_model_id__in=models),
-                TeamPrice.objects.filter(card_model_id__in=models, team_id=self.team_id),
-            )
-        ):
-            for model_id, at, price in (
-                rows.filter(effective_from__lt=self.until)
-                .order_by("effective_from")
-                .values_list("card_model_id", "effective_from", "price_per_hour")
-            ):
-                found[model_id][i].append((floor_minute(at), price))
-        for pk, (list_prices, team_prices) in found.items():
-            self._books[pk] = PriceBook(models[pk].price_per_hour, list_prices, team_prices)
+        pairs = [
+            SimpleNamespace(card_model=m, card_model_id=m.pk, team_id=self.team_id)
+            for m in card_models
+            if m.pk not in self._books
+        ]
+        if pairs:
+            books = PriceBook.load_many(leases=pairs, until=self.until)
+            self._books.update({model_id: book for (model_id, _team), book in books.items()})
         return self
 
     def cost(

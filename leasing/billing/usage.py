@@ -103,14 +103,9 @@ def usage_pieces(
         return []
     lo = min(a[3] for a in allocations)
     hi = max(a[4] for a in allocations)
-<<<<<<< HEAD
-    book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
-    discount = discount_for(lease.priority)
-=======
     if book is None:
         book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
-    discount = preemptible_discount() if lease.priority == Priority.PREEMPTIBLE else Decimal(1)
->>>>>>> reports
+    discount = discount_for(lease.priority)
     records = []
     for w_start, w_end in _windows(lo, hi, book.changes()):
         by_node: dict[int, _Piece] = {}

@@ -7,6 +7,7 @@ moment cards free up, not on a timer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,8 @@ from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
 from leasing.transitions import cards_free, hand_over, transition
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -126,23 +129,29 @@ def in_service_by_node(card_model_id: int) -> dict[int, int]:
 
 def stalled_tell(lease_ids: list[int]) -> None:
     """Tell each holder once that their waiting lease cannot start as asked, and why (in the
-    pass's transaction: a notice per lease and reason, never one per pass)."""
+    pass's transaction: a notice per lease and reason, never one per pass). A notice that
+    cannot be written leaves the reason unset, so the next pass records and tells it again."""
     for lease in Lease.objects.filter(pk__in=lease_ids).select_related(
         "user__profile", "card_model"
     ):
-        notice_send(
-            lease,
-            kind=Kind.LEASE_STALLED,
-            message="stalled",
-            params={
-                "id": lease.pk,
-                "n": lease.count,
-                "model": lease.card_model.name,
-                "reason": lease.stall_reason,
-                "same_node": lease.same_node,
-            },
-            key=f"lease:{lease.pk}:stalled:{lease.stall_reason}",
-        )
+        try:
+            with transaction.atomic():
+                notice_send(
+                    lease,
+                    kind=Kind.LEASE_STALLED,
+                    message="stalled",
+                    params={
+                        "id": lease.pk,
+                        "n": lease.count,
+                        "model": lease.card_model.name,
+                        "reason": lease.stall_reason,
+                        "same_node": lease.same_node,
+                    },
+                    key=f"lease:{lease.pk}:stalled:{lease.stall_reason}",
+                )
+        except Exception:
+            logger.exception("lease %s: stall notice not written; the next pass retries", lease.pk)
+            Lease.objects.filter(pk=lease.pk).update(stall_reason="")
 
 
 def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> list[int]:

@@ -238,3 +238,19 @@ def test_ended_by_a_drain_is_told_once_with_the_reason(frozen, alice, ops, visio
     ended = Notification.objects.filter(lease=lease, kind="lease_ended")
     assert ended.count() == 1 and ended.get().data["params"]["why"] == "drain"
     assert "node e1 went into maintenance" in notice_text(ended.get())[0]  # read in English
+
+
+def test_the_holders_notice_is_worded_in_the_language_they_chose(
+    frozen, alice, ops, vision, a100, client
+):
+    client.force_login(alice)
+    response = client.post("/accounts/profile/", {"timezone": "Europe/Berlin", "language": "en"})
+    assert response.status_code == 302
+    assert Profile.objects.get(user=alice).language == "en"
+    node = make_node(a100, cards=1, domains=1, hostname="l1")
+    lease = active(ask(alice, vision, a100, duration=hours(5)))
+    with translation.override("zh-hans"):  # the operator's request is in Chinese
+        maintenance.node_drain(user=ops, node=node, drain_at=T0 + hours(2))
+    note = Notification.objects.get(lease=lease, kind="drain_warning")
+    # Email and webhooks carry this text: English, in Berlin time.
+    assert note.title.startswith("Lease") and "04:00 (Europe/Berlin)" in note.title

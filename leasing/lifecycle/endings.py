@@ -83,18 +83,16 @@ def warnings_send_due(*, now: datetime | None = None) -> int:
                 if not warning_record_once(lease, WarningKind.EXPIRY, offset, now):
                     continue
                 left = max(int((lease.end_at - now).total_seconds() // 60), 0)
-                notify_holder(
+                notice_send(
                     lease,
-                    "lease_expiring",
-                    _("Lease %(id)s ends in %(minutes)s minutes")
-                    % {"id": lease.pk, "minutes": left},
-                    _(
-                        "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
-                    )
-                    % {
+                    kind=Kind.LEASE_EXPIRING,
+                    message="expiring",
+                    params={
+                        "id": lease.pk,
+                        "minutes": left,
                         "n": lease.count,
                         "model": lease.card_model.name,
-                        "end": timezone.localtime(lease.end_at).strftime("%Y-%m-%d %H:%M"),
+                        "end": lease.end_at,
                     },
                     anchor="#extend",
                     key=f"lease:{lease.pk}:expiring:{offset}",

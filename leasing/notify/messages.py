@@ -50,6 +50,14 @@ def _drain(p: Mapping) -> tuple[str, str]:
     return title, body
 
 
+def _expiring(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s ends in %(minutes)s minutes") % {"id": p["id"], "minutes": p["minutes"]}
+    body = _(
+        "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
+    ) % {"n": p["n"], "model": p["model"], "end": _at(p["end"])}
+    return title, body
+
+
 def _preemption(p: Mapping) -> tuple[str, str]:
     title = _("Lease %(id)s will be preempted at %(at)s") % {"id": p["id"], "at": _at(p["at"])}
     body = _(
@@ -120,6 +128,7 @@ def _ended(p: Mapping) -> tuple[str, str]:
 
 
 MESSAGES: dict[str, Renderer] = {
+    "expiring": _expiring,
     "drain": _drain,
     "preemption": _preemption,
     "preemption_partial": _preemption_partial,

@@ -4,6 +4,7 @@ list and the API — and the holder told once, in their language and time zone."
 
 from datetime import timedelta
 
+import pytest
 from django.conf import settings
 from django.utils import translation
 
@@ -254,3 +255,34 @@ def test_the_holders_notice_is_worded_in_the_language_they_chose(
     note = Notification.objects.get(lease=lease, kind="drain_warning")
     # Email and webhooks carry this text: English, in Berlin time.
     assert note.title.startswith("Lease") and "04:00 (Europe/Berlin)" in note.title
+
+
+@pytest.mark.postgres
+def test_two_sweeps_at_once_warn_of_a_drain_once(transactional_db, alice, ops, vision, a100):
+    import threading
+
+    import time_machine
+    from django.db import connections
+
+    from inventory.models import Node
+
+    node = make_node(a100, cards=2, domains=1, hostname="c1")
+    leases = [active(ask(alice, vision, a100, duration=hours(5))) for _ in range(2)]
+    # Drained without the service (as if its notices had failed): the sweeps must tell.
+    now = leases[0].start_at
+    Node.objects.filter(pk=node.pk).update(status=Node.Status.DRAINING, drain_at=now + hours(1))
+    with time_machine.travel(now, tick=False):
+        barrier = threading.Barrier(2)
+
+        def run():
+            barrier.wait()
+            maintenance.drain_warnings_send()
+            connections.close_all()
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert LeaseWarning.objects.filter(kind=WarningKind.DRAIN).count() == 2
+    assert Notification.objects.filter(kind="drain_warning").count() == 2

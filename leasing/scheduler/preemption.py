@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from itertools import combinations
 
 from django.conf import settings
 
@@ -22,9 +21,6 @@ from leasing.scheduler.snapshot import card_slots, timeline_for
 from leasing.transitions import event_record
 
 PREEMPTIBLE_RANK = PRIORITY_RANK[Priority.PREEMPTIBLE]
-
-
-MAX_VICTIMS = 4  # subsets of at most this many leases are searched for the fewest; then greedy
 
 
 def preemption_plan(card_model_id: int, *, now: datetime) -> int:
@@ -137,6 +133,10 @@ def take_back(
     [start, end): the fewest leases first, then the fewest cards; never a card more than the
     placement needs. *held* is each victim's cards, in the order victims are preferred;
     *timeline* has every booking, *without_victims* has the victims' taken out.
+
+    Per place the request may use (each node when it must be on one node, else the pool):
+    *need* = count − free cards there; the fewest leases that cover it are the ones with the
+    most cards there (a prefix, largest first), so no subset search is needed.
     """
     usable = {c.card_id: c for c in cards if c.usable_until is None or c.usable_until >= end}
     free = [c for c in usable.values() if timeline.is_free(c.card_id, start, end)]
@@ -144,50 +144,34 @@ def take_back(
         v: [c for c in ids if c in usable and without_victims.is_free(c, start, end)]
         for v, ids in held.items()
     }
-    order = [v for v in held if takeable[v]]
-    subsets: list[tuple[int, ...]] = []
-    for size in range(1, min(len(order), MAX_VICTIMS) + 1):
-        subsets += combinations(order, size)
-    subsets += [tuple(order[:k]) for k in range(MAX_VICTIMS + 1, len(order) + 1)]
-    best: dict[int, list[int]] | None = None
-    for subset in subsets:
-        if best is not None and len(subset) > len(best):
-            break
-        plan = _take_from(subset, free, takeable, usable, count=count, same_node=same_node)
-        if plan is None:
+    rank = {v: i for i, v in enumerate(held)}
+    places: list[int | None] = sorted({c.node_id for c in usable.values()}) if same_node else [None]
+    options = []
+    for place in places:
+        there = [c for c in free if place is None or c.node_id == place]
+        need = count - len(there)
+        pool = {
+            v: [c for c in ids if place is None or usable[c].node_id == place]
+            for v, ids in takeable.items()
+        }
+        ranked = sorted((v for v in pool if pool[v]), key=lambda v: (-len(pool[v]), rank[v]))
+        chosen: list[int] = []
+        covered = 0
+        for v in ranked:
+            if covered >= need:
+                break
+            chosen.append(v)
+            covered += len(pool[v])
+        if need <= 0 or covered < need:
             continue
-        chosen = [usable[c] for ids in plan.values() for c in ids]
-        if (
-            planner.place([*free, *chosen], without_victims, count, start, end, same_node=same_node)
-            is None
-        ):
-            continue
-        if best is None or sum(map(len, plan.values())) < sum(map(len, best.values())):
-            best = plan
-    return best
-
-
-def _take_from(
-    subset: tuple[int, ...],
-    free: list[planner.CardSlot],
-    takeable: dict[int, list[int]],
-    usable: dict[int, planner.CardSlot],
-    *,
-    count: int,
-    same_node: bool,
-) -> dict[int, list[int]] | None:
-    """The fewest cards of *subset*'s leases (each giving at least one) that, with the free
-    cards, make *count*: on one node when *same_node*, else anywhere."""
-    if same_node:
-        options = []
-        for node in {usable[c].node_id for v in subset for c in takeable[v]}:
-            have = sum(1 for c in free if c.node_id == node)
-            pool = {v: [c for c in takeable[v] if usable[c].node_id == node] for v in subset}
-            plan = _share(subset, pool, count - have)
-            if plan is not None:
-                options.append(plan)
-        return min(options, key=lambda p: sum(map(len, p.values())), default=None)
-    return _share(subset, takeable, count - len(free))
+        plan = _share(tuple(chosen), pool, need)
+        if plan is not None:
+            options.append(((len(plan), need, place or 0), plan, there))
+    for _key, plan, there in sorted(options, key=lambda o: o[0]):
+        taken = [usable[c] for ids in plan.values() for c in ids]
+        if planner.place([*there, *taken], without_victims, count, start, end, same_node=same_node):
+            return plan
+    return None
 
 
 def _share(

@@ -38,7 +38,7 @@ def held_now(lease, at):
 
 
 def test_a_four_card_need_takes_three_cards_not_the_whole_seven_card_lease(
-    frozen, lena, bob, vision, nlp, a100
+    frozen, lena, bob, vision, nlp, a100, client, api
 ):
     make_node(a100, cards=8, domains=1, hostname="p8")
     cheap = active(ask(bob, nlp, a100, count=7, duration=hours(4), priority=Priority.PREEMPTIBLE))
@@ -51,6 +51,13 @@ def test_a_four_card_need_takes_three_cards_not_the_whole_seven_card_lease(
     warning = Notification.objects.get(lease=cheap, kind="preemption_warning")
     assert warning.data["message"] == "preemption_partial"
     assert warning.data["params"]["n"] == 3 and len(warning.data["params"]["cards"]) == 3
+    # The holder sees it on the lease page and in the API: how many, and when.
+    client.force_login(bob)
+    page = client.get(f"/leases/{cheap.pk}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert 'data-banner="cards-taken-back"' in page and "needs 3 of this lease" in page
+    api.force_authenticate(bob)
+    data = api.get(f"/api/v1/leases/{cheap.pk}/").json()
+    assert data["cards_taken_back"]["cards"] == 3 and data["ends_early"] is None
 
     frozen.move_to(at)
     lease_tasks.sweep()

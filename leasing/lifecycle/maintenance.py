@@ -23,6 +23,7 @@ from leasing.models import Allocation, Lease
 from leasing.notify.messages import notice_send
 from leasing.notify.services import notify_holder, warning_with_notice
 from leasing.scheduler import planner
+from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from leasing.transitions import event_record
 from portal.audit import audit
@@ -52,6 +53,11 @@ def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = N
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(status=Node.Status.DRAINING, drain_at=drain_at)
         audit(actor=user, action="node_drain", target=node.hostname, drain_at=drain_at)
+        # The queue sees the drain at once: estimates move, and a lease that can no longer be
+        # placed says why now, not at the next sweep.
+        models = Card.objects.filter(node=node).values_list("card_model_id", flat=True)
+        for card_model_id in lock_card_models(set(models)):
+            replan(card_model_id, now=now)
         return drain_warnings_send(now=now, node_ids=[node.pk])
 
 

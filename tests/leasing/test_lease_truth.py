@@ -286,3 +286,16 @@ def test_two_sweeps_at_once_warn_of_a_drain_once(transactional_db, alice, ops, v
             t.join()
     assert LeaseWarning.objects.filter(kind=WarningKind.DRAIN).count() == 2
     assert Notification.objects.filter(kind="drain_warning").count() == 2
+
+
+def test_a_drain_replans_the_queue_at_once(frozen, alice, bob, ops, vision, nlp, a100):
+    node = make_node(a100, cards=2, domains=1, hostname="r1")
+    active(ask(bob, nlp, a100, duration=hours(1)))
+    waiting = ask(alice, vision, a100, count=2, duration=hours(2))
+    assert waiting.estimated_start == T0 + hours(1)
+    maintenance.node_drain(user=ops, node=node, drain_at=T0 + hours(2))
+    waiting.refresh_from_db()
+    # 2 cards for 2 hours no longer fit before the drain: it says so without waiting a sweep.
+    assert waiting.estimated_start is None
+    assert waiting.stall_reason == StallReason.CARDS_OUT_OF_SERVICE
+    assert Notification.objects.filter(lease=waiting, kind="lease_stalled").count() == 1

@@ -57,6 +57,20 @@ class EndReason(models.TextChoices):
     FAILED = "failed", _("Failed")
 
 
+class StallReason(models.TextChoices):
+    """Why a waiting lease can never be placed as asked (set by the queue pass)."""
+
+    TOO_FEW_CARDS = "too_few_cards", _("Fewer cards of this model exist than it asks for")
+    CARDS_OUT_OF_SERVICE = (
+        "out_of_service",
+        _("Too many cards of this model are faulty, draining or in maintenance"),
+    )
+    NO_NODE_BIG_ENOUGH = (
+        "no_node_big_enough",
+        _("No single node has that many usable cards of this model"),
+    )
+
+
 class Priority(models.TextChoices):
     CRITICAL = "critical", _("Critical")
     HIGH = "high", _("High")
@@ -110,6 +124,7 @@ class Kind(models.TextChoices):
     IDLE_WARNING = "idle_warning", _("Cards idle")
     PREEMPTION_WARNING = "preemption_warning", _("Preemption warning")
     DRAIN_WARNING = "drain_warning", _("Node maintenance")
+    LEASE_STALLED = "lease_stalled", _("Lease cannot start")
     APPROVAL_REQUESTED = "approval_requested", _("Approval requested")
     APPROVAL_DECIDED = "approval_decided", _("Approval decided")
     BUDGET_80 = "budget_80", _("Team budget at 80%")

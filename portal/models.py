@@ -107,6 +107,12 @@ class Profile(models.Model):
         help_text=_("Keeps the inventory; sees and manages everything."),
     )
     timezone = models.CharField(_("time zone"), max_length=64, blank=True)
+    language = models.CharField(
+        _("language"),
+        max_length=16,
+        blank=True,
+        help_text=_("Notices sent by email and webhooks are worded in it; empty: the site's."),
+    )
     warning_offsets = models.JSONField(
         _("warn before a lease ends (minutes)"),
         default=default_warning_offsets,

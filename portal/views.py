@@ -33,7 +33,9 @@ def dashboard(request):
         cm.frees_at = frees_at.get(cm.pk)
     context = {
         "board": board,
-        "my_open": lease_selectors.my_leases(request.user).filter(status__in=OPEN_STATES)[:10],
+        "my_open": lease_selectors.with_truth(
+            lease_selectors.my_leases(request.user).filter(status__in=OPEN_STATES)[:10]
+        ),
         "memberships": Membership.objects.filter(user=request.user).select_related("team"),
     }
     return render(request, "portal/dashboard.html", context)

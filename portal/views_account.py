@@ -49,7 +49,11 @@ def profile(request):
     if not form.is_valid():
         return _render(request, preferences=form, status=400)
     try:
-        profile_update(user=request.user, timezone=form.cleaned_data["timezone"])
+        profile_update(
+            user=request.user,
+            timezone=form.cleaned_data["timezone"],
+            language=form.cleaned_data["language"],
+        )
     except ValidationError as exc:
         form.add_error(None, exc.messages)
         return _render(request, preferences=form, status=400)

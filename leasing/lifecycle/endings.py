@@ -18,11 +18,15 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.selectors import utilization_stats
-from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus, WarningKind
+from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
+from leasing.lifecycle.provisioning import access_of
 from leasing.locking import lock_card_models
 from leasing.models import Lease
+from leasing.notify.messages import notice_send
 from leasing.notify.services import notify_holder, warning_record_once
-from leasing.scheduler.run import release_begin
+from leasing.scheduler.preemption import preemption_warn
+from leasing.scheduler.run import release_begin, replan
+from leasing.transitions import event_record
 from portal.models import default_warning_offsets
 
 logger = logging.getLogger(__name__)
@@ -79,18 +83,16 @@ def warnings_send_due(*, now: datetime | None = None) -> int:
                 if not warning_record_once(lease, WarningKind.EXPIRY, offset, now):
                     continue
                 left = max(int((lease.end_at - now).total_seconds() // 60), 0)
-                notify_holder(
+                notice_send(
                     lease,
-                    "lease_expiring",
-                    _("Lease %(id)s ends in %(minutes)s minutes")
-                    % {"id": lease.pk, "minutes": left},
-                    _(
-                        "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
-                    )
-                    % {
+                    kind=Kind.LEASE_EXPIRING,
+                    message="expiring",
+                    params={
+                        "id": lease.pk,
+                        "minutes": left,
                         "n": lease.count,
                         "model": lease.card_model.name,
-                        "end": timezone.localtime(lease.end_at).strftime("%Y-%m-%d %H:%M"),
+                        "end": lease.end_at,
                     },
                     anchor="#extend",
                     key=f"lease:{lease.pk}:expiring:{offset}",
@@ -167,26 +169,36 @@ def idle_check(*, now: datetime | None = None) -> dict:
                 and still["max"] is not None
                 and still["max"] < lease.team.idle_threshold_pct
             ):
-                if lease_end_now(lease, EndReason.IDLE, now):
-                    notify_ended(lease, _("reclaimed: the cards stayed idle"))
+                if lease_end_now(lease, EndReason.IDLE, now, why="idle"):
                     done["reclaimed"] += 1
     return done
 
 
-def lease_end_now(lease: Lease, reason: str, now: datetime, actor=None) -> bool:
-    """End a running lease now for *reason* (idle, preempted, a drain, a failed card)."""
+def lease_end_now(
+    lease: Lease, reason: str, now: datetime, actor=None, *, why: str = "", **params
+) -> bool:
+    """End a running lease now for *reason* (idle, preempted, a drain, a failed card).
+
+    With *why* (a key of ``notify.messages.ENDED_WHY``) the holder is told in the same
+    transaction, once (the notice shares the generic "ended" notice's key).
+    """
     with transaction.atomic():
         lock_card_models([lease.card_model_id])
         lease.refresh_from_db()
-        return release_begin(lease, reason=reason, now=now, kind=reason, actor=actor)
+        ended = release_begin(lease, reason=reason, now=now, kind=reason, actor=actor)
+        if ended and why:
+            notify_ended(lease, why, **params)
+        return ended
 
 
-def notify_ended(lease: Lease, why: str) -> None:
+def notify_ended(lease: Lease, why: str, **params) -> None:
+    """Tell the holder why their lease ended (stored as a message, rendered for the reader)."""
     # Same key as the generic "ended" notice: the holder hears once, with the reason.
-    notify_holder(
+    notice_send(
         lease,
-        "lease_ended",
-        _("Lease %(id)s ended: %(why)s") % {"id": lease.pk, "why": why},
+        kind=Kind.LEASE_ENDED,
+        message="ended",
+        params={"id": lease.pk, "why": why, **params},
         key=f"lease:{lease.pk}:lease_ended",
     )
 
@@ -194,17 +206,68 @@ def notify_ended(lease: Lease, why: str) -> None:
 # --- preemption --------------------------------------------------------------------------
 
 
-def preemptions_due(*, now: datetime | None = None) -> int:
-    """End the leases whose preemption grace period is over."""
+def preemption_warnings_send(*, now: datetime | None = None) -> int:
+    """Warn the holders of leases marked for preemption that were not told yet (the queue
+    pass warns at once; this re-finds any whose notice could not be written)."""
     now = now or timezone.now()
-    ended = 0
+    marked = (
+        Lease.objects.filter(status__in=RUNNING_STATES, preempt_at__gt=now)
+        .exclude(warnings__kind=WarningKind.PREEMPTION)
+        .select_related("user__profile")
+        .order_by("preempt_at", "pk")
+    )
+    return sum(1 for lease in marked[:BATCH] if preemption_warn(lease, now=now))
+
+
+def preemptions_due(*, now: datetime | None = None) -> int:
+    """End the leases whose preemption grace period is over; a partly preempted lease gives
+    back only the cards it was told about and keeps the rest."""
+    now = now or timezone.now()
+    done = 0
     due = (
         Lease.objects.filter(status__in=RUNNING_STATES, preempt_at__lte=now)
-        .select_related("user")
+        .select_related("user__profile")
         .order_by("preempt_at")
     )
     for lease in due[:BATCH]:
-        if lease_end_now(lease, EndReason.PREEMPTED, now):
-            notify_ended(lease, _("preempted for a higher-priority request"))
-            ended += 1
-    return ended
+        if lease.preempt_cards is not None and lease.preempt_cards < lease.count:
+            done += cards_take_back(lease, now=now)
+        elif lease_end_now(lease, EndReason.PREEMPTED, now, why="preempted"):
+            done += 1
+    return done
+
+
+def cards_take_back(lease: Lease, *, now: datetime) -> bool:
+    """A partial preemption's time has come: the lease holds fewer cards from now on.
+
+    The cards' periods already end at ``preempt_at`` (set when the preemption was planned,
+    so the planner and billing see them end then); here the count and access follow, with a
+    ``resized`` event on the timeline.
+    """
+    with transaction.atomic():
+        lock_card_models([lease.card_model_id])
+        row = (
+            Lease.objects.filter(
+                pk=lease.pk,
+                status__in=RUNNING_STATES,
+                preempt_at__lte=now,
+                preempt_cards__isnull=False,
+            )
+            .values_list("count", "preempt_cards")
+            .first()
+        )
+        if row is None:
+            return False
+        count, taken = row
+        left = count - taken
+        Lease.objects.filter(pk=lease.pk).update(count=left, preempt_at=None, preempt_cards=None)
+        lease.refresh_from_db()
+        Lease.objects.filter(pk=lease.pk).update(access=access_of(lease, now=now))
+        event_record(
+            lease.pk,
+            kind="resized",
+            at=now,
+            data={"from": count, "to": left, "reason": "preempted", "for": lease.preempted_for_id},
+        )
+        replan(lease.card_model_id, now=now)
+    return True

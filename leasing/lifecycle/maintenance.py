@@ -15,13 +15,15 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, Node
-from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus, WarningKind
-from leasing.lifecycle.endings import lease_end_now, notify_ended
+from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
+from leasing.lifecycle.endings import lease_end_now
 from leasing.lifecycle.provisioning import access_of
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease
-from leasing.notify.services import notify_holder, warning_record_once
+from leasing.notify.messages import notice_send
+from leasing.notify.services import notify_holder, warning_with_notice
 from leasing.scheduler import planner
+from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from leasing.transitions import event_record
 from portal.audit import audit
@@ -51,31 +53,54 @@ def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = N
     with transaction.atomic():
         Node.objects.filter(pk=node.pk).update(status=Node.Status.DRAINING, drain_at=drain_at)
         audit(actor=user, action="node_drain", target=node.hostname, drain_at=drain_at)
+        # The queue sees the drain at once: estimates move, and a lease that can no longer be
+        # placed says why now, not at the next sweep.
+        models = Card.objects.filter(node=node).values_list("card_model_id", flat=True)
+        for card_model_id in lock_card_models(set(models)):
+            replan(card_model_id, now=now)
+        return drain_warnings_send(now=now, node_ids=[node.pk])
+
+
+def drain_warnings_send(*, now: datetime | None = None, node_ids: list[int] | None = None) -> int:
+    """Tell each holder whose lease outlives its node's drain time, once, with the warning
+    row and the notice written together (the sweep re-finds any whose notice failed)."""
+    now = now or timezone.now()
+    nodes = Node.objects.filter(status=Node.Status.DRAINING, drain_at__isnull=False)
+    if node_ids is not None:
+        nodes = nodes.filter(pk__in=node_ids)
+    warned = 0
+    for node in nodes.order_by("drain_at", "pk")[:BATCH]:
         affected = (
             Lease.objects.filter(
                 allocations__card__node=node,
-                allocations__end_at__gt=drain_at,
+                allocations__end_at__gt=node.drain_at,
                 status__in=[*RUNNING_STATES, LeaseStatus.SCHEDULED],
             )
+            .exclude(warnings__kind=WarningKind.DRAIN)
             .distinct()
-            .select_related("user")
+            .select_related("user__profile")
+            .order_by("pk")
         )
-        warned = 0
-        for lease in affected:
-            if warning_record_once(lease, WarningKind.DRAIN, 0, now):
-                transaction.on_commit(
-                    lambda lease=lease: notify_holder(
-                        lease,
-                        "drain_warning",
-                        _("Node %(node)s goes into maintenance at %(at)s")
-                        % {
-                            "node": node.hostname,
-                            "at": timezone.localtime(drain_at).strftime("%Y-%m-%d %H:%M"),
-                        },
-                        _("Lease %(id)s runs past that time and will end then. Save your work.")
-                        % {"id": lease.pk},
-                    )
-                )
+        for lease in affected[:BATCH]:
+            params = {
+                "id": lease.pk,
+                "node": node.hostname,
+                "at": node.drain_at,
+                "end": lease.end_at,
+            }
+            if warning_with_notice(
+                lease,
+                WarningKind.DRAIN,
+                0,
+                now,
+                lambda lease=lease, params=params: notice_send(
+                    lease,
+                    kind=Kind.DRAIN_WARNING,
+                    message="drain",
+                    params=params,
+                    key=f"lease:{lease.pk}:drain",
+                ),
+            ):
                 warned += 1
     return warned
 
@@ -92,10 +117,7 @@ def drains_due(*, now: datetime | None = None) -> int:
             allocations__card__node=node, status__in=RUNNING_STATES, allocations__end_at__gt=now
         )
         for lease in running.distinct().select_related("user"):
-            if lease_end_now(lease, EndReason.ADMIN, now):
-                notify_ended(
-                    lease, _("node %(node)s went into maintenance") % {"node": node.hostname}
-                )
+            if lease_end_now(lease, EndReason.ADMIN, now, why="drain", node=node.hostname):
                 ended += 1
     return ended
 
@@ -141,11 +163,7 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
             planner.place(slots, timeline, 1, now, holding.end_at, same_node=True) if same else None
         )
         if replacement is None:
-            ended = lease_end_now(lease, EndReason.FAILED, now, actor=user)
-            if ended:
-                transaction.on_commit(
-                    lambda: notify_ended(lease, _("a card failed and no spare was free"))
-                )
+            lease_end_now(lease, EndReason.FAILED, now, actor=user, why="faulty")
             return "ended"
         end = holding.end_at
         if holding.start_at < now:

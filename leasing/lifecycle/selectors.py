@@ -2,21 +2,145 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.utils import timezone
 
-from inventory.models import Card, CardModel
-from leasing.choices import OPEN_STATES, LeaseStatus
+from inventory.models import Card, CardModel, Node
+from leasing.choices import (
+    OPEN_STATES,
+    RUNNING_STATES,
+    TERMINAL_STATES,
+    WAITING_STATES,
+    LeaseStatus,
+)
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
+from leasing.notify.messages import stall_text
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
 
+# --- what a lease shows: one answer for the page, the list and the API -------------------
+
+# Where the lease holds a card on a draining node past the drain time: the earliest such drain.
+_DRAINS = Allocation.objects.filter(
+    lease=OuterRef("pk"),
+    card__node__status=Node.Status.DRAINING,
+    card__node__drain_at__isnull=False,
+    end_at__gt=F("card__node__drain_at"),
+).order_by("card__node__drain_at", "card__node__hostname")
+DRAIN_ANNOTATIONS = {
+    "node_drain_at": Subquery(_DRAINS.values("card__node__drain_at")[:1]),
+    "node_drain_host": Subquery(_DRAINS.values("card__node__hostname")[:1]),
+}
+
+
+def with_drains(leases: QuerySet[Lease]) -> QuerySet[Lease]:
+    """The leases with the drain that cuts each short, if any (read by ``lease_truth``)."""
+    return leases.annotate(**DRAIN_ANNOTATIONS)
+
+
+@dataclass(frozen=True)
+class LeaseTruth:
+    """What a lease shows, wherever it is shown: when it starts and ends as things stand.
+
+    ``end`` is the effective end: the booked end, or earlier where a drain or a preemption
+    cuts the lease short (``cut`` says which, ``cut_node`` where); for a waiting lease it is
+    its (estimated) start + duration, never before the start; None when the start is unknown.
+    ``cards_lost`` cards are taken back at ``cards_lost_at`` by a partial preemption.
+    ``stall``/``stall_why``/``stall_todo``: why a waiting lease cannot start, and what to do.
+    """
+
+    start: datetime | None
+    end: datetime | None
+    booked_end: datetime
+    cut: str = ""
+    cut_node: str = ""
+    cards_lost: int = 0
+    cards_lost_at: datetime | None = None
+    stall: str = ""
+    stall_why: str = ""
+    stall_todo: str = ""
+
+    @property
+    def ends_early(self) -> bool:
+        return bool(self.cut)
+
+
+def _drain_of(lease: Lease) -> tuple[datetime | None, str]:
+    if hasattr(lease, "node_drain_at"):
+        return lease.node_drain_at, lease.node_drain_host or ""
+    row = (
+        Lease.objects.filter(pk=lease.pk)
+        .annotate(**DRAIN_ANNOTATIONS)
+        .values_list("node_drain_at", "node_drain_host")
+        .first()
+    )
+    return row or (None, "")
+
+
+def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
+    """The one rule for what a lease shows (page, list, API): see ``LeaseTruth``."""
+    now = now or timezone.now()
+    if lease.status in WAITING_STATES:
+        if lease.status == LeaseStatus.QUEUED:
+            start = lease.estimated_start or (lease.start_at if lease.start_at > now else None)
+        else:
+            start = max(lease.start_at, now)
+        why = todo = ""
+        if lease.status == LeaseStatus.QUEUED and lease.stall_reason:
+            start = None
+            why, todo = stall_text(lease.stall_reason, same_node=lease.same_node)
+        return LeaseTruth(
+            start=start,
+            end=start + lease.duration if start is not None else None,
+            booked_end=lease.end_at,
+            stall=lease.stall_reason if why else "",
+            stall_why=why,
+            stall_todo=todo,
+        )
+    if lease.status in TERMINAL_STATES or lease.status == LeaseStatus.RELEASING:
+        return LeaseTruth(
+            start=lease.start_at, end=lease.ended_at or lease.end_at, booked_end=lease.end_at
+        )
+    end, cut, node = lease.end_at, "", ""
+    drain_at, drain_host = _drain_of(lease)
+    if drain_at is not None and drain_at < end:
+        end, cut, node = max(drain_at, lease.start_at), "drain", drain_host
+    lost, lost_at = 0, None
+    if lease.preempt_at is not None and lease.status in RUNNING_STATES:
+        if lease.preempt_cards is None and lease.preempt_at < end:
+            end, cut, node = lease.preempt_at, "preemption", ""
+        elif lease.preempt_cards:
+            lost, lost_at = lease.preempt_cards, lease.preempt_at
+    return LeaseTruth(
+        start=lease.start_at,
+        end=end,
+        booked_end=lease.end_at,
+        cut=cut,
+        cut_node=node,
+        cards_lost=lost,
+        cards_lost_at=lost_at,
+    )
+
+
+def with_truth(leases) -> list[Lease]:
+    """The leases as a list, each with its ``truth`` (``lease_truth``) for the templates."""
+    now = timezone.now()
+    out = list(leases)
+    for lease in out:
+        lease.truth = lease_truth(lease, now=now)
+    return out
+
+
+# --- who sees which leases -----------------------------------------------------------------
+
 
 def leases_visible_to(user) -> QuerySet[Lease]:
     """A member sees their own leases; a lead their team's; finance and operators all."""
-    leases = Lease.objects.select_related("card_model", "team", "user")
+    leases = with_drains(Lease.objects.select_related("card_model", "team", "user"))
     if is_operator(user) or is_finance(user):
         return leases
     led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
@@ -55,7 +179,7 @@ def changes_visible_to(user) -> QuerySet[LeaseChange]:
 def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:
     """The user's own leases, newest first, with their cards."""
     leases = (
-        Lease.objects.filter(user=user)
+        with_drains(Lease.objects.filter(user=user))
         .select_related("card_model", "team")
         .prefetch_related(
             Prefetch(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import CardModel, InterconnectKind, Precision, Vendor
 from leasing.choices import Priority, Purpose
 from leasing.lifecycle.change_requests import pending_change
+from leasing.lifecycle.selectors import LeaseTruth, lease_truth
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from portal.models import Team
 
@@ -20,6 +23,11 @@ class AllocationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Allocation
         fields = ["node", "card_index", "card_uuid", "start_at", "end_at"]
+
+
+def _when(moment: datetime | None):
+    """A time as the serializer's other times are written (the active time zone, ISO 8601)."""
+    return None if moment is None else serializers.DateTimeField().to_representation(moment)
 
 
 class LeaseChangeSerializer(serializers.ModelSerializer):
@@ -59,6 +67,24 @@ class LeaseSerializer(serializers.ModelSerializer):
     duration_minutes = serializers.SerializerMethodField()
     allocations = AllocationSerializer(many=True, read_only=True)
     pending_change = serializers.SerializerMethodField()
+    effective_start = serializers.SerializerMethodField(
+        help_text="When it starts: the estimated start while it waits (null: unknown)."
+    )
+    effective_end = serializers.SerializerMethodField(
+        help_text=(
+            "When it ends as things stand: earlier than end_at when a drain or a preemption "
+            "cuts it short; for a waiting lease its start + duration (null: unknown)."
+        )
+    )
+    ends_early = serializers.SerializerMethodField(
+        help_text="Why effective_end is before the booked end: drain or preemption (null: it is not)."
+    )
+    cards_taken_back = serializers.SerializerMethodField(
+        help_text="A partial preemption: how many cards go back, and when (null: none)."
+    )
+    waiting_reason = serializers.SerializerMethodField(
+        help_text="Why a queued lease cannot start as asked, and what you can do (null: it can)."
+    )
 
     class Meta:
         model = Lease
@@ -86,8 +112,47 @@ class LeaseSerializer(serializers.ModelSerializer):
             "failure_reason",
             "replaces",
             "pending_change",
+            "effective_start",
+            "effective_end",
+            "ends_early",
+            "cards_taken_back",
+            "waiting_reason",
         ]
         read_only_fields = fields
+
+    def _truth(self, lease: Lease) -> LeaseTruth:
+        truth = getattr(lease, "truth", None)
+        if truth is None:
+            truth = lease.truth = lease_truth(lease)
+        return truth
+
+    def get_effective_start(self, lease: Lease) -> datetime | None:
+        return _when(self._truth(lease).start)
+
+    def get_effective_end(self, lease: Lease) -> datetime | None:
+        return _when(self._truth(lease).end)
+
+    def get_ends_early(self, lease: Lease) -> dict | None:
+        truth = self._truth(lease)
+        if not truth.cut:
+            return None
+        return {"why": truth.cut, "at": _when(truth.end), "node": truth.cut_node or None}
+
+    def get_cards_taken_back(self, lease: Lease) -> dict | None:
+        truth = self._truth(lease)
+        if not truth.cards_lost:
+            return None
+        return {"cards": truth.cards_lost, "at": _when(truth.cards_lost_at)}
+
+    def get_waiting_reason(self, lease: Lease) -> dict | None:
+        truth = self._truth(lease)
+        if not truth.stall:
+            return None
+        return {
+            "code": truth.stall,
+            "message": truth.stall_why,
+            "what_you_can_do": truth.stall_todo,
+        }
 
     def get_duration_minutes(self, lease: Lease) -> int:
         return int(lease.duration.total_seconds() // 60)

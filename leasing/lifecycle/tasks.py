@@ -151,6 +151,10 @@ def sweep() -> dict:
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)
+    # Drain and preemption warnings whose notice could not be written are re-tried here.
+    done["early_end_warnings"] = endings.preemption_warnings_send(
+        now=now
+    ) + maintenance.drain_warnings_send(now=now)
     done["idle"] = endings.idle_check(now=now)
     models = (
         Lease.objects.filter(status=LeaseStatus.QUEUED)

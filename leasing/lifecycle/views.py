@@ -48,7 +48,7 @@ def _form_errors_from(exc: ValidationError, form) -> None:
 def lease_list(request):
     leases = selectors.with_pending_change(selectors.my_leases(request.user))
     context = {
-        "open_leases": [lease for lease in leases.filter(status__in=OPEN_STATES)],
+        "open_leases": selectors.with_truth(leases.filter(status__in=OPEN_STATES)),
         "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],
     }
     template = "leasing/_lease_rows.html" if request.htmx else "leasing/lease_list.html"
@@ -160,6 +160,7 @@ def _visible_lease(request, pk):
 @login_required
 def lease_detail(request, pk: int):
     lease = _visible_lease(request, pk)
+    lease.truth = selectors.lease_truth(lease)
     context = {
         "lease": lease,
         "pending_change": pending_change(lease.pk),

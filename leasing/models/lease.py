@@ -9,7 +9,15 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-from leasing.choices import OPEN_STATES, PRIORITY_RANK, EndReason, LeaseStatus, Priority, Purpose
+from leasing.choices import (
+    OPEN_STATES,
+    PRIORITY_RANK,
+    EndReason,
+    LeaseStatus,
+    Priority,
+    Purpose,
+    StallReason,
+)
 
 REQUEST_KEY_MAX = 80
 
@@ -82,6 +90,15 @@ class Lease(models.Model):
         blank=True,
         help_text=_("When a pending preemption ends this lease (the grace period's end)."),
     )
+    preempt_cards = models.PositiveSmallIntegerField(
+        _("cards taken back"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A partial preemption: how many cards are taken back at the preemption time "
+            "(their periods already end then); empty: the whole lease ends."
+        ),
+    )
     replaces = models.ForeignKey(
         "self",
         null=True,
@@ -104,6 +121,15 @@ class Lease(models.Model):
     activated_at = models.DateTimeField(_("active since"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
     estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
+    stall_reason = models.CharField(
+        _("why it cannot start"),
+        max_length=24,
+        choices=StallReason.choices,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Set by the queue pass when a waiting lease can never be placed as asked."),
+    )
     access = models.JSONField(_("access details"), default=dict, blank=True)
     failure_reason = models.TextField(_("failure reason"), blank=True)
     # Billing's bookmark: the usage records cover the held time before this moment (a month

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from leasing.models import Notification
 from leasing.notify import selectors, sending, services
+from leasing.notify.messages import notice_text
 from leasing.notify.services import KIND_LABELS
 
 
@@ -23,6 +24,8 @@ class NotificationSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     unread = serializers.SerializerMethodField()
     data = serializers.SerializerMethodField()
+    title = serializers.SerializerMethodField()
+    body = serializers.SerializerMethodField()
 
     class Meta:
         model = Notification
@@ -40,6 +43,13 @@ class NotificationSerializer(serializers.ModelSerializer):
             "unread",
         ]
         read_only_fields = fields
+
+    def get_title(self, obj) -> str:
+        """Worded for the reader (their language and time zone) where stored as a message."""
+        return notice_text(obj)[0]
+
+    def get_body(self, obj) -> str:
+        return notice_text(obj)[1]
 
     def get_kind_label(self, obj) -> str:
         return str(KIND_LABELS.get(obj.kind, obj.kind))

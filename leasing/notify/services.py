@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -65,6 +65,7 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.IDLE_WARNING,
         Kind.PREEMPTION_WARNING,
         Kind.DRAIN_WARNING,
+        Kind.LEASE_STALLED,
         Kind.APPROVAL_REQUESTED,
         Kind.APPROVAL_DECIDED,
         Kind.BUDGET_80,
@@ -79,6 +80,7 @@ SEVERITY = {
     Kind.LEASE_EXPIRING: "warning",
     Kind.IDLE_WARNING: "warning",
     Kind.DRAIN_WARNING: "warning",
+    Kind.LEASE_STALLED: "warning",
     Kind.APPROVAL_REQUESTED: "warning",
     Kind.BUDGET_80: "warning",
     Kind.LEASE_FAILED: "danger",
@@ -444,6 +446,25 @@ def notify_holder(
         url=f"/leases/{lease.pk}/{anchor}",
         key=key,
     )
+
+
+def warning_with_notice(
+    lease: Lease, kind: str, offset: int, now: datetime, send: Callable[[], object]
+) -> bool:
+    """Record the warning and write its notice (``send``) in one transaction: both or neither.
+
+    False if it was already sent, or if the notice could not be written — then the warning
+    row is rolled back too, and the next sweep tries again.
+    """
+    try:
+        with transaction.atomic():
+            if not warning_record_once(lease, kind, offset, now):
+                return False
+            send()
+    except Exception:
+        logger.exception("warning %s for lease %s not sent; the next sweep retries", kind, lease.pk)
+        return False
+    return True
 
 
 def warning_record_once(lease: Lease, kind: str, offset: int, now: datetime) -> bool:

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from leasing.choices import Channel, Kind
 from leasing.models import Delivery, Notification, Webhook
 from leasing.notify import selectors, services
+from leasing.notify.messages import notice_text
 from leasing.notify.services import KIND_LABELS, OPTIONAL_CHANNELS, TEAM_KINDS
 
 PAGE_SIZE = 50
@@ -110,6 +111,8 @@ def notification_list(request):
     )
     for note in page:
         note.kind_label = KIND_LABELS.get(note.kind, note.kind)
+        # Stored as message + parameters: worded for this reader (language, time zone).
+        note.title, note.body = notice_text(note)
     return render(
         request,
         "leasing/notifications.html",

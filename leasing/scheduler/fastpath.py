@@ -58,7 +58,11 @@ def free_cards(card_model_id: int, *, start: datetime, end: datetime) -> QuerySe
     """The model's cards that can hold a lease over [start, end) and nobody holds then."""
     busy = Allocation.objects.filter(
         card=OuterRef("pk"), start_at__lt=end, end_at__gt=start
-    ).filter(Q(lease__preempt_at__isnull=True) | Q(lease__preempt_at__gt=start))
+    ).filter(
+        Q(lease__preempt_at__isnull=True)
+        | Q(lease__preempt_cards__isnull=False)  # partial: the taken cards' periods end then
+        | Q(lease__preempt_at__gt=start)
+    )
     return Card.objects.filter(card_model_id=card_model_id).usable(start, end).filter(~Exists(busy))
 
 

@@ -271,6 +271,17 @@ def _first_feasible(
     return None
 
 
+def never_fits_because(in_service: dict[int, int], request: Request) -> str:
+    """Why *request* can never be placed (``earliest`` gave it no start), as a
+    ``choices.StallReason`` value. *in_service* counts the model's cards in service per node,
+    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones."""
+    if sum(in_service.values()) < request.count:
+        return "too_few_cards"
+    if request.same_node and max(in_service.values(), default=0) < request.count:
+        return "no_node_big_enough"
+    return "out_of_service"
+
+
 def plan_queue(
     cards: Sequence[CardSlot], timeline: Timeline, queue: Sequence[Request]
 ) -> list[Decision]:

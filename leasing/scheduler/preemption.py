@@ -6,16 +6,16 @@ leases it marks are ended by the sweep at ``preempt_at`` (``lifecycle.endings``)
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
-from django.utils.translation import gettext as _
 
-from leasing.choices import PRIORITY_RANK, RUNNING_STATES, LeaseStatus, Priority, WarningKind
-from leasing.models import Lease
-from leasing.notify.services import notify_holder, warning_record_once
+from leasing.choices import PRIORITY_RANK, RUNNING_STATES, Kind, LeaseStatus, Priority, WarningKind
+from leasing.models import Allocation, Lease
+from leasing.notify.messages import notice_send
+from leasing.notify.services import warning_with_notice
 from leasing.scheduler import planner
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from leasing.transitions import event_record
@@ -24,9 +24,11 @@ PREEMPTIBLE_RANK = PRIORITY_RANK[Priority.PREEMPTIBLE]
 
 
 def preemption_plan(card_model_id: int, *, now: datetime) -> int:
-    """For the first waiting lease that outranks preemptible ones and cannot start now, mark
-    the fewest preemptible leases (fewest cards, least elapsed work first) whose end lets it
-    start; they end after a grace period. Never touches a non-preemptible lease.
+    """For the first waiting lease that outranks preemptible ones and cannot start now, take
+    back just the cards it needs from the fewest preemptible leases (then the fewest cards;
+    ties: fewest cards held, least elapsed work). A victim whose cards are all needed ends;
+    one that keeps some gives back only those. Either way after a grace period, with a
+    warning. Never touches a non-preemptible lease.
 
     Runs inside the queue pass (the model is locked). Returns the number of leases marked.
     """
@@ -41,7 +43,9 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
     )
     if waiting is None or waiting.start_at > now:
         return 0
-    if Lease.objects.filter(preempted_for=waiting, status__in=RUNNING_STATES).exists():
+    if Lease.objects.filter(
+        preempted_for=waiting, status__in=RUNNING_STATES, preempt_at__isnull=False
+    ).exists():
         return 0  # already being made room for
     victims = list(
         Lease.objects.filter(
@@ -49,54 +53,177 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
             status__in=RUNNING_STATES,
             priority=Priority.PREEMPTIBLE,
             preempt_at__isnull=True,
-        ).order_by("count", "-activated_at", "pk")
+        )
+        .select_related("user__profile")
+        .order_by("count", "-activated_at", "pk")
     )
     if not victims:
         return 0
     cards = card_slots(card_model_id, now=now)
-    request = planner.Request(waiting.pk, waiting.count, waiting.duration, now, waiting.same_node)
-    end = now + request.duration
     if planner.place(
         cards,
         timeline_for(card_model_id, now=now),
-        request.count,
+        waiting.count,
         now,
-        end,
-        same_node=request.same_node,
+        now + waiting.duration,
+        same_node=waiting.same_node,
     ):
         return 0  # it fits without ending anyone
-    chosen: list[Lease] = []
-    for victim in victims:
-        chosen.append(victim)
-        timeline = timeline_for(card_model_id, now=now, ending_now=frozenset(v.pk for v in chosen))
-        if planner.place(
-            cards, timeline, request.count, now, now + request.duration, same_node=request.same_node
-        ):
-            break
-    else:
-        return 0
     preempt_at = now + timedelta(minutes=settings.CARDPOOL["PREEMPT_GRACE_MINUTES"])
-    for victim in chosen:
-        Lease.objects.filter(pk=victim.pk, preempt_at__isnull=True).update(
-            preempt_at=preempt_at, preempted_for=waiting
+    held: dict[int, list[int]] = defaultdict(list)
+    for lease_id, card_id in Allocation.objects.filter(
+        lease__in=victims, start_at__lte=now, end_at__gt=now
+    ).values_list("lease_id", "card_id"):
+        held[lease_id].append(card_id)
+    taken = take_back(
+        cards,
+        timeline_for(card_model_id, now=now),
+        timeline_for(card_model_id, now=now, ending_now=frozenset(held)),
+        {v.pk: sorted(held[v.pk]) for v in victims},
+        count=waiting.count,
+        same_node=waiting.same_node,
+        start=now,
+        end=preempt_at + waiting.duration,
+    )
+    if taken is None:
+        return 0
+    by_pk = {v.pk: v for v in victims}
+    for lease_id, card_ids in taken.items():
+        victim = by_pk[lease_id]
+        whole = len(card_ids) >= len(held[lease_id])
+        if not whole:
+            # The cards taken back are free from preempt_at: their periods end then, so the
+            # planner, the fast path and billing all see it; the lease keeps the rest.
+            Allocation.objects.filter(
+                lease_id=lease_id, card_id__in=card_ids, end_at__gt=preempt_at
+            ).update(end_at=preempt_at)
+        Lease.objects.filter(pk=lease_id, preempt_at__isnull=True).update(
+            preempt_at=preempt_at,
+            preempt_cards=None if whole else len(card_ids),
+            preempted_for=waiting,
         )
         event_record(
-            victim.pk,
+            lease_id,
             kind="preemption_scheduled",
             at=now,
-            data={"at": preempt_at.isoformat(), "for": waiting.pk},
+            data={
+                "at": preempt_at.isoformat(),
+                "for": waiting.pk,
+                "cards": len(card_ids),
+                "whole": whole,
+            },
         )
-        if warning_record_once(victim, WarningKind.PREEMPTION, 0, now):
-            transaction.on_commit(
-                lambda v=victim: notify_holder(
-                    v,
-                    "preemption_warning",
-                    _("Lease %(id)s will be preempted at %(at)s")
-                    % {"id": v.pk, "at": timezone.localtime(preempt_at).strftime("%H:%M")},
-                    _(
-                        "A higher-priority request needs these cards. Save a checkpoint now; the lease ends at %(at)s."
-                    )
-                    % {"at": timezone.localtime(preempt_at).strftime("%Y-%m-%d %H:%M")},
-                )
-            )
-    return len(chosen)
+        victim.refresh_from_db()
+        preemption_warn(victim, now=now)
+    return len(taken)
+
+
+def take_back(
+    cards: Sequence[planner.CardSlot],
+    timeline: planner.Timeline,
+    without_victims: planner.Timeline,
+    held: dict[int, list[int]],
+    *,
+    count: int,
+    same_node: bool,
+    start: datetime,
+    end: datetime,
+) -> dict[int, list[int]] | None:
+    """Pure: which cards to take back from which victims so *count* cards fit over
+    [start, end): the fewest leases first, then the fewest cards; never a card more than the
+    placement needs. *held* is each victim's cards, in the order victims are preferred;
+    *timeline* has every booking, *without_victims* has the victims' taken out.
+
+    Per place the request may use (each node when it must be on one node, else the pool):
+    *need* = count − free cards there; the fewest leases that cover it are the ones with the
+    most cards there (a prefix, largest first), so no subset search is needed.
+    """
+    usable = {c.card_id: c for c in cards if c.usable_until is None or c.usable_until >= end}
+    free = [c for c in usable.values() if timeline.is_free(c.card_id, start, end)]
+    takeable = {
+        v: [c for c in ids if c in usable and without_victims.is_free(c, start, end)]
+        for v, ids in held.items()
+    }
+    rank = {v: i for i, v in enumerate(held)}
+    places: list[int | None] = sorted({c.node_id for c in usable.values()}) if same_node else [None]
+    options = []
+    for place in places:
+        there = [c for c in free if place is None or c.node_id == place]
+        need = count - len(there)
+        pool = {
+            v: [c for c in ids if place is None or usable[c].node_id == place]
+            for v, ids in takeable.items()
+        }
+        ranked = sorted((v for v in pool if pool[v]), key=lambda v: (-len(pool[v]), rank[v]))
+        chosen: list[int] = []
+        covered = 0
+        for v in ranked:
+            if covered >= need:
+                break
+            chosen.append(v)
+            covered += len(pool[v])
+        if need <= 0 or covered < need:
+            continue
+        plan = _share(tuple(chosen), pool, need)
+        if plan is not None:
+            options.append(((len(plan), need, place or 0), plan, there))
+    for _key, plan, there in sorted(options, key=lambda o: o[0]):
+        taken = [usable[c] for ids in plan.values() for c in ids]
+        if planner.place([*there, *taken], without_victims, count, start, end, same_node=same_node):
+            return plan
+    return None
+
+
+def _share(
+    subset: tuple[int, ...], pool: dict[int, list[int]], need: int
+) -> dict[int, list[int]] | None:
+    """*need* cards from *pool*, at least one from every lease of *subset* (else a smaller
+    subset would do), the first leases giving the most."""
+    if need < len(subset) or any(not pool[v] for v in subset):
+        return None
+    if sum(len(pool[v]) for v in subset) < need:
+        return None
+    plan = {v: pool[v][:1] for v in subset}
+    left = need - len(subset)
+    for v in subset:
+        extra = pool[v][1 : 1 + left]
+        plan[v] += extra
+        left -= len(extra)
+    return plan
+
+
+def preemption_warn(lease: Lease, *, now: datetime) -> bool:
+    """Tell the holder, once per preemption, when and how many of their cards are taken back
+    (the warning row and the notice are written together, or neither)."""
+    if lease.preempt_at is None:
+        return False
+    nth = lease.events.filter(kind="preemption_scheduled").count()
+    if lease.preempt_cards:
+        taken = (
+            Allocation.objects.filter(lease=lease, end_at=lease.preempt_at)
+            .select_related("card__node")
+            .order_by("card__node__hostname", "card__index")
+        )
+        message = "preemption_partial"
+        params = {
+            "id": lease.pk,
+            "n": lease.preempt_cards,
+            "count": lease.count,
+            "at": lease.preempt_at,
+            "cards": [f"{a.card.node.hostname}:{a.card.index}" for a in taken],
+        }
+    else:
+        message, params = "preemption", {"id": lease.pk, "at": lease.preempt_at}
+    return warning_with_notice(
+        lease,
+        WarningKind.PREEMPTION,
+        nth,
+        now,
+        lambda: notice_send(
+            lease,
+            kind=Kind.PREEMPTION_WARNING,
+            message=message,
+            params=params,
+            key=f"lease:{lease.pk}:preemption:{nth}",
+        ),
+    )

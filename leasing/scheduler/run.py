@@ -7,23 +7,28 @@ moment cards free up, not on a timer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Value
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
-from leasing.choices import RUNNING_STATES, LeaseStatus
+from inventory.models import Card
+from leasing.choices import RUNNING_STATES, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease, LeaseEvent
+from leasing.notify.messages import notice_send
 from leasing.scheduler import planner
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
 from leasing.transitions import cards_free, hand_over, transition
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,10 +57,17 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     timeline = timeline_for(card_model_id, now=now)
     decisions = planner.plan_queue(cards, timeline, queue)
     requests = {r.lease_id: r for r in queue}
-    estimates = dict(Lease.objects.filter(pk__in=requests).values_list("pk", "estimated_start"))
+    shown = {
+        pk: (estimate, stall)
+        for pk, estimate, stall in Lease.objects.filter(pk__in=requests).values_list(
+            "pk", "estimated_start", "stall_reason"
+        )
+    }
+    in_service: dict[int, int] | None = None
 
     starting: list[tuple[Request, Decision]] = []
     waiting: list[Lease] = []
+    stalled: list[int] = []
     for decision in decisions:
         request = requests[decision.lease_id]
         fits_when_wanted = decision.start is not None and decision.start == request.not_before
@@ -72,6 +84,7 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
                 start_at=decision.start,
                 end_at=end,
                 estimated_start=None,
+                stall_reason="",
             ):
                 Allocation.objects.bulk_create(
                     Allocation(
@@ -82,14 +95,63 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
                 result.booked.append(decision.lease_id)
         else:
             result.waiting[decision.lease_id] = decision.start
-            if estimates.get(decision.lease_id) != decision.start:
-                waiting.append(Lease(pk=decision.lease_id, estimated_start=decision.start))
+            stall = ""
+            if decision.start is None:
+                if in_service is None:
+                    in_service = in_service_by_node(card_model_id)
+                stall = planner.never_fits_because(in_service, request)
+            if shown.get(decision.lease_id) != (decision.start, stall):
+                waiting.append(
+                    Lease(pk=decision.lease_id, estimated_start=decision.start, stall_reason=stall)
+                )
+                if stall and shown.get(decision.lease_id, (None, ""))[1] != stall:
+                    stalled.append(decision.lease_id)
     if starting:
         result.started = start_batch(starting, now=now)
     # One statement per 500 changed estimates, not one per waiting lease (the queue is
     # re-planned on every pass, and a long queue's estimates all move together).
-    Lease.objects.bulk_update(waiting, ["estimated_start"], batch_size=500)
+    Lease.objects.bulk_update(waiting, ["estimated_start", "stall_reason"], batch_size=500)
+    stalled_tell(stalled)
     return result
+
+
+def in_service_by_node(card_model_id: int) -> dict[int, int]:
+    """The model's cards in service (not retired) per node, usable or not."""
+    rows = (
+        Card.objects.in_service()
+        .filter(card_model_id=card_model_id)
+        .values_list("node_id")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return dict(rows)
+
+
+def stalled_tell(lease_ids: list[int]) -> None:
+    """Tell each holder once that their waiting lease cannot start as asked, and why (in the
+    pass's transaction: a notice per lease and reason, never one per pass). A notice that
+    cannot be written leaves the reason unset, so the next pass records and tells it again."""
+    for lease in Lease.objects.filter(pk__in=lease_ids).select_related(
+        "user__profile", "card_model"
+    ):
+        try:
+            with transaction.atomic():
+                notice_send(
+                    lease,
+                    kind=Kind.LEASE_STALLED,
+                    message="stalled",
+                    params={
+                        "id": lease.pk,
+                        "n": lease.count,
+                        "model": lease.card_model.name,
+                        "reason": lease.stall_reason,
+                        "same_node": lease.same_node,
+                    },
+                    key=f"lease:{lease.pk}:stalled:{lease.stall_reason}",
+                )
+        except Exception:
+            logger.exception("lease %s: stall notice not written; the next pass retries", lease.pk)
+            Lease.objects.filter(pk=lease.pk).update(stall_reason="")
 
 
 def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> list[int]:
@@ -103,6 +165,7 @@ def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> l
         start_at=now,
         end_at=ExpressionWrapper(Value(now) + F("duration"), output_field=DateTimeField()),
         estimated_start=None,
+        stall_reason="",
     )
     if updated != len(ids):
         # Someone else changed one of them (they hold the model's lock too, so this is a

@@ -63,12 +63,19 @@ def timelines_of(
     if exclude_lease is not None:
         allocations = allocations.exclude(lease_id=exclude_lease)
     rows = allocations.values_list(
-        "card_id", "card__card_model_id", "start_at", "end_at", "lease_id", "lease__preempt_at"
+        "card_id",
+        "card__card_model_id",
+        "start_at",
+        "end_at",
+        "lease_id",
+        "lease__preempt_at",
+        "lease__preempt_cards",
     )
-    for card_id, model_id, start, end, lease_id, preempt_at in rows:
+    for card_id, model_id, start, end, lease_id, preempt_at, preempt_cards in rows:
         if lease_id in ending_now:
             continue
-        if preempt_at is not None:
+        # A partial preemption already ended the periods of the cards it takes back.
+        if preempt_at is not None and preempt_cards is None:
             end = min(end, max(preempt_at, now))
         if end > max(start, now):
             timelines[model_id].add(card_id, max(start, now), end)

@@ -1,0 +1,194 @@
+"""Notices kept as a message id and its parameters, rendered for whoever reads them.
+
+A notice sent with ``notice_send`` stores ``data["message"]`` and ``data["params"]`` (times as
+ISO strings in UTC). Its title and body are rendered once for the holder, in the holder's
+time zone and language, for email and webhooks; the portal renders them again for whoever
+reads them (``notice_text``), in the reader's language and time zone. Nothing here decides
+when to tell anyone: the services that change a lease do, through ``warning_with_notice`` or a
+notice key, so each event is told once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.utils import timezone, translation
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+
+from leasing.choices import StallReason
+from leasing.models import Lease, Notification
+from leasing.notify.services import notify
+
+logger = logging.getLogger(__name__)
+
+Renderer = Callable[[Mapping], tuple[str, str]]
+
+
+def _at(value) -> str:
+    """A stored time in the active time zone (the reader's), with the zone's name."""
+    moment = value if isinstance(value, datetime) else parse_datetime(str(value or ""))
+    if moment is None:
+        return "—"
+    zone = timezone.get_current_timezone()
+    return f"{timezone.localtime(moment, zone):%Y-%m-%d %H:%M} ({getattr(zone, 'key', zone)})"
+
+
+def _drain(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s ends early: node %(node)s goes into maintenance at %(at)s") % {
+        "id": p["id"],
+        "node": p["node"],
+        "at": _at(p["at"]),
+    }
+    body = _(
+        "Lease %(id)s was booked until %(end)s; it now ends at %(at)s, when node %(node)s goes into maintenance. Save your work before then."
+    ) % {"id": p["id"], "end": _at(p["end"]), "at": _at(p["at"]), "node": p["node"]}
+    return title, body
+
+
+def _expiring(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s ends in %(minutes)s minutes") % {"id": p["id"], "minutes": p["minutes"]}
+    body = _(
+        "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
+    ) % {"n": p["n"], "model": p["model"], "end": _at(p["end"])}
+    return title, body
+
+
+def _preemption(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s will be preempted at %(at)s") % {"id": p["id"], "at": _at(p["at"])}
+    body = _(
+        "A higher-priority request needs these cards. Save a checkpoint now; the lease ends at %(at)s."
+    ) % {"at": _at(p["at"])}
+    return title, body
+
+
+def _preemption_partial(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s: %(n)s of its %(count)s cards are taken back at %(at)s") % {
+        "id": p["id"],
+        "n": p["n"],
+        "count": p["count"],
+        "at": _at(p["at"]),
+    }
+    body = _(
+        "A higher-priority request needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
+    ) % {
+        "n": p["n"],
+        "cards": ", ".join(p.get("cards", [])) or "—",
+        "at": _at(p["at"]),
+        "left": int(p["count"]) - int(p["n"]),
+    }
+    return title, body
+
+
+def stall_text(reason: str, *, same_node: bool) -> tuple[str, str]:
+    """Why a waiting lease cannot start, and what its holder can do (page, API and notice)."""
+    why = str(StallReason(reason).label) if reason in StallReason.values else reason
+    if reason == StallReason.TOO_FEW_CARDS:
+        todo = _("Cancel it and ask for fewer cards or another model.")
+    elif reason == StallReason.NO_NODE_BIG_ENOUGH:
+        todo = _("Cancel it, ask for fewer cards, or allow the cards to be spread across nodes.")
+    elif same_node:
+        todo = _(
+            "It starts on its own when cards come back into service; or cancel it, ask for fewer cards, or allow the cards to be spread across nodes."
+        )
+    else:
+        todo = _(
+            "It starts on its own when cards come back into service; or cancel it, or ask for fewer cards."
+        )
+    return why, todo
+
+
+def _stalled(p: Mapping) -> tuple[str, str]:
+    why, todo = stall_text(p["reason"], same_node=bool(p.get("same_node", True)))
+    title = _("Lease %(id)s cannot start as asked") % {"id": p["id"]}
+    body = _("%(n)s × %(model)s: %(why)s. %(todo)s") % {
+        "n": p["n"],
+        "model": p["model"],
+        "why": why,
+        "todo": todo,
+    }
+    return title, body
+
+
+ENDED_WHY = {
+    "drain": lambda p: _("node %(node)s went into maintenance") % {"node": p.get("node", "")},
+    "faulty": lambda p: _("a card failed and no spare was free"),
+    "preempted": lambda p: _("preempted for a higher-priority request"),
+    "idle": lambda p: _("reclaimed: the cards stayed idle"),
+}
+
+
+def _ended(p: Mapping) -> tuple[str, str]:
+    why = ENDED_WHY.get(p.get("why", ""), lambda p: p.get("why", ""))(p)
+    return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, ""
+
+
+MESSAGES: dict[str, Renderer] = {
+    "expiring": _expiring,
+    "drain": _drain,
+    "preemption": _preemption,
+    "preemption_partial": _preemption_partial,
+    "stalled": _stalled,
+    "ended": _ended,
+}
+
+
+def holder_zone(user) -> ZoneInfo:
+    name = getattr(getattr(user, "profile", None), "timezone", "") or settings.TIME_ZONE
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError):
+        return ZoneInfo(settings.TIME_ZONE)
+
+
+def holder_language(user) -> str:
+    """The holder's language where their profile keeps one, else the site's."""
+    return getattr(getattr(user, "profile", None), "language", "") or settings.LANGUAGE_CODE
+
+
+def render(message: str, params: Mapping, *, language: str, zone) -> tuple[str, str]:
+    with translation.override(language), timezone.override(zone):
+        return MESSAGES[message](params)
+
+
+def notice_text(notification: Notification) -> tuple[str, str]:
+    """The notice's title and body for the reader (the active language and time zone)."""
+    data = notification.data or {}
+    message = data.get("message")
+    if message in MESSAGES:
+        try:
+            return MESSAGES[message](data.get("params") or {})
+        except (KeyError, TypeError, ValueError):
+            logger.warning("notification %s: cannot render %r", notification.pk, message)
+    return notification.title, notification.body
+
+
+def notice_send(
+    lease: Lease,
+    *,
+    kind: str,
+    message: str,
+    params: Mapping,
+    key: str,
+    anchor: str = "",
+) -> Notification:
+    """Tell the lease's holder (once per *key*): stored as *message* + *params*, rendered in
+    the holder's language and time zone for email and webhooks."""
+    clean = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in params.items()}
+    title, body = render(
+        message, clean, language=holder_language(lease.user), zone=holder_zone(lease.user)
+    )
+    return notify(
+        user=lease.user,
+        kind=kind,
+        title=title,
+        body=body,
+        lease=lease,
+        url=f"/leases/{lease.pk}/{anchor}",
+        data={"message": message, "params": clean},
+        key=key,
+    )

@@ -111,6 +111,14 @@ def lease_extend(
                 )
                 % {"status": lease.get_status_display()}
             )
+        if lease.preempt_at is not None:
+            raise ValidationError(
+                _(
+                    "Cards of this lease are being taken back for a higher-priority request at %(at)s; "
+                    "extend after that."
+                )
+                % {"at": timezone.localtime(lease.preempt_at).strftime("%Y-%m-%d %H:%M")}
+            )
         new_end = lease.end_at + timedelta(minutes=minutes)
         max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
         if new_end - lease.start_at > timedelta(minutes=max_minutes):

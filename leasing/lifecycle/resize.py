@@ -137,6 +137,14 @@ def lease_resize(
                 _("Only an active lease can be resized; this one is %(status)s.")
                 % {"status": lease.get_status_display()}
             )
+        if lease.preempt_at is not None:
+            raise ValidationError(
+                _(
+                    "Cards of this lease are being taken back for a higher-priority request at %(at)s; "
+                    "resize after that."
+                )
+                % {"at": timezone.localtime(lease.preempt_at).strftime("%Y-%m-%d %H:%M")}
+            )
         if target.pk == lease.card_model_id:
             return _resize_in_place(lease, count, now, user, approved)
         return _move(lease, target, count, now, user, approved)

@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 from inventory.models import CardModel
 from leasing.billing.prices import PriceBooks, estimate
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
-from leasing.models import Lease, MemberLimit, Quota
+from leasing.models import Allocation, Lease, MemberLimit, Quota
 from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
 from portal.models import Membership, Team
@@ -87,7 +87,12 @@ def charges(
     cut: tuple[int, datetime] | None = None,
 ) -> list[Charge]:
     """The charge windows of the team's leases that touch [lo, hi) (*cut*: one lease's window
-    ends early, at the moment another takes its booking over)."""
+    ends early, at the moment another takes its booking over).
+
+    A lease that holds (or held) cards charges what its allocations cover — so a resize, a
+    card swap or a partial preemption charges each card for its own time, as the bill does;
+    a waiting lease charges ``count`` over its booked window.
+    """
     rows = (
         _leases(team_id, card_model_id=card_model_id, user_id=user_id)
         .filter(status__in=CHARGED_STATES, start_at__lt=hi, end_at__gt=lo)
@@ -105,14 +110,42 @@ def charges(
             "priority",
         )
     )
+    rows = list(rows)
+    held: dict[int, list[tuple[datetime, datetime]]] = {}
+    for lease_id, start, end in Allocation.objects.filter(
+        lease_id__in=[r[0] for r in rows if r[7] != LeaseStatus.QUEUED], start_at__lt=hi
+    ).values_list("lease_id", "start_at", "end_at"):
+        held.setdefault(lease_id, []).append((start, end))
     out = []
     for pk, count, start, end, ended, model_id, user, status, borrowed, priority in rows:
         stop = min(end, ended) if ended else end
         if cut and pk == cut[0]:
             stop = min(stop, cut[1])
-        if stop > start:
-            out.append(Charge(pk, count, start, stop, model_id, user, status, borrowed, priority))
-    return out
+        windows = [(max(s, start), min(e, stop)) for s, e in held.get(pk, [])]
+        if status == LeaseStatus.QUEUED or pk not in held:
+            windows = [(start, stop)] * count
+        for s, e in windows:
+            if e > s:
+                out.append(Charge(pk, 1, s, e, model_id, user, status, borrowed, priority))
+    return _merged(out)
+
+
+def _merged(charges_: list[Charge]) -> list[Charge]:
+    """Equal windows of one lease as one charge of their count (fewer price-book sums)."""
+    merged: dict[tuple, int] = {}
+    for c in charges_:
+        key = (
+            c.lease_id,
+            c.start,
+            c.end,
+            c.card_model_id,
+            c.user_id,
+            c.status,
+            c.borrowed,
+            c.priority,
+        )
+        merged[key] = merged.get(key, 0) + c.count
+    return [Charge(k[0], n, k[1], k[2], k[3], k[4], k[5], k[6], k[7]) for k, n in merged.items()]
 
 
 def charge_money(charge: Charge, books: PriceBooks, lo: datetime, hi: datetime) -> Decimal:

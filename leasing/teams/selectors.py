@@ -56,7 +56,8 @@ class QuotaRow:
     rule: Quota | None
     used_hours: Decimal = Decimal(0)  # consumed up to now
     booked_hours: Decimal = Decimal(0)  # still to come this month
-    money: Decimal = Decimal(0)
+    money: Decimal = Decimal(0)  # spent so far + booked ahead (what the money budget counts)
+    money_spent: Decimal = Decimal(0)  # held up to now, at the bill's prices
     concurrent_now: int = 0
 
     @property
@@ -88,8 +89,10 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         rows[None] = QuotaRow(card_model=None, rule=None)
     days: dict = {}
     books = PriceBooks(team_id=team.pk, until=month[1])
+    books.preload(models.values())
     for c in charges:
-        money = quotas.charge_money(c, books, *month)
+        spent = quotas.charge_money(c, books, month[0], min(month[1], now))
+        booked = quotas.charge_money(c, books, max(month[0], now), month[1])
         for key in (c.card_model_id, None):
             row = rows[key]
             row.used_hours += (
@@ -102,7 +105,8 @@ def team_overview(team: Team, *, now: datetime) -> dict:
                 if c.end > now
                 else 0
             )
-            row.money += money
+            row.money_spent += spent
+            row.money += spent + booked
             if c.start <= now < c.end and c.status in choices.BOOKED_STATES:
                 row.concurrent_now += c.count
         # Only the days the charge touches (a lease is mostly hours long; a month has 31).

@@ -60,5 +60,16 @@ class QuotaUseSerializer(serializers.Serializer):
     left_card_hours = serializers.DecimalField(
         source="left_hours", max_digits=14, decimal_places=2, allow_null=True
     )
-    cost = serializers.DecimalField(source="money", max_digits=16, decimal_places=2)
+    cost = serializers.DecimalField(
+        source="money",
+        max_digits=16,
+        decimal_places=2,
+        help_text="This month's cost as the money budget counts it: spent so far + booked ahead.",
+    )
+    cost_so_far = serializers.DecimalField(
+        source="money_spent",
+        max_digits=16,
+        decimal_places=2,
+        help_text="Held up to now, at the bill's prices (the reports' recorded + accrued).",
+    )
     cards_held_now = serializers.IntegerField(source="concurrent_now")

@@ -109,12 +109,14 @@ def test_report_shows_running_leases_as_accrued(finding, vision):
 
 
 def test_team_page_and_finance_report_agree(finding, vision):
-    """Card-hours this month: the team page's use so far equals the report's total."""
+    """This month so far: the team page's card-hours and cost equal the report's totals."""
     team = team_overview(vision, now=at(12, 10, 11))
     all_models = next(row for row in team["rows"] if row.card_model is None)
     report = reports.usage_report(replace_team(DEC, vision))
     assert all_models.used_hours.quantize(Decimal("0.01")) == report["totals"]["card_hours"]
     assert report["totals"]["card_hours"] == Decimal("8.10")
+    # Money too: the team page's cost so far is the report's (the one price rule).
+    assert all_models.money_spent.quantize(Decimal("0.01")) == report["totals"]["cost"]
     st = reports.statement(vision, date(2026, 12, 1))
     assert (st["totals"]["card_hours"], st["totals"]["cost"]) == (
         report["totals"]["card_hours"], report["totals"]["cost"]

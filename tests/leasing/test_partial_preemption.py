@@ -187,3 +187,31 @@ def test_take_back_takes_no_card_more_than_needed_from_the_fewest_leases(pool):
     assert len(set(taken)) == len(taken)
     for victim, ids in plan.items():
         assert ids and set(ids) <= set(held[victim])
+
+
+def test_quota_charge_follows_the_cards_held_and_changes_wait_for_the_take_back(
+    frozen, lena, bob, ops, vision, nlp, a100
+):
+    """The team's card-hours charge each card for its own time (as the bill does), and the
+    holder cannot resize or extend while cards are being taken back."""
+    import pytest
+    from django.core.exceptions import ValidationError
+
+    from leasing.lifecycle import changes, resize
+    from leasing.periods import month_of
+    from leasing.teams import quotas
+
+    make_node(a100, cards=8, domains=1, hostname="p8")
+    cheap = active(ask(bob, nlp, a100, count=7, duration=hours(4), priority=Priority.PREEMPTIBLE))
+    ask(lena, vision, a100, count=4, duration=hours(1), priority=Priority.HIGH)
+    cheap.refresh_from_db()
+    with pytest.raises(ValidationError, match="being taken back"):
+        resize.lease_resize(lease=cheap, user=bob, count=8)
+    with pytest.raises(ValidationError, match="being taken back"):
+        changes.lease_extend(lease=cheap, user=bob, minutes=30)
+    frozen.move_to(T0 + grace())
+    lease_tasks.sweep()
+    hours_, _money = quotas.month_usage(nlp.pk, month_of(T0))
+    g = grace() / hours(1)
+    # 7 cards for the grace period, 4 for the rest of the 4 hours: not 4 × 4 h, not 7 × 4 h.
+    assert abs(float(hours_) - (7 * g + 4 * (4 - g))) < 1e-6

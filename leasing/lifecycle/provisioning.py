@@ -12,10 +12,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import Node
-from leasing.backends import Holding, NodeCards, backend_name_for, get_backend
+from leasing.backends import (
+    Holding,
+    NodeCards,
+    PermanentBackendError,
+    TransientBackendError,
+    backend_name_for,
+    get_backend,
+)
 from leasing.backends.local import access_details
 from leasing.billing import usage
 from leasing.choices import (
+    ENDING_STATES,
     EndReason,
     LeaseStatus,
 )
@@ -35,6 +43,10 @@ from leasing.scheduler.run import (
 from leasing.transitions import cards_free, notify_after_commit, transition
 
 logger = logging.getLogger(__name__)
+
+# Attempts at a release (the task's retries and the sweep's resends together) before it
+# fails for good and waits for an operator.
+RELEASE_ATTEMPTS = 6
 
 
 # --- start, activate, fail ---------------------------------------------------------------
@@ -118,25 +130,71 @@ def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bo
     return True
 
 
-def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
-    """The backend has taken the cards back: releasing → ended."""
+def lease_finish_release(
+    *,
+    lease_id: int,
+    now: datetime | None = None,
+    frm: tuple[str, ...] = (LeaseStatus.RELEASING,),
+    actor=None,
+    message: str = "",
+) -> bool:
+    """The backend has taken the cards back: releasing (or, *frm* the operator's
+    ``lifecycle.releases``, a failed release cleaned up by hand) → ended, with the reason
+    the release began with (``Lease.end_reason``, never recovered from events)."""
+    assert set(frm) <= set(ENDING_STATES)
     now = now or timezone.now()
-    if reason not in EndReason.values:
-        reason = EndReason.ADMIN
     with transaction.atomic():
+        row = (
+            Lease.objects.filter(pk=lease_id, status__in=frm)
+            .values_list("end_reason", "failure_reason", "card_model_id")
+            .first()
+        )
+        if row is None:
+            return False
+        reason, release_failed_before, card_model_id = row
+        if release_failed_before:
+            lock_card_models([card_model_id])
         ended = transition(
             lease_id,
-            frm=[LeaseStatus.RELEASING],
+            frm=frm,
             to=LeaseStatus.ENDED,
             kind="ended",
             at=now,
-            end_reason=reason,
+            actor=actor,
+            message=message,
         )
+        if ended and release_failed_before:
+            # Its cards were held back while the release had failed: they are free only now.
+            replan(card_model_id, now=now)
         if ended:
             usage.usage_record_after_commit(lease_id)
         if ended and reason != EndReason.RELEASED:  # the holder released it: no need to say so
             notify_after_commit(lease_id, "lease_ended")
     return ended
+
+
+def lease_release_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
+    """The backend could not take the cards back, for good: releasing → release_failed.
+
+    Nothing resends it (the sweep re-finds only ``releasing``); its last cards stay out of
+    placement (``Allocation.objects.held_back``) until an operator retries the release or
+    marks it done by hand (``lifecycle.releases``). Operators are told; the holder, whose
+    usage stopped when the release began, hears that the lease ended."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        failed = transition(
+            lease_id,
+            frm=[LeaseStatus.RELEASING],
+            to=LeaseStatus.RELEASE_FAILED,
+            kind="release_failed",
+            at=now,
+            message=reason,
+            failure_reason=reason,
+        )
+        if failed:
+            notify_after_commit(lease_id, "release_failed")
+            notify_after_commit(lease_id, "lease_ended")
+    return failed
 
 
 def _notify_here(lease_id: int, kind: str) -> None:
@@ -222,10 +280,34 @@ def provision_step(*, lease_id: int, attempt: int = 1) -> bool:
     return lease_activate(lease_id=lease_id, access=access)
 
 
-def release_step(*, lease_id: int, reason: str, attempt: int = 1) -> bool:
-    """Take back the cards of a releasing lease; a no-op in any other state."""
+def release_attempts(lease: Lease) -> int:
+    """Attempts at releasing *lease* since its release began (or was retried): one budget for
+    the task's retries and the sweep's resends together."""
+    return BackendCall.objects.filter(
+        lease=lease, action="release", started_at__gte=lease.status_changed_at
+    ).count()
+
+
+def release_step(*, lease_id: int) -> bool:
+    """Take back the cards of a releasing lease; a no-op in any other state.
+
+    A permanent backend error, or a transient one at the last of ``RELEASE_ATTEMPTS``,
+    fails the release for good (``lease_release_fail``); an earlier transient error is
+    raised for the task to retry."""
     lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
     if lease is None or lease.status != LeaseStatus.RELEASING:
         return False
-    _call(lease, "release", attempt, lambda backend, holding: backend.release(holding))
-    return lease_finish_release(lease_id=lease_id, reason=reason)
+    attempt = release_attempts(lease) + 1
+    try:
+        _call(lease, "release", attempt, lambda backend, holding: backend.release(holding))
+    except PermanentBackendError as exc:
+        lease_release_fail(lease_id=lease_id, reason=str(exc))
+        return False
+    except TransientBackendError as exc:
+        if attempt < RELEASE_ATTEMPTS:
+            raise
+        lease_release_fail(
+            lease_id=lease_id, reason=f"The backend kept failing ({attempt} attempts): {exc}"
+        )
+        return False
+    return lease_finish_release(lease_id=lease_id)

@@ -27,6 +27,15 @@ from inventory.selectors import count_per_row
 from leasing.models import Allocation
 
 
+def usable_cards(start: datetime, end: datetime | None = None) -> QuerySet[Card]:
+    """Cards a lease may be placed on over [start, end): the inventory's one rule
+    (``Card.objects.usable``: healthy, on a node taking leases) less the cards a failed
+    release may still hold (``Allocation.objects.held_back``). The planner's snapshot, the
+    fast path and the counts here all start from it."""
+    held_back = Allocation.objects.held_back().values("card_id")
+    return Card.objects.usable(start, end).exclude(pk__in=held_back)
+
+
 def covering_allocations(now: datetime, card_ref: str = "pk") -> QuerySet[Allocation]:
     """Allocations of the outer query's card (``OuterRef(card_ref)``) whose period covers *now*."""
     return Allocation.objects.filter(card=OuterRef(card_ref), start_at__lte=now, end_at__gt=now)
@@ -34,7 +43,7 @@ def covering_allocations(now: datetime, card_ref: str = "pk") -> QuerySet[Alloca
 
 def available_cards(now: datetime) -> QuerySet[Card]:
     """Cards a lease could get at *now*: healthy, on a node taking leases, not held by anyone."""
-    return Card.objects.usable(now).filter(~Exists(covering_allocations(now)))
+    return usable_cards(now).filter(~Exists(covering_allocations(now)))
 
 
 def card_models_with_counts(now: datetime) -> QuerySet[CardModel]:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
-from leasing.choices import RUNNING_STATES, LeaseStatus
+from leasing.choices import RUNNING_STATES, EndReason, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease, LeaseEvent
@@ -170,7 +170,13 @@ def release_begin(
     """provisioning/active → releasing: the cards are free from *cut_at* (default now), the
     queue is re-planned, and the backend is told after commit. The one way a holding ends
     early or at its end; the caller holds the model's lock. False if the lease was not
-    running (someone else won)."""
+    running (someone else won).
+
+    The *reason* (an ``EndReason``) is written on the lease here, with the state: every later
+    step (the backend's release, a lost task re-sent by the sweep, an operator resolving a
+    failed release, the holder's notice) reads it from the lease."""
+    if reason not in EndReason.values:
+        raise ValueError(f"not an end reason: {reason!r}")
     cut_at = cut_at or now
     if not transition(
         lease.pk,
@@ -181,9 +187,10 @@ def release_begin(
         actor=actor,
         data={"reason": reason},
         ended_at=cut_at,
+        end_reason=reason,
     ):
         return False
     cards_free(lease, cut_at)
     replan(lease.card_model_id, now=now)
-    enqueue_after_commit("leasing.tasks.release_lease", lease.pk, reason)
+    enqueue_after_commit("leasing.tasks.release_lease", lease.pk)
     return True

@@ -281,7 +281,7 @@ def test_lifecycle_events_notify_the_holder(
     frozen.move_to(T0 + hours(1))
     with django_capture_on_commit_callbacks(execute=True):
         endings.lease_expire(lease_id=first.pk)
-        provisioning.lease_finish_release(lease_id=first.pk, reason=EndReason.EXPIRED)
+        provisioning.lease_finish_release(lease_id=first.pk)
         provisioning.provision_step(lease_id=second.pk)
     # Notices of events are queued as tasks; the activation notice is written by the worker
     # itself (no second task for it).

@@ -136,7 +136,7 @@ def test_a_lease_is_a_job_of_its_holder_holding_exactly_its_cards(slurm, pool, a
 
     # Release cancels it within seconds.
     changes.lease_release(lease=lease, user=alice)
-    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
+    assert provisioning.release_step(lease_id=lease.pk)
     assert _gone_within(slurm, lease, 5) < 5
 
 
@@ -146,7 +146,7 @@ def test_expiry_cancels_the_job(slurm, pool, alice, vision):
     assert provisioning.provision_step(lease_id=lease.pk)
     lease.refresh_from_db()
     assert endings.lease_expire(lease_id=lease.pk, now=lease.end_at)
-    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.EXPIRED)
+    assert provisioning.release_step(lease_id=lease.pk)
     _gone_within(slurm, lease, 5)
 
 

@@ -9,7 +9,7 @@ from leasing.backends import TransientBackendError, get_backend
 from leasing.backends import slurm as slurm_backend
 from leasing.backends.local import LocalBackend
 from leasing.backends.slurm import SlurmBackend, SlurmCli, parse_gres_types
-from leasing.choices import EndReason, LeaseStatus
+from leasing.choices import LeaseStatus
 from leasing.lifecycle import changes, provisioning
 from leasing.lifecycle import tasks as lease_tasks
 from leasing.models import BackendCall

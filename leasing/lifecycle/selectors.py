@@ -59,6 +59,23 @@ def lease_detail(lease_id: int, user) -> Lease | None:
     )
 
 
+def releases_failed() -> QuerySet[Lease]:
+    """Leases whose release the backend failed to do, oldest first, with the cards they may
+    still hold: what operators resolve (``lifecycle.releases``)."""
+    return (
+        Lease.objects.filter(status=LeaseStatus.RELEASE_FAILED)
+        .select_related("user", "team", "card_model")
+        .prefetch_related(
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.held().select_related("card__node"),
+                to_attr="held_cards",
+            )
+        )
+        .order_by("status_changed_at", "pk")
+    )
+
+
 def queue_position(lease: Lease) -> int | None:
     """1-based place of a queued lease among the waiting leases of its card model."""
     if lease.status != LeaseStatus.QUEUED:

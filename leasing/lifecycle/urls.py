@@ -19,6 +19,8 @@ urlpatterns = [
     path("<int:pk>/cancel/", views.lease_cancel, name="cancel"),
     path("<int:pk>/extend/", views.lease_extend, name="extend"),
     path("<int:pk>/resize/", views.lease_resize, name="resize"),
+    path("<int:pk>/release-retry/", views.lease_release_retry, name="release_retry"),
+    path("<int:pk>/release-resolve/", views.lease_release_resolve, name="release_resolve"),
 ]
 
 # Included by portal/urls.py as include((telemetry_urlpatterns, "telemetry")).

@@ -110,12 +110,19 @@ def cards_list(now: datetime) -> QuerySet[Card]:
 
 def node_cards_by_domain(node: Node, now: datetime) -> list[tuple[int, list[Card]]]:
     """The node's cards grouped by interconnect domain (its topology), in index order, each
-    with ``busy_until`` and ``is_free`` (free now: the one rule of ``available_cards``)."""
+    with ``busy_until``, ``is_free`` (free now: the one rule of ``available_cards``) and
+    ``held_back_by`` (the lease whose failed release may still hold it, or None)."""
     domains: dict[int, list[Card]] = {}
     cards = (
         cards_list(now)
         .filter(node=node)
-        .annotate(is_free=Exists(available_cards(now).filter(pk=OuterRef("pk"))))
+        .annotate(
+            is_free=Exists(available_cards(now).filter(pk=OuterRef("pk"))),
+            # The lease whose failed release may still hold the card (an operator resolves it).
+            held_back_by=Subquery(
+                Allocation.objects.held_back().filter(card=OuterRef("pk")).values("lease_id")[:1]
+            ),
+        )
     )
     for card in cards.order_by("interconnect_domain", "index"):
         domains.setdefault(card.interconnect_domain, []).append(card)

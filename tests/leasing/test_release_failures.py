@@ -193,3 +193,35 @@ def test_end_reason_is_set_exactly_while_ending_or_ended(frozen, alice, vision, 
         Lease.objects.filter(pk=lease.pk).update(end_reason=EndReason.ADMIN)
     lease = released(lease, alice, frozen)
     assert (lease.status, lease.end_reason) == (LeaseStatus.RELEASING, EndReason.RELEASED)
+
+
+@backend("tests.leasing.test_release_failures.RefusingBackend")
+def test_operators_see_failed_releases_and_resolve_them_from_the_pages(
+    client, frozen, alice, vision, a100, ops
+):
+    make_node(a100, cards=2, domains=1, hostname="pair")
+    lease = released(active(ask(alice, vision, a100, count=2)), alice, frozen)
+    provisioning.release_step(lease_id=lease.pk)
+    client.cookies["django_language"] = "en"
+
+    client.force_login(alice)  # the holder sees the state, not the operator's buttons
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    assert "Release failed" in page and "Retry the release" not in page
+    assert "Releases that failed" not in client.get("/pool/").content.decode()
+    client.post(f"/leases/{lease.pk}/release-resolve/")
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.RELEASE_FAILED
+
+    client.force_login(ops)
+    pool = client.get("/pool/").content.decode()
+    assert "Releases that failed" in pool and "pair:0,1" in pool
+    node = client.get("/inventory/nodes/pair/").content.decode()
+    assert f"Release of lease {lease.pk} failed" in node
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    assert "Retry the release" in page and "permission denied" in page
+    response = client.post(f"/leases/{lease.pk}/release-resolve/", {"note": "scancel by hand"})
+    assert response.status_code == 302
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.ENDED
+    assert lease.events.get(kind="ended").message == "scancel by hand"
+    assert "Releases that failed" not in client.get("/pool/").content.decode()

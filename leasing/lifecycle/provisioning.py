@@ -20,7 +20,6 @@ from leasing.backends import (
     backend_name_for,
     get_backend,
 )
-from leasing.backends.local import access_details
 from leasing.billing import usage
 from leasing.choices import (
     ENDING_STATES,
@@ -40,13 +39,17 @@ from leasing.scheduler.run import (
     release_begin,
     replan,
 )
-from leasing.transitions import cards_free, notify_after_commit, transition
+from leasing.transitions import cards_free, event_record, notify_after_commit, transition
 
 logger = logging.getLogger(__name__)
 
 # Attempts at a release (the task's retries and the sweep's resends together) before it
 # fails for good and waits for an operator.
 RELEASE_ATTEMPTS = 6
+# The same for telling the backend a running lease's cards changed; then the lease fails.
+CHANGE_ATTEMPTS = 6
+# Key in Lease.access while the backend has not yet answered a change of cards.
+PENDING_CHANGE = "pending_change"
 
 
 # --- start, activate, fail ---------------------------------------------------------------
@@ -248,10 +251,71 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
     )
 
 
-def access_of(lease: Lease, *, now: datetime | None = None) -> dict:
-    """The lease's access details as the local backend words them, from its current cards
-    (after a card swap or a resize in place)."""
-    return access_details(holding_of(lease, now=now))
+def backend_change_after_commit(lease: Lease, *, now: datetime) -> None:
+    """The running lease's cards changed (a faulty card swapped, a resize in place): once the
+    transaction commits, its backend is told (``change_step``) and the access details are
+    rewritten from the backend's answer. Until then the lease keeps the access the backend
+    still gives, marked ``pending_change`` (the sweep re-sends a change whose task was lost)."""
+    access = {**(lease.access or {}), PENDING_CHANGE: now.isoformat()}
+    Lease.objects.filter(pk=lease.pk).update(access=access)
+    enqueue_after_commit("leasing.tasks.change_lease", lease.pk)
+
+
+def changes_pending(*, older_than: datetime, batch: int) -> list[int]:
+    """Running leases whose backend change has waited since before *older_than* (lost task)."""
+    rows = Lease.objects.filter(
+        status=LeaseStatus.ACTIVE, access__has_key=PENDING_CHANGE
+    ).values_list("pk", "access")[:batch]
+    return [
+        pk for pk, access in rows if datetime.fromisoformat(access[PENDING_CHANGE]) < older_than
+    ]
+
+
+def change_step(*, lease_id: int) -> bool:
+    """Tell the backend a running lease's cards changed and write the access it answers.
+
+    A no-op unless the lease is active with a change pending. A permanent backend error, or
+    a transient one at the last of ``CHANGE_ATTEMPTS``, fails the lease (the backend's
+    holding no longer matches the records, as when a hand-over fails); an earlier transient
+    error is raised for the task to retry."""
+    lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
+    if lease is None or lease.status != LeaseStatus.ACTIVE:
+        return False
+    since = (lease.access or {}).get(PENDING_CHANGE)
+    if since is None:
+        return False
+    attempt = (
+        BackendCall.objects.filter(
+            lease=lease, action="change", started_at__gte=datetime.fromisoformat(since)
+        ).count()
+        + 1
+    )
+    try:
+        access = _call(lease, "change", attempt, lambda backend, holding: backend.change(holding))
+    except PermanentBackendError as exc:
+        return lease_fail(
+            lease_id=lease_id, reason=f"The backend could not change the cards: {exc}"
+        )
+    except TransientBackendError as exc:
+        if attempt < CHANGE_ATTEMPTS:
+            raise
+        return lease_fail(
+            lease_id=lease_id,
+            reason=f"The backend kept failing to change the cards ({attempt} attempts): {exc}",
+        )
+    with transaction.atomic():
+        # Only the change this answer is for: a newer one has its own task.
+        changed = Lease.objects.filter(
+            pk=lease_id, status=LeaseStatus.ACTIVE, **{f"access__{PENDING_CHANGE}": since}
+        ).update(access=access)
+        if changed:
+            event_record(
+                lease_id,
+                kind="backend_changed",
+                at=timezone.now(),
+                data={"backend": access.get("backend", "")},
+            )
+    return bool(changed)
 
 
 def _call(lease: Lease, action: str, attempt: int, fn):

@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from inventory.models import CardModel
 from leasing import transitions
 from leasing.choices import LeaseStatus
-from leasing.lifecycle.provisioning import access_of
+from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import Allocation, Lease
 from leasing.scheduler import planner
@@ -131,7 +131,9 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user) -> Lease:
         Allocation.objects.bulk_create(
             Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at) for c in chosen
         )
-    Lease.objects.filter(pk=lease.pk).update(count=count, access=access_of(lease, now=now))
+    Lease.objects.filter(pk=lease.pk).update(count=count)
+    # The backend changes what it holds (Slurm: the job's GRES) and answers the new access.
+    backend_change_after_commit(lease, now=now)
     transitions.event_record(
         lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
     )

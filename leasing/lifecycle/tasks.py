@@ -81,6 +81,21 @@ def release_lease(self, lease_id: int, reason: str = "") -> None:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
 
+@shared_task(
+    name="leasing.tasks.change_lease",
+    bind=True,
+    max_retries=provisioning.CHANGE_ATTEMPTS,
+    acks_late=True,
+)
+def change_lease(self, lease_id: int) -> None:
+    """Tell a running lease's backend its cards changed; write the access it answers.
+    ``change_step`` bounds the attempts in the database (then the lease fails)."""
+    try:
+        provisioning.change_step(lease_id=lease_id)
+    except TransientBackendError as exc:
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
 # start_lease and expire_lease are no longer sent (the tick does their work); they stay so
 # that ETA messages queued by an older version before an upgrade are still understood.
 @shared_task(name="leasing.tasks.start_lease", acks_late=True)
@@ -148,6 +163,10 @@ def sweep() -> dict:
             # The reason is on the lease; a failed release (release_failed) is not re-sent.
             enqueue("leasing.tasks.release_lease", lease_id)
             done["rereleased"] += 1
+    done["rechanged"] = 0
+    for lease_id in provisioning.changes_pending(older_than=stale, batch=BATCH):
+        enqueue("leasing.tasks.change_lease", lease_id)
+        done["rechanged"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)

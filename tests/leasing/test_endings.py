@@ -239,6 +239,7 @@ def test_faulty_card_moves_the_lease_or_ends_it(frozen, told, alice, ops, vision
         )
     )
     assert held[0] not in now_held and len(now_held) == 2
+    assert provisioning.change_step(lease_id=lease.pk)  # the backend answers the new access
     lease.refresh_from_db()
     assert len(lease.access["nodes"][0]["devices"]) == 2
     # No spare left: the next fault ends the lease.

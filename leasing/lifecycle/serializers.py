@@ -25,7 +25,8 @@ class LeaseSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     duration_minutes = serializers.SerializerMethodField()
-    allocations = AllocationSerializer(many=True, read_only=True)
+    # The cards it holds now (or held last), not those swapped out or dropped before.
+    allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
 
     class Meta:
         model = Lease

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from leasing.choices import (
@@ -178,6 +179,19 @@ class Lease(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATES
+
+    @property
+    def cards_held(self) -> list[Allocation]:
+        """The cards the lease holds now or is booked to hold, else (once its holding is over)
+        those it held last: a card swapped out or dropped by a resize is not among them. What
+        the lease page, the lists and the API show; reads ``allocations`` as prefetched."""
+        allocations = list(self.allocations.all())
+        now = timezone.now()
+        current = [a for a in allocations if a.end_at > now]
+        if current:
+            return current
+        last = max((a.end_at for a in allocations), default=None)
+        return [a for a in allocations if a.end_at == last]
 
 
 class AllocationQuerySet(models.QuerySet):

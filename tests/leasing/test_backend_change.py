@@ -175,3 +175,56 @@ def test_a_lost_or_failing_change_is_resent_by_the_sweep_but_bounded(
     assert lease.status == LeaseStatus.FAILED and "kept failing" in lease.failure_reason
     calls = BackendCall.objects.filter(lease=lease, action="change").count()
     assert calls == provisioning.CHANGE_ATTEMPTS
+
+
+def test_after_a_swap_the_lease_lists_only_the_card_it_holds_and_the_notice_says_so(
+    client, api, frozen, alice, ops, vision, a100, sent_tasks, django_capture_on_commit_callbacks
+):
+    from django.utils import translation
+
+    from leasing.models import Notification
+
+    make_node(a100, cards=4, domains=1, hostname="sz-4090-01")
+    lease = active(ask(alice, vision, a100, count=1))
+    (device,) = lease.access["nodes"][0]["devices"]
+    frozen.shift(timedelta(minutes=10))
+    with django_capture_on_commit_callbacks(execute=True):
+        maintenance.card_mark_faulty(user=ops, card=Card.objects.get(index=device))
+    lease = changed(lease)
+    (now_device,) = held_indices(lease, frozen_now())
+    assert now_device != device
+
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    listed = client.get("/leases/").content.decode()
+    assert f"sz-4090-01:{now_device}<" in listed and f"sz-4090-01:{device}," not in listed
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    cards_table = page.split('id="lease-cards"', 1)[1].split("</table>", 1)[0]
+    assert cards_table.count("<tr><td>") == 1
+    api.force_authenticate(alice)
+    body = api.get(f"/api/v1/leases/{lease.pk}/", HTTP_ACCEPT_LANGUAGE="en").json()
+    assert [a["card_index"] for a in body["allocations"]] == [now_device]
+    assert body["access"]["nodes"][0]["devices"] == [now_device]
+
+    # The holder's notice is a swap notice of its own kind, with what was swapped for what.
+    (task,) = [t for t in sent_tasks if t.args[1:] == ("card_swapped",)]
+    lease_tasks.notify_lease(*task.args)
+    note = Notification.objects.get(user=alice, lease=lease)
+    assert note.kind == "card_swapped" and "swapped" in note.title
+    assert note.data["from_card"] == f"sz-4090-01:{device}"
+    assert note.data["to_card"] == f"sz-4090-01:{now_device}"
+    assert not Notification.objects.filter(user=alice, kind="lease_active").exists()
+    lease_tasks.notify_lease(*task.args)  # told once
+    assert Notification.objects.filter(user=alice, kind="card_swapped").count() == 1
+    with translation.override("zh-hans"):
+        from leasing.notify.wording import notify_lease_event
+
+        Notification.objects.all().delete()
+        (chinese,) = notify_lease_event(lease_id=lease.pk, kind="card_swapped")
+    assert "swapped" not in chinese.title
+
+
+def frozen_now():
+    from django.utils import timezone
+
+    return timezone.now()

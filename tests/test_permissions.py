@@ -208,6 +208,11 @@ ROWS = [
       probe="leases", writes="bob ops"),
     r("leasing:resize", "POST", "/leases/{alice_lease}/resize/", (L, 404, M, M, M, M),
       data={"count": "1"}, probe="leases", writes="alice lena ops"),
+    # Operators only, and only for a failed release: alice_lease is active, so nobody writes.
+    r("leasing:release_retry", "POST", "/leases/{alice_lease}/release-retry/",
+      (L, 404, M, M, M, M), probe="leases"),
+    r("leasing:release_resolve", "POST", "/leases/{alice_lease}/release-resolve/",
+      (L, 404, M, M, M, M), probe="leases"),
     r("leasing:estimate", "GET", "/leases/estimate/", ALL_IN),
     # --- pages: reports and statements (finance, operators; leads for their teams) ----------
     r("reports:index", "GET", "/reports/", (L, 403, 403, 200, 200, 200)),

@@ -36,6 +36,11 @@ def usable_cards(start: datetime, end: datetime | None = None) -> QuerySet[Card]
     return Card.objects.usable(start, end).exclude(pk__in=held_back)
 
 
+def held_back_allocations(card_ref: str = "pk") -> QuerySet[Allocation]:
+    """The outer query's card (``OuterRef(card_ref)``) as the last card of a failed release."""
+    return Allocation.objects.held_back().filter(card=OuterRef(card_ref))
+
+
 def covering_allocations(now: datetime, card_ref: str = "pk") -> QuerySet[Allocation]:
     """Allocations of the outer query's card (``OuterRef(card_ref)``) whose period covers *now*."""
     return Allocation.objects.filter(card=OuterRef(card_ref), start_at__lte=now, end_at__gt=now)
@@ -119,9 +124,7 @@ def node_cards_by_domain(node: Node, now: datetime) -> list[tuple[int, list[Card
         .annotate(
             is_free=Exists(available_cards(now).filter(pk=OuterRef("pk"))),
             # The lease whose failed release may still hold the card (an operator resolves it).
-            held_back_by=Subquery(
-                Allocation.objects.held_back().filter(card=OuterRef("pk")).values("lease_id")[:1]
-            ),
+            held_back_by=Subquery(held_back_allocations().values("lease_id")[:1]),
         )
     )
     for card in cards.order_by("interconnect_domain", "index"):

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.test import override_settings
 
+from inventory.models import Card
 from leasing.backends import PermanentBackendError, TransientBackendError
 from leasing.backends.local import LocalBackend
 from leasing.choices import EndReason, LeaseStatus
@@ -16,6 +17,7 @@ from leasing.lifecycle import changes, endings, provisioning, releases
 from leasing.lifecycle import tasks as lease_tasks
 from leasing.models import BackendCall, Lease, LeaseEvent, Notification
 from leasing.scheduler.availability import card_models_with_counts
+from portal.metrics import card_state
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 
@@ -112,6 +114,8 @@ def test_a_failed_releases_cards_stay_out_of_placement_until_resolved(
     waiting = ask(bob, nlp, a100, count=1)
     assert waiting.status == LeaseStatus.QUEUED
     assert card_models_with_counts(frozen_now()).get(pk=a100.pk).available == 0
+    states = Card.objects.annotate(state=card_state(frozen_now())).values_list("state", flat=True)
+    assert set(states) == {"held"}  # /metrics
     # Operators hear of it; the holder hears the lease ended, with its own reason.
     for task in sent_tasks:
         if task.name == "leasing.tasks.notify_lease":

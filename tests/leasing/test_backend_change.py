@@ -56,7 +56,7 @@ def live_jobs(fake, lease):
 
 
 def test_a_faulty_card_swap_moves_the_slurm_job_off_the_card(
-    frozen, fake, alice, ops, vision, a100, slurm_node, sent_tasks
+    client, frozen, fake, alice, ops, vision, a100, slurm_node, sent_tasks
 ):
     lease = active(ask(alice, vision, a100, count=1))
     (old_job,) = live_jobs(fake, lease)
@@ -66,6 +66,10 @@ def test_a_faulty_card_swap_moves_the_slurm_job_off_the_card(
     lease.refresh_from_db()
     # Until the backend answers, the lease shows what Slurm still gives, marked pending.
     assert lease.access["backend"] == "slurm" and "pending_change" in lease.access
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    assert "the backend is updating these details" in page
     lease = changed(lease)
     (job,) = live_jobs(fake, lease)
     assert job.job_id != old_job.job_id and faulty.index not in job.indices
@@ -74,6 +78,9 @@ def test_a_faulty_card_swap_moves_the_slurm_job_off_the_card(
     assert node["job_id"] == job.job_id and node["devices"] == job.indices
     assert node["shell"].startswith("srun --jobid=")
     assert lease.events.filter(kind="backend_changed").count() == 1
+    page = client.get(f"/leases/{lease.pk}/").content.decode()
+    assert f"srun --jobid={job.job_id} --overlap --pty bash" in page
+    assert "ssh alice@" not in page and "updating these details" not in page
     # Idempotent: told again, Slurm keeps the job.
     assert not provisioning.change_step(lease_id=lease.pk)  # nothing pending any more
     assert provisioning.holding_of(lease).backend == "slurm"

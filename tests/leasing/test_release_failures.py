@@ -147,23 +147,31 @@ def frozen_now():
 
 
 def test_an_operator_retries_a_failed_release(
-    frozen, alice, vision, a100, ops, small_pool, sent_tasks, django_capture_on_commit_callbacks
+    frozen, alice, bob, vision, nlp, a100, ops, sent_tasks, django_capture_on_commit_callbacks
 ):
+    make_node(a100, cards=1, domains=1, hostname="one")
     with backend("tests.leasing.test_release_failures.RefusingBackend"):
         lease = released(active(ask(alice, vision, a100)), alice, frozen)
         provisioning.release_step(lease_id=lease.pk)
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.RELEASE_FAILED
+    waiting = ask(bob, nlp, a100)
     frozen.shift(hours(1))
     with django_capture_on_commit_callbacks(execute=True):
         releases.lease_release_retry(lease=lease, user=ops)
     lease.refresh_from_db()
+    waiting.refresh_from_db()
     assert lease.status == LeaseStatus.RELEASING
+    assert waiting.status == LeaseStatus.QUEUED  # held back until the retry is done
     assert sent_tasks[-1].name == "leasing.tasks.release_lease"
-    # Fixed by the operator: the next attempt goes through, with the reason it began with.
+    # Fixed by the operator: the next attempt goes through, with the reason it began with,
+    # and the card goes to the waiting lease at once.
     lease_tasks.release_lease(*sent_tasks[-1].args)
     lease.refresh_from_db()
+    waiting.refresh_from_db()
     assert (lease.status, lease.end_reason) == (LeaseStatus.ENDED, EndReason.RELEASED)
+    assert waiting.status == LeaseStatus.PROVISIONING
+    assert lease.events.filter(kind="release_retried", actor=ops).exists()
 
 
 def test_a_lost_release_ends_with_the_reason_it_began_with(

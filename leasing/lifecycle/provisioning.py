@@ -82,6 +82,15 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
 
     now = now or timezone.now()
     with transaction.atomic():
+        replaces_id, before = Lease.objects.filter(pk=lease_id).values_list(
+            "replaces_id", "access"
+        ).first() or (None, {})
+        pending = (before or {}).get(PENDING_CHANGE)
+        if pending:
+            # Its cards changed while it was handed over (a swap): the backend may have handed
+            # over the old ones, so the change is still to be made once it is active.
+            access = {**access, PENDING_CHANGE: pending}
+            enqueue_after_commit("leasing.tasks.change_lease", lease_id)
         ok = transition(
             lease_id,
             frm=[LeaseStatus.PROVISIONING],
@@ -93,7 +102,6 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
         )
         if ok:
             # The tick (tasks.tick) expires it at its end.
-            replaces_id = Lease.objects.values_list("replaces_id", flat=True).get(pk=lease_id)
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
             transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)

@@ -235,3 +235,19 @@ def frozen_now():
     from django.utils import timezone
 
     return timezone.now()
+
+
+def test_a_swap_while_the_cards_are_being_handed_over_is_made_once_active(
+    frozen, fake, alice, ops, vision, a100, slurm_node, sent_tasks
+):
+    lease = ask(alice, vision, a100, count=1)
+    holding = provisioning.holding_of(lease)  # the worker read the holding…
+    faulty = Card.objects.get(node=slurm_node, index=holding.nodes[0].indices[0])
+    maintenance.card_mark_faulty(user=ops, card=faulty)  # …then the card failed
+    access = slurm_backend.SlurmBackend().provision(holding)
+    assert provisioning.lease_activate(lease_id=lease.pk, access=access)
+    lease.refresh_from_db()
+    assert "pending_change" in lease.access
+    lease = changed(lease)
+    (job,) = live_jobs(fake, lease)
+    assert faulty.index not in job.indices and "pending_change" not in lease.access

@@ -155,6 +155,10 @@ class DecisionSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+class ResolveSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
 class ResizeSerializer(serializers.Serializer):
     count = serializers.IntegerField(min_value=1, max_value=4096, required=False)
     card_model = serializers.SlugRelatedField(

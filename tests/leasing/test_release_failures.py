@@ -237,3 +237,23 @@ def test_operators_see_failed_releases_and_resolve_them_from_the_pages(
     assert lease.status == LeaseStatus.ENDED
     assert lease.events.get(kind="ended").message == "scancel by hand"
     assert "Releases that failed" not in client.get("/pool/").content.decode()
+
+
+@backend("tests.leasing.test_release_failures.RefusingBackend")
+def test_operators_resolve_a_failed_release_through_the_api(
+    api, frozen, alice, vision, a100, ops, small_pool
+):
+    lease = released(active(ask(alice, vision, a100)), alice, frozen)
+    provisioning.release_step(lease_id=lease.pk)
+    api.force_authenticate(alice)
+    body = api.get(f"/api/v1/leases/{lease.pk}/").json()
+    assert (body["status"], body["end_reason"]) == ("release_failed", "released")
+    assert api.post(f"/api/v1/leases/{lease.pk}/release-retry/").status_code == 403
+    api.force_authenticate(ops)
+    retried = api.post(f"/api/v1/leases/{lease.pk}/release-retry/")
+    assert retried.status_code == 200 and retried.json()["status"] == "releasing"
+    provisioning.release_step(lease_id=lease.pk)  # still refused: failed again
+    resolved = api.post(f"/api/v1/leases/{lease.pk}/release-resolve/", {"note": "by hand"})
+    assert resolved.status_code == 200 and resolved.json()["status"] == "ended"
+    again = api.post(f"/api/v1/leases/{lease.pk}/release-resolve/", {"note": "twice"})
+    assert again.status_code == 400

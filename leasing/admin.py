@@ -3,7 +3,7 @@
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from leasing.lifecycle import changes
+from leasing.lifecycle import changes, releases
 from leasing.models import (
     Allocation,
     BackendCall,
@@ -66,7 +66,7 @@ class LeaseAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "description", "=id"]
     date_hierarchy = "submitted_at"
     inlines = [AllocationInline, EventInline, BackendCallInline]
-    actions = ["release_selected"]
+    actions = ["release_selected", "retry_failed_releases", "resolve_failed_releases"]
     list_select_related = ["user", "team", "card_model"]
 
     def get_readonly_fields(self, request, obj=None):
@@ -78,17 +78,28 @@ class LeaseAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Release the selected leases now")
-    def release_selected(self, request, queryset):
+    def _each(self, request, queryset, action) -> None:
         for lease in queryset:
             try:
-                changes.lease_release(lease=lease, user=request.user)
+                action(lease=lease, user=request.user)
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(
                     request,
                     f"lease {lease.pk}: {' '.join(getattr(exc, 'messages', [str(exc)]))}",
                     messages.WARNING,
                 )
+
+    @admin.action(description="Release the selected leases now")
+    def release_selected(self, request, queryset):
+        self._each(request, queryset, changes.lease_release)
+
+    @admin.action(description="Failed releases: send the release to the backend again")
+    def retry_failed_releases(self, request, queryset):
+        self._each(request, queryset, releases.lease_release_retry)
+
+    @admin.action(description="Failed releases: mark released (the cards were freed by hand)")
+    def resolve_failed_releases(self, request, queryset):
+        self._each(request, queryset, releases.lease_release_resolve)
 
 
 @admin.register(Quota)

@@ -17,6 +17,7 @@ class LeaseStatus(models.TextChoices):
     PROVISIONING = "provisioning", _("Provisioning")
     ACTIVE = "active", _("Active")
     RELEASING = "releasing", _("Releasing")
+    RELEASE_FAILED = "release_failed", _("Release failed")
     ENDED = "ended", _("Ended")
     REJECTED = "rejected", _("Rejected")
     CANCELLED = "cancelled", _("Cancelled")
@@ -30,10 +31,17 @@ WAITING_STATES = (LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED)
 BOOKED_STATES = (LeaseStatus.SCHEDULED, LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
 # The cards are the holder's right now (the backend has them or is handing them over).
 RUNNING_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE)
+# The holder has lost the lease (usage stopped at ``ended_at``); the backend is taking the
+# cards back, or failed to for good and an operator must resolve it. A failed release keeps
+# its last cards out of placement (``Allocation.objects.held_back``) until then.
+ENDING_STATES = (LeaseStatus.RELEASING, LeaseStatus.RELEASE_FAILED)
+# ``Lease.end_reason`` is set exactly in these (a database check): set when the release
+# begins, read by every later step. A hand-over that failed says why in ``failure_reason``.
+REASONED_STATES = ENDING_STATES + (LeaseStatus.ENDED,)
 # A backend holds something for the lease: handed over, held, or being taken back.
-BACKEND_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE, LeaseStatus.RELEASING)
+BACKEND_STATES = (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE, *ENDING_STATES)
 # Booked or still being taken back: who holds what on the team page.
-HOLDING_STATES = BOOKED_STATES + (LeaseStatus.RELEASING,)
+HOLDING_STATES = BOOKED_STATES + ENDING_STATES
 OPEN_STATES = WAITING_STATES + HOLDING_STATES
 TERMINAL_STATES = (
     LeaseStatus.ENDED,
@@ -121,6 +129,8 @@ class Kind(models.TextChoices):
     LEASE_EXPIRING = "lease_expiring", _("Lease ending soon")
     LEASE_ENDED = "lease_ended", _("Lease ended")
     LEASE_FAILED = "lease_failed", _("Lease failed")
+    CARD_SWAPPED = "card_swapped", _("Card swapped")
+    RELEASE_FAILED = "release_failed", _("Release failed")
     IDLE_WARNING = "idle_warning", _("Cards idle")
     PREEMPTION_WARNING = "preemption_warning", _("Preemption warning")
     DRAIN_WARNING = "drain_warning", _("Node maintenance")

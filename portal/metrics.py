@@ -44,7 +44,7 @@ from prometheus_client.exposition import choose_encoder
 from inventory.models import Card, CardModel, node_takes_leases_q
 from leasing.choices import OPEN_STATES, Channel, LeaseStatus
 from leasing.models import Delivery, Lease, LeaseEvent
-from leasing.scheduler.availability import covering_allocations
+from leasing.scheduler.availability import covering_allocations, held_back_allocations
 from portal.permissions import is_operator
 
 CARD_STATES = ("free", "held", "faulty", "retired", "down")
@@ -62,6 +62,7 @@ def card_state(now: datetime) -> Case:
         When(status=Card.Status.RETIRED, then=Value("retired")),
         When(status=Card.Status.FAULTY, then=Value("faulty")),
         When(Exists(covering_allocations(now)), then=Value("held")),
+        When(Exists(held_back_allocations()), then=Value("held")),  # a failed release's
         When(~node_takes_leases_q(now), then=Value("down")),
         default=Value("free"),
         output_field=CharField(),

@@ -37,6 +37,7 @@ from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel, node_takes_leases_q
 from leasing.choices import WAITING_STATES, LeaseStatus
+from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner, snapshot
 from leasing.scheduler.availability import covering_allocations
@@ -51,6 +52,7 @@ TOP_USERS = 10
 WAIT_BINS = (60, 300, 900, 3600, 4 * 3600, 24 * 3600)
 # "Frees up": the earliest a 1-card request made now would start, behind the queue.
 FREE_FOR = timedelta(hours=1)
+FAILED_RELEASES_SHOWN = 50
 
 
 def _hour_starts(now: datetime) -> list[datetime]:
@@ -351,5 +353,11 @@ def pool(request):
         "days": HOURS // 24,
         "top_days": TOP_USERS_DAYS,
         "names_shown": is_operator(request.user) or is_finance(request.user),
+        # Operators resolve these (retry, or mark done by hand) on each lease's page.
+        "releases_failed": (
+            list(lease_selectors.releases_failed()[:FAILED_RELEASES_SHOWN])
+            if is_operator(request.user)
+            else []
+        ),
     }
     return render(request, "portal/pool.html", context)

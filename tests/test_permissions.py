@@ -219,6 +219,11 @@ ROWS = [
       probe="leases", writes="bob ops"),
     r("leasing:resize", "POST", "/leases/{alice_lease}/resize/", (L, 404, M, M, M, M),
       data={"count": "1"}, probe="leases", writes="alice lena ops"),
+    # Operators only, and only for a failed release: alice_lease is active, so nobody writes.
+    r("leasing:release_retry", "POST", "/leases/{alice_lease}/release-retry/",
+      (L, 404, M, M, M, M), probe="leases"),
+    r("leasing:release_resolve", "POST", "/leases/{alice_lease}/release-resolve/",
+      (L, 404, M, M, M, M), probe="leases"),
     r("leasing:estimate", "GET", "/leases/estimate/", ALL_IN),
     # --- pages: reports and statements (finance, operators; leads for their teams) ----------
     r("reports:index", "GET", "/reports/", (L, 403, 403, 200, 200, 200)),
@@ -296,6 +301,11 @@ ROWS = [
     r("lease-resize", "POST", "/api/v1/leases/{bob_lease}/resize/",
       (401, 200, 404, 404, 403, 200), data={"count": 2}, api=True,
       probe="leases", writes="bob ops"),
+    # Failed releases: operators only (alice_lease is active, so even ops is refused: 400).
+    r("lease-release-retry", "POST", "/api/v1/leases/{alice_lease}/release-retry/",
+      (401, 404, 403, 403, 403, 400), api=True, probe="leases"),
+    r("lease-release-resolve", "POST", "/api/v1/leases/{alice_lease}/release-resolve/",
+      (401, 404, 403, 403, 403, 400), data={"note": "done"}, api=True, probe="leases"),
     # Asking by task: computed, never written.
     # Node agents only (Authorization: Node <token>): no person's session or token works.
     r("api-telemetry", "POST", "/api/v1/telemetry/", (401,) * 6,

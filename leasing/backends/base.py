@@ -67,3 +67,9 @@ class Backend:
     def status(self, holding: Holding) -> str:
         """'active', 'released' or 'unknown', as the backend sees it."""
         raise NotImplementedError
+
+    def change(self, holding: Holding) -> dict:
+        """The holding's cards changed while it runs (a faulty card swapped, a resize in
+        place): make the backend hold exactly ``holding.nodes`` and return the new access
+        details. Calling it again with the same holding changes nothing more."""
+        raise NotImplementedError

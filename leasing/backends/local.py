@@ -22,6 +22,10 @@ class LocalBackend(Backend):
     def status(self, holding: Holding) -> str:
         return "active" if holding.status == "active" else "released"
 
+    def change(self, holding: Holding) -> dict:
+        # Nothing to hold: the records are the truth; the holder is told the new devices.
+        return access_details(holding)
+
 
 def access_details(holding: Holding) -> dict:
     """Host, device indices and environment per node, from the holding's current cards."""

@@ -222,6 +222,62 @@ class SlurmBackend(Backend):
             return "released"
         return "active" if all(j.state == "RUNNING" for j in jobs) else "unknown"
 
+    def change(self, holding: Holding) -> dict:
+        """Make the lease's jobs hold exactly the holding's cards, and say how to reach them.
+
+        A running job's GRES cannot be changed in Slurm, so a job is kept only while every
+        device it holds is still the lease's (a resize that only adds cards keeps it, and a
+        job for the extra cards is added); any other job (it holds a swapped-out or dropped
+        card, or a node the lease left) is replaced: the new job is taken first, then the
+        old one cancelled, so the holder is never without cards. Where the node cannot
+        hold both at once (a shrink on a full node), the old job goes first and the new one
+        is asked for at once. Idempotent: a second call finds the jobs already matching."""
+        minutes = self._minutes_left(holding)
+        user = holding.slurm_user
+        wanted = {place.hostname: place for place in holding.nodes}
+        keep: list[int] = []
+        drop: list[int] = []
+        have: dict[str, int] = {}
+        for queued in self.live_jobs(holding):
+            job = self.cli.job(queued.job_id)
+            held = {
+                host: {i for g in gres for i in g.indices}
+                for host, gres in (job.gres if job else {}).items()
+            }
+            fits = bool(held) and all(
+                host in wanted and devices <= set(wanted[host].indices)
+                for host, devices in held.items()
+            )
+            if fits:
+                keep.append(queued.job_id)
+                for host, devices in held.items():
+                    have[host] = have.get(host, 0) + len(devices)
+            else:
+                drop.append(queued.job_id)
+        try:
+            self._add_missing(holding, user, minutes, have)
+        except TransientBackendError:
+            if not drop:
+                raise
+            logger.info("lease %s: no room beside the old job; replacing it", holding.lease_id)
+            self.cli.cancel(drop)
+            drop = []
+            self._add_missing(holding, user, minutes, have)
+        self.cli.cancel(drop)
+        return self.access(holding, user)
+
+    def _add_missing(self, holding: Holding, user: str, minutes: int, have: dict) -> None:
+        """A job per node for the cards the kept jobs do not hold; all or none."""
+        made: list[int] = []
+        try:
+            for place in holding.nodes:
+                missing = len(place.indices) - have.get(place.hostname, 0)
+                if missing > 0:
+                    made.append(self._salloc(holding, place, user, minutes, count=missing))
+        except Exception:
+            self.cli.cancel(made)
+            raise
+
     def extend(self, holding: Holding) -> int:
         """Raise each job's time limit to the lease's (new) end plus the grace; returns jobs."""
         changed = 0
@@ -247,9 +303,11 @@ class SlurmBackend(Backend):
         # Slurm's own limit is a backstop behind Cardpool's expiry, never ahead of it.
         return math.ceil(left) + self.config["GRACE_MINUTES"]
 
-    def _salloc(self, holding: Holding, place: NodeCards, user: str, minutes: int) -> int:
+    def _salloc(
+        self, holding: Holding, place: NodeCards, user: str, minutes: int, count: int = 0
+    ) -> int:
         gres_type = gres_type_for(place, holding.card_model_slug, self.config)
-        gres = f"{self.config['GRES_NAME']}:{gres_type}:{len(place.indices)}"
+        gres = f"{self.config['GRES_NAME']}:{gres_type}:{count or len(place.indices)}"
         args = [
             "--no-shell",
             f"--immediate={self.config['IMMEDIATE_SECONDS']}",

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from leasing.advisor.estimator import TaskProfile
 from leasing.advisor.serializers import LeaseByProfileSerializer
-from leasing.lifecycle import change_decisions, changes, requests, resize
+from leasing.lifecycle import change_decisions, changes, releases, requests, resize
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.lifecycle.requests import lease_request_by_profile
 from leasing.lifecycle.serializers import (
@@ -26,6 +26,7 @@ from leasing.lifecycle.serializers import (
     LeaseRequestSerializer,
     LeaseSerializer,
     ResizeSerializer,
+    ResolveSerializer,
 )
 from leasing.models import REQUEST_KEY_MAX, Allocation, Lease, LeaseChange
 from leasing.teams import approvals
@@ -193,6 +194,24 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
         lease = changes.lease_release(lease=self.get_object(), user=request.user)
+        return Response(LeaseSerializer(self._fresh(lease.pk)).data)
+
+    @extend_schema(request=None, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"], url_path="release-retry")
+    def release_retry(self, request, pk=None):
+        """Operators: send a failed release (status release_failed) to the backend again."""
+        lease = releases.lease_release_retry(lease=self.get_object(), user=request.user)
+        return Response(LeaseSerializer(self._fresh(lease.pk)).data)
+
+    @extend_schema(request=ResolveSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"], url_path="release-resolve")
+    def release_resolve(self, request, pk=None):
+        """Operators: a failed release was cleaned up by hand; the lease ends, the cards return."""
+        data = ResolveSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = releases.lease_release_resolve(
+            lease=self.get_object(), user=request.user, note=data.validated_data["note"]
+        )
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
     @extend_schema(request=None, responses=LeaseSerializer)

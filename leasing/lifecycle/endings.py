@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 
 from inventory.selectors import utilization_stats
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
-from leasing.lifecycle.provisioning import access_of
+from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Lease
 from leasing.notify.messages import notice_send
@@ -262,7 +262,8 @@ def cards_take_back(lease: Lease, *, now: datetime) -> bool:
         left = count - taken
         Lease.objects.filter(pk=lease.pk).update(count=left, preempt_at=None, preempt_cards=None)
         lease.refresh_from_db()
-        Lease.objects.filter(pk=lease.pk).update(access=access_of(lease, now=now))
+        # The backend gives the taken cards back (Slurm: the job's GRES) and answers the access.
+        backend_change_after_commit(lease, now=now)
         event_record(
             lease.pk,
             kind="resized",

@@ -17,15 +17,15 @@ from django.utils.translation import gettext as _
 from inventory.models import Card, Node
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
 from leasing.lifecycle.endings import lease_end_now
-from leasing.lifecycle.provisioning import access_of
+from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease
 from leasing.notify.messages import notice_send
-from leasing.notify.services import notify_holder, warning_with_notice
+from leasing.notify.services import warning_with_notice
 from leasing.scheduler import planner
 from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
-from leasing.transitions import event_record
+from leasing.transitions import event_record, notify_after_commit
 from portal.audit import audit
 from portal.permissions import is_operator
 
@@ -170,24 +170,22 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
             Allocation.objects.filter(pk=holding.pk).update(end_at=now)
         else:
             Allocation.objects.filter(pk=holding.pk).delete()
-        Allocation.objects.create(card_id=replacement[0], lease=lease, start_at=now, end_at=end)
-        Lease.objects.filter(pk=lease.pk).update(access=access_of(lease, now=now))
+        spare = Card.objects.select_related("node").get(pk=replacement[0])
+        Allocation.objects.create(card=spare, lease=lease, start_at=now, end_at=end)
+        # The backend moves the holding (Slurm: a job off the faulty card) and answers the
+        # new access details; until then the lease shows what the backend still gives.
+        backend_change_after_commit(lease, now=now)
         event_record(
             lease.pk,
             kind="card_replaced",
             at=now,
             actor=user,
-            data={"from": card.uuid, "to": replacement[0]},
+            data={
+                "from": card.uuid,
+                "to": spare.uuid,
+                "from_card": f"{card.node.hostname}:{card.index}",
+                "to_card": f"{spare.node.hostname}:{spare.index}",
+            },
         )
-        transaction.on_commit(
-            lambda: notify_holder(
-                lease,
-                "lease_active",
-                _("Lease %(id)s: a card was replaced") % {"id": lease.pk},
-                _(
-                    "Card %(uuid)s failed; your lease now holds another card. See the lease page for the new device list."
-                )
-                % {"uuid": card.uuid},
-            )
-        )
+        notify_after_commit(lease.pk, "card_swapped")
         return "moved"

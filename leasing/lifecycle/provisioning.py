@@ -12,10 +12,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import Node
-from leasing.backends import Holding, NodeCards, backend_name_for, get_backend
-from leasing.backends.local import access_details
+from leasing.backends import (
+    Holding,
+    NodeCards,
+    PermanentBackendError,
+    TransientBackendError,
+    backend_name_for,
+    get_backend,
+)
 from leasing.billing import usage
 from leasing.choices import (
+    ENDING_STATES,
     EndReason,
     LeaseStatus,
 )
@@ -32,9 +39,17 @@ from leasing.scheduler.run import (
     release_begin,
     replan,
 )
-from leasing.transitions import cards_free, notify_after_commit, transition
+from leasing.transitions import cards_free, event_record, notify_after_commit, transition
 
 logger = logging.getLogger(__name__)
+
+# Attempts at a release (the task's retries and the sweep's resends together) before it
+# fails for good and waits for an operator.
+RELEASE_ATTEMPTS = 6
+# The same for telling the backend a running lease's cards changed; then the lease fails.
+CHANGE_ATTEMPTS = 6
+# Key in Lease.access while the backend has not yet answered a change of cards.
+PENDING_CHANGE = "pending_change"
 
 
 # --- start, activate, fail ---------------------------------------------------------------
@@ -67,6 +82,15 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
 
     now = now or timezone.now()
     with transaction.atomic():
+        replaces_id, before = Lease.objects.filter(pk=lease_id).values_list(
+            "replaces_id", "access"
+        ).first() or (None, {})
+        pending = (before or {}).get(PENDING_CHANGE)
+        if pending:
+            # Its cards changed while it was handed over (a swap): the backend may have handed
+            # over the old ones, so the change is still to be made once it is active.
+            access = {**access, PENDING_CHANGE: pending}
+            enqueue_after_commit("leasing.tasks.change_lease", lease_id)
         ok = transition(
             lease_id,
             frm=[LeaseStatus.PROVISIONING],
@@ -78,7 +102,6 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
         )
         if ok:
             # The tick (tasks.tick) expires it at its end.
-            replaces_id = Lease.objects.values_list("replaces_id", flat=True).get(pk=lease_id)
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
             transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)
@@ -118,25 +141,71 @@ def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bo
     return True
 
 
-def lease_finish_release(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
-    """The backend has taken the cards back: releasing → ended."""
+def lease_finish_release(
+    *,
+    lease_id: int,
+    now: datetime | None = None,
+    frm: tuple[str, ...] = (LeaseStatus.RELEASING,),
+    actor=None,
+    message: str = "",
+) -> bool:
+    """The backend has taken the cards back: releasing (or, *frm* the operator's
+    ``lifecycle.releases``, a failed release cleaned up by hand) → ended, with the reason
+    the release began with (``Lease.end_reason``, never recovered from events)."""
+    assert set(frm) <= set(ENDING_STATES)
     now = now or timezone.now()
-    if reason not in EndReason.values:
-        reason = EndReason.ADMIN
     with transaction.atomic():
+        row = (
+            Lease.objects.filter(pk=lease_id, status__in=frm)
+            .values_list("end_reason", "failure_reason", "card_model_id")
+            .first()
+        )
+        if row is None:
+            return False
+        reason, release_failed_before, card_model_id = row
+        if release_failed_before:
+            lock_card_models([card_model_id])
         ended = transition(
             lease_id,
-            frm=[LeaseStatus.RELEASING],
+            frm=frm,
             to=LeaseStatus.ENDED,
             kind="ended",
             at=now,
-            end_reason=reason,
+            actor=actor,
+            message=message,
         )
+        if ended and release_failed_before:
+            # Its cards were held back while the release had failed: they are free only now.
+            replan(card_model_id, now=now)
         if ended:
             usage.usage_record_after_commit(lease_id)
         if ended and reason != EndReason.RELEASED:  # the holder released it: no need to say so
             notify_after_commit(lease_id, "lease_ended")
     return ended
+
+
+def lease_release_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bool:
+    """The backend could not take the cards back, for good: releasing → release_failed.
+
+    Nothing resends it (the sweep re-finds only ``releasing``); its last cards stay out of
+    placement (``Allocation.objects.held_back``) until an operator retries the release or
+    marks it done by hand (``lifecycle.releases``). Operators are told; the holder, whose
+    usage stopped when the release began, hears that the lease ended."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        failed = transition(
+            lease_id,
+            frm=[LeaseStatus.RELEASING],
+            to=LeaseStatus.RELEASE_FAILED,
+            kind="release_failed",
+            at=now,
+            message=reason,
+            failure_reason=reason,
+        )
+        if failed:
+            notify_after_commit(lease_id, "release_failed")
+            notify_after_commit(lease_id, "lease_ended")
+    return failed
 
 
 def _notify_here(lease_id: int, kind: str) -> None:
@@ -190,10 +259,71 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
     )
 
 
-def access_of(lease: Lease, *, now: datetime | None = None) -> dict:
-    """The lease's access details as the local backend words them, from its current cards
-    (after a card swap or a resize in place)."""
-    return access_details(holding_of(lease, now=now))
+def backend_change_after_commit(lease: Lease, *, now: datetime) -> None:
+    """The running lease's cards changed (a faulty card swapped, a resize in place): once the
+    transaction commits, its backend is told (``change_step``) and the access details are
+    rewritten from the backend's answer. Until then the lease keeps the access the backend
+    still gives, marked ``pending_change`` (the sweep re-sends a change whose task was lost)."""
+    access = {**(lease.access or {}), PENDING_CHANGE: now.isoformat()}
+    Lease.objects.filter(pk=lease.pk).update(access=access)
+    enqueue_after_commit("leasing.tasks.change_lease", lease.pk)
+
+
+def changes_pending(*, older_than: datetime, batch: int) -> list[int]:
+    """Running leases whose backend change has waited since before *older_than* (lost task)."""
+    rows = Lease.objects.filter(
+        status=LeaseStatus.ACTIVE, access__has_key=PENDING_CHANGE
+    ).values_list("pk", "access")[:batch]
+    return [
+        pk for pk, access in rows if datetime.fromisoformat(access[PENDING_CHANGE]) < older_than
+    ]
+
+
+def change_step(*, lease_id: int) -> bool:
+    """Tell the backend a running lease's cards changed and write the access it answers.
+
+    A no-op unless the lease is active with a change pending. A permanent backend error, or
+    a transient one at the last of ``CHANGE_ATTEMPTS``, fails the lease (the backend's
+    holding no longer matches the records, as when a hand-over fails); an earlier transient
+    error is raised for the task to retry."""
+    lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
+    if lease is None or lease.status != LeaseStatus.ACTIVE:
+        return False
+    since = (lease.access or {}).get(PENDING_CHANGE)
+    if since is None:
+        return False
+    attempt = (
+        BackendCall.objects.filter(
+            lease=lease, action="change", started_at__gte=datetime.fromisoformat(since)
+        ).count()
+        + 1
+    )
+    try:
+        access = _call(lease, "change", attempt, lambda backend, holding: backend.change(holding))
+    except PermanentBackendError as exc:
+        return lease_fail(
+            lease_id=lease_id, reason=f"The backend could not change the cards: {exc}"
+        )
+    except TransientBackendError as exc:
+        if attempt < CHANGE_ATTEMPTS:
+            raise
+        return lease_fail(
+            lease_id=lease_id,
+            reason=f"The backend kept failing to change the cards ({attempt} attempts): {exc}",
+        )
+    with transaction.atomic():
+        # Only the change this answer is for: a newer one has its own task.
+        changed = Lease.objects.filter(
+            pk=lease_id, status=LeaseStatus.ACTIVE, **{f"access__{PENDING_CHANGE}": since}
+        ).update(access=access)
+        if changed:
+            event_record(
+                lease_id,
+                kind="backend_changed",
+                at=timezone.now(),
+                data={"backend": access.get("backend", "")},
+            )
+    return bool(changed)
 
 
 def _call(lease: Lease, action: str, attempt: int, fn):
@@ -222,10 +352,34 @@ def provision_step(*, lease_id: int, attempt: int = 1) -> bool:
     return lease_activate(lease_id=lease_id, access=access)
 
 
-def release_step(*, lease_id: int, reason: str, attempt: int = 1) -> bool:
-    """Take back the cards of a releasing lease; a no-op in any other state."""
+def release_attempts(lease: Lease) -> int:
+    """Attempts at releasing *lease* since its release began (or was retried): one budget for
+    the task's retries and the sweep's resends together."""
+    return BackendCall.objects.filter(
+        lease=lease, action="release", started_at__gte=lease.status_changed_at
+    ).count()
+
+
+def release_step(*, lease_id: int) -> bool:
+    """Take back the cards of a releasing lease; a no-op in any other state.
+
+    A permanent backend error, or a transient one at the last of ``RELEASE_ATTEMPTS``,
+    fails the release for good (``lease_release_fail``); an earlier transient error is
+    raised for the task to retry."""
     lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
     if lease is None or lease.status != LeaseStatus.RELEASING:
         return False
-    _call(lease, "release", attempt, lambda backend, holding: backend.release(holding))
-    return lease_finish_release(lease_id=lease_id, reason=reason)
+    attempt = release_attempts(lease) + 1
+    try:
+        _call(lease, "release", attempt, lambda backend, holding: backend.release(holding))
+    except PermanentBackendError as exc:
+        lease_release_fail(lease_id=lease_id, reason=str(exc))
+        return False
+    except TransientBackendError as exc:
+        if attempt < RELEASE_ATTEMPTS:
+            raise
+        lease_release_fail(
+            lease_id=lease_id, reason=f"The backend kept failing ({attempt} attempts): {exc}"
+        )
+        return False
+    return lease_finish_release(lease_id=lease_id)

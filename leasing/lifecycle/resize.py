@@ -19,7 +19,7 @@ from inventory.models import CardModel
 from leasing import transitions
 from leasing.choices import LeaseStatus
 from leasing.lifecycle.change_requests import change_ask, decides_for
-from leasing.lifecycle.provisioning import access_of
+from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import Allocation, Lease
 from leasing.scheduler import planner
@@ -203,7 +203,9 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user, approved: bo
             Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at) for c in chosen
         )
         _alert_budgets(lease.team, lease.card_model_id, now)
-    Lease.objects.filter(pk=lease.pk).update(count=count, access=access_of(lease, now=now))
+    Lease.objects.filter(pk=lease.pk).update(count=count)
+    # The backend changes what it holds (Slurm: the job's GRES) and answers the new access.
+    backend_change_after_commit(lease, now=now)
     transitions.event_record(
         lease.pk, kind="resized", at=now, actor=user, data={"from": lease.count, "to": count}
     )

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from inventory.models import Card, CardModel, Node
 from leasing.choices import (
+    ENDING_STATES,
     OPEN_STATES,
     RUNNING_STATES,
     TERMINAL_STATES,
@@ -101,7 +102,7 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
             stall_why=why,
             stall_todo=todo,
         )
-    if lease.status in TERMINAL_STATES or lease.status == LeaseStatus.RELEASING:
+    if lease.status in TERMINAL_STATES or lease.status in ENDING_STATES:
         return LeaseTruth(
             start=lease.start_at, end=lease.ended_at or lease.end_at, booked_end=lease.end_at
         )
@@ -209,6 +210,23 @@ def lease_detail(lease_id: int, user) -> Lease | None:
         )
         .filter(pk=lease_id)
         .first()
+    )
+
+
+def releases_failed() -> QuerySet[Lease]:
+    """Leases whose release the backend failed to do, oldest first, with the cards they may
+    still hold: what operators resolve (``lifecycle.releases``)."""
+    return (
+        Lease.objects.filter(status=LeaseStatus.RELEASE_FAILED)
+        .select_related("user", "team", "card_model")
+        .prefetch_related(
+            Prefetch(
+                "allocations",
+                queryset=Allocation.objects.held().select_related("card__node"),
+                to_attr="held_cards",
+            )
+        )
+        .order_by("status_changed_at", "pk")
     )
 
 

@@ -65,7 +65,8 @@ class LeaseSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
     duration_minutes = serializers.SerializerMethodField()
-    allocations = AllocationSerializer(many=True, read_only=True)
+    # The cards it holds now (or held last), not those swapped out or dropped before.
+    allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
     pending_change = serializers.SerializerMethodField()
     effective_start = serializers.SerializerMethodField(
         help_text="When it starts: the estimated start while it waits (null: unknown)."
@@ -262,6 +263,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
 class DecisionSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class ResolveSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
 class ResizeSerializer(serializers.Serializer):

@@ -65,15 +65,34 @@ def provision_batch(lease_ids: list[int]) -> None:
 
 
 @shared_task(
-    name="leasing.tasks.release_lease", bind=True, max_retries=MAX_BACKEND_RETRIES, acks_late=True
+    name="leasing.tasks.release_lease",
+    bind=True,
+    max_retries=provisioning.RELEASE_ATTEMPTS,
+    acks_late=True,
 )
-def release_lease(self, lease_id: int, reason: str) -> None:
+def release_lease(self, lease_id: int, reason: str = "") -> None:
+    """Take a releasing lease's cards back. *reason* is ignored (messages queued by an older
+    version carry it): the lease holds its own ``end_reason``. ``release_step`` counts the
+    attempts in the database and fails the release for good at the last one, so neither
+    these retries nor the sweep's resends can loop."""
     try:
-        provisioning.release_step(
-            lease_id=lease_id, reason=reason, attempt=self.request.retries + 1
-        )
+        provisioning.release_step(lease_id=lease_id)
     except TransientBackendError as exc:
-        # The cards are already free in our records; the sweep keeps retrying the backend.
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
+@shared_task(
+    name="leasing.tasks.change_lease",
+    bind=True,
+    max_retries=provisioning.CHANGE_ATTEMPTS,
+    acks_late=True,
+)
+def change_lease(self, lease_id: int) -> None:
+    """Tell a running lease's backend its cards changed; write the access it answers.
+    ``change_step`` bounds the attempts in the database (then the lease fails)."""
+    try:
+        provisioning.change_step(lease_id=lease_id)
+    except TransientBackendError as exc:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
 
@@ -141,13 +160,13 @@ def sweep() -> dict:
             enqueue("leasing.tasks.provision_lease", lease_id)
             done["reprovisioned"] += 1
         else:
-            reason = (
-                Lease.objects.filter(pk=lease_id)
-                .values_list("events__data__reason", flat=True)
-                .last()
-            )
-            enqueue("leasing.tasks.release_lease", lease_id, reason or "admin")
+            # The reason is on the lease; a failed release (release_failed) is not re-sent.
+            enqueue("leasing.tasks.release_lease", lease_id)
             done["rereleased"] += 1
+    done["rechanged"] = 0
+    for lease_id in provisioning.changes_pending(older_than=stale, batch=BATCH):
+        enqueue("leasing.tasks.change_lease", lease_id)
+        done["rechanged"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)

@@ -20,6 +20,8 @@ urlpatterns = [
     path("<int:pk>/extend/", views.lease_extend, name="extend"),
     path("<int:pk>/resize/", views.lease_resize, name="resize"),
     path("changes/<int:pk>/<str:decision>/", views.change_decide, name="change_decide"),
+    path("<int:pk>/release-retry/", views.lease_release_retry, name="release_retry"),
+    path("<int:pk>/release-resolve/", views.lease_release_resolve, name="release_resolve"),
 ]
 
 # Included by portal/urls.py as include((telemetry_urlpatterns, "telemetry")).

@@ -20,6 +20,7 @@ from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
     change_decisions,
     changes,
+    releases,
     requests,
     resize,
     selectors,
@@ -29,6 +30,7 @@ from leasing.lifecycle import (
 from leasing.lifecycle.change_requests import decides_for, pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
 from leasing.scheduler import preview
+from portal.permissions import is_operator
 
 
 def _form_errors_from(exc: ValidationError, form) -> None:
@@ -168,6 +170,7 @@ def lease_detail(request, pk: int):
         "extend_form": ExtendForm(),
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
+        "can_resolve_release": is_operator(request.user),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
             .distinct()
@@ -281,6 +284,28 @@ def change_decide(request, pk: int, decision: str):
     if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
         return redirect(back)
     return redirect("leasing:detail", change.lease_id)
+
+
+@login_required
+@require_POST
+def lease_release_retry(request, pk: int):
+    def retry(lease):
+        releases.lease_release_retry(lease=lease, user=request.user)
+        messages.success(request, _("The release was sent to the backend again."))
+
+    return _act(request, pk, retry)
+
+
+@login_required
+@require_POST
+def lease_release_resolve(request, pk: int):
+    def resolve(lease):
+        releases.lease_release_resolve(
+            lease=lease, user=request.user, note=request.POST.get("note", "")
+        )
+        messages.success(request, _("Marked released: the cards are back in the pool."))
+
+    return _act(request, pk, resolve)
 
 
 @login_required

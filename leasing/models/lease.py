@@ -7,11 +7,15 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from leasing.choices import (
+    ENDING_STATES,
     OPEN_STATES,
     PRIORITY_RANK,
+    REASONED_STATES,
     EndReason,
     LeaseStatus,
     Priority,
@@ -159,10 +163,11 @@ class Lease(models.Model):
             models.CheckConstraint(
                 condition=Q(end_at__gt=F("start_at")), name="lease_end_after_start"
             ),
+            # Set when the release begins, kept through a failed release to the end.
             models.CheckConstraint(
-                condition=Q(status="ended", end_reason__gt="")
-                | (~Q(status="ended") & Q(end_reason="")),
-                name="lease_end_reason_iff_ended",
+                condition=Q(status__in=REASONED_STATES, end_reason__gt="")
+                | (~Q(status__in=REASONED_STATES) & Q(end_reason="")),
+                name="lease_end_reason_iff_ending",
             ),
             models.UniqueConstraint(
                 fields=["user", "request_key"],
@@ -197,6 +202,34 @@ class Lease(models.Model):
     def is_open(self) -> bool:
         return self.status in OPEN_STATES
 
+    @property
+    def cards_held(self) -> list[Allocation]:
+        """The cards the lease holds now or is booked to hold, else (once its holding is over)
+        those it held last: a card swapped out or dropped by a resize is not among them. What
+        the lease page, the lists and the API show; reads ``allocations`` as prefetched."""
+        allocations = list(self.allocations.all())
+        now = timezone.now()
+        current = [a for a in allocations if a.end_at > now]
+        if current:
+            return current
+        last = max((a.end_at for a in allocations), default=None)
+        return [a for a in allocations if a.end_at == last]
+
+
+class AllocationQuerySet(models.QuerySet):
+    def held(self) -> AllocationQuerySet:
+        """The cards each lease holds (or held when its holding ended): the periods that last
+        to the lease's end — ``ended_at`` once it ended early, else ``end_at``. A card
+        swapped out or dropped by a resize ended before and is not among them."""
+        return self.filter(end_at=Coalesce(F("lease__ended_at"), F("lease__end_at")))
+
+    def held_back(self) -> AllocationQuerySet:
+        """The last cards of a lease whose release failed (it has a ``failure_reason`` and
+        has not ended: release_failed, or releasing again on an operator's retry). The
+        backend may still hold them, so they stay out of placement until the release is done
+        (``leasing.lifecycle.releases``); usage stopped at ``ended_at`` all the same."""
+        return self.held().filter(lease__status__in=ENDING_STATES).exclude(lease__failure_reason="")
+
 
 class Allocation(models.Model):
     """A card held by a lease for a period ``[start_at, end_at)``.
@@ -209,6 +242,8 @@ class Allocation(models.Model):
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="allocations")
     start_at = models.DateTimeField()
     end_at = models.DateTimeField()
+
+    objects = AllocationQuerySet.as_manager()
 
     class Meta:
         ordering = ["lease_id", "card__node__hostname", "card__index"]

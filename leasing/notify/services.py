@@ -62,6 +62,8 @@ EMAIL_BY_DEFAULT = frozenset(
     {
         Kind.LEASE_EXPIRING,
         Kind.LEASE_FAILED,
+        Kind.CARD_SWAPPED,
+        Kind.RELEASE_FAILED,
         Kind.IDLE_WARNING,
         Kind.PREEMPTION_WARNING,
         Kind.DRAIN_WARNING,

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -125,6 +127,11 @@ def notify_lease_event(
         title = _("Lease %(id)s has ended") % what
         body = _("Reason: %(reason)s.") % {"reason": lease.get_end_reason_display() or "—"}
         data["reason"] = lease.end_reason
+    elif kind == Kind.RELEASE_FAILED:
+        return _tell_operators_release_failed(lease, key=key, data=data, now=now)
+    elif kind == Kind.CARD_SWAPPED:
+        title, body = _card_swapped(lease, data)
+        key += f":{data.get('event', '')}"
     else:
         raise ValueError(f"no wording for lease event {kind!r}")
     return [
@@ -140,6 +147,50 @@ def notify_lease_event(
             key=key,
         )
     ]
+
+
+def _tell_operators_release_failed(lease, *, key: str, data: dict, now) -> list[Notification]:
+    """Every operator hears of a release the backend failed to do: its cards stay out of the
+    pool until one of them retries it or marks it done by hand (docs/operations.md)."""
+    operators = get_user_model().objects.filter(
+        Q(is_superuser=True) | Q(profile__is_operator=True), is_active=True
+    )
+    title = _("Lease %(id)s: the release failed") % {"id": lease.pk}
+    body = _(
+        "The backend could not take the cards back: %(why)s. They stay out of the pool until "
+        "you retry the release or mark it done by hand on the lease page."
+    ) % {"why": lease.failure_reason or "—"}
+    return [
+        notify(
+            user=operator,
+            kind=Kind.RELEASE_FAILED,
+            title=title,
+            body=body,
+            lease=lease,
+            url=f"/leases/{lease.pk}/",
+            data={**data, "reason": lease.failure_reason},
+            now=now,
+            key=key,
+        )
+        for operator in operators.order_by("pk")
+    ]
+
+
+def _card_swapped(lease, data: dict) -> tuple[str, str]:
+    """A faulty card was replaced: the last ``card_replaced`` event says which by which."""
+    event = lease.events.filter(kind="card_replaced").order_by("at", "pk").last()
+    swap = (event.data or {}) if event is not None else {}
+    data.update(event=event.pk if event is not None else "", **swap)
+    title = _("Lease %(id)s: a faulty card was swapped") % {"id": lease.pk}
+    body = _(
+        "Card %(old)s failed and was replaced by %(new)s. Your lease still holds %(n)s cards; "
+        "see the lease page for the new access details."
+    ) % {
+        "old": swap.get("from_card", swap.get("from", "?")),
+        "new": swap.get("to_card", "?"),
+        "n": lease.count,
+    }
+    return title, body
 
 
 # --- pending lease changes (extend / resize above a member's limit) ---------------------

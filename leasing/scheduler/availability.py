@@ -27,6 +27,20 @@ from inventory.selectors import count_per_row
 from leasing.models import Allocation
 
 
+def usable_cards(start: datetime, end: datetime | None = None) -> QuerySet[Card]:
+    """Cards a lease may be placed on over [start, end): the inventory's one rule
+    (``Card.objects.usable``: healthy, on a node taking leases) less the cards a failed
+    release may still hold (``Allocation.objects.held_back``). The planner's snapshot, the
+    fast path and the counts here all start from it."""
+    held_back = Allocation.objects.held_back().values("card_id")
+    return Card.objects.usable(start, end).exclude(pk__in=held_back)
+
+
+def held_back_allocations(card_ref: str = "pk") -> QuerySet[Allocation]:
+    """The outer query's card (``OuterRef(card_ref)``) as the last card of a failed release."""
+    return Allocation.objects.held_back().filter(card=OuterRef(card_ref))
+
+
 def covering_allocations(now: datetime, card_ref: str = "pk") -> QuerySet[Allocation]:
     """Allocations of the outer query's card (``OuterRef(card_ref)``) whose period covers *now*."""
     return Allocation.objects.filter(card=OuterRef(card_ref), start_at__lte=now, end_at__gt=now)
@@ -34,7 +48,7 @@ def covering_allocations(now: datetime, card_ref: str = "pk") -> QuerySet[Alloca
 
 def available_cards(now: datetime) -> QuerySet[Card]:
     """Cards a lease could get at *now*: healthy, on a node taking leases, not held by anyone."""
-    return Card.objects.usable(now).filter(~Exists(covering_allocations(now)))
+    return usable_cards(now).filter(~Exists(covering_allocations(now)))
 
 
 def card_models_with_counts(now: datetime) -> QuerySet[CardModel]:
@@ -101,12 +115,17 @@ def cards_list(now: datetime) -> QuerySet[Card]:
 
 def node_cards_by_domain(node: Node, now: datetime) -> list[tuple[int, list[Card]]]:
     """The node's cards grouped by interconnect domain (its topology), in index order, each
-    with ``busy_until`` and ``is_free`` (free now: the one rule of ``available_cards``)."""
+    with ``busy_until``, ``is_free`` (free now: the one rule of ``available_cards``) and
+    ``held_back_by`` (the lease whose failed release may still hold it, or None)."""
     domains: dict[int, list[Card]] = {}
     cards = (
         cards_list(now)
         .filter(node=node)
-        .annotate(is_free=Exists(available_cards(now).filter(pk=OuterRef("pk"))))
+        .annotate(
+            is_free=Exists(available_cards(now).filter(pk=OuterRef("pk"))),
+            # The lease whose failed release may still hold the card (an operator resolves it).
+            held_back_by=Subquery(held_back_allocations().values("lease_id")[:1]),
+        )
     )
     for card in cards.order_by("interconnect_domain", "index"):
         domains.setdefault(card.interconnect_domain, []).append(card)

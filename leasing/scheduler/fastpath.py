@@ -21,6 +21,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from inventory.models import Card
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
+from leasing.scheduler.availability import usable_cards
 
 
 def queue_is_empty(card_model_id: int) -> bool:
@@ -29,7 +30,7 @@ def queue_is_empty(card_model_id: int) -> bool:
 
 # place_now as one statement (PostgreSQL and SQLite ≥ 3.25 both have window functions): the
 # ORM version took two queries, each repeating the anti-join and its planning. The free cards
-# (the CTE) are built by the ORM from the one "usable card" rule (``Card.objects.usable``)
+# (the CTE) are built by the ORM from the one "usable card" rule (``availability.usable_cards``)
 # and the allocations overlapping the window, as ``snapshot`` gives them to the planner (a
 # lease marked for preemption holds its cards only until its ``preempt_at``); the choice of
 # node and domain is plain SQL. tests/leasing/test_fastpath.py holds it to the planner.
@@ -63,7 +64,7 @@ def free_cards(card_model_id: int, *, start: datetime, end: datetime) -> QuerySe
         | Q(lease__preempt_cards__isnull=False)  # partial: the taken cards' periods end then
         | Q(lease__preempt_at__gt=start)
     )
-    return Card.objects.filter(card_model_id=card_model_id).usable(start, end).filter(~Exists(busy))
+    return usable_cards(start, end).filter(card_model_id=card_model_id).filter(~Exists(busy))
 
 
 def place_now(

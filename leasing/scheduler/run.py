@@ -17,7 +17,7 @@ from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Value
 from django.utils import timezone
 
 from inventory.models import Card
-from leasing.choices import RUNNING_STATES, Kind, LeaseStatus
+from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease, LeaseEvent
@@ -233,7 +233,13 @@ def release_begin(
     """provisioning/active → releasing: the cards are free from *cut_at* (default now), the
     queue is re-planned, and the backend is told after commit. The one way a holding ends
     early or at its end; the caller holds the model's lock. False if the lease was not
-    running (someone else won)."""
+    running (someone else won).
+
+    The *reason* (an ``EndReason``) is written on the lease here, with the state: every later
+    step (the backend's release, a lost task re-sent by the sweep, an operator resolving a
+    failed release, the holder's notice) reads it from the lease."""
+    if reason not in EndReason.values:
+        raise ValueError(f"not an end reason: {reason!r}")
     cut_at = cut_at or now
     if not transition(
         lease.pk,
@@ -244,9 +250,10 @@ def release_begin(
         actor=actor,
         data={"reason": reason},
         ended_at=cut_at,
+        end_reason=reason,
     ):
         return False
     cards_free(lease, cut_at)
     replan(lease.card_model_id, now=now)
-    enqueue_after_commit("leasing.tasks.release_lease", lease.pk, reason)
+    enqueue_after_commit("leasing.tasks.release_lease", lease.pk)
     return True

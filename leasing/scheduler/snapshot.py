@@ -8,21 +8,22 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
-from inventory.models import Card, Node
+from inventory.models import Node
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
+from leasing.scheduler.availability import usable_cards
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 
 
 def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, list[CardSlot]]:
-    """Per card model, its cards that can take a lease (``Card.objects.usable``).
+    """Per card model, its cards that can take a lease (``availability.usable_cards``).
 
     A draining node's cards are usable only by leases that end before its drain time.
     """
     slots: dict[int, list[CardSlot]] = defaultdict(list)
     rows = (
-        Card.objects.filter(card_model_id__in=list(card_model_ids))
-        .usable(now)
+        usable_cards(now)
+        .filter(card_model_id__in=list(card_model_ids))
         .values_list(
             "pk",
             "card_model_id",

@@ -69,7 +69,7 @@ def _start(user, team, model, count, duration):
 def _release(lease, user, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         changes.lease_release(lease=lease, user=user)
-        provisioning.lease_finish_release(lease_id=lease.pk, reason=EndReason.RELEASED)
+        provisioning.lease_finish_release(lease_id=lease.pk)
 
 
 @pytest.fixture

@@ -239,6 +239,7 @@ def test_faulty_card_moves_the_lease_or_ends_it(frozen, told, alice, ops, vision
         )
     )
     assert held[0] not in now_held and len(now_held) == 2
+    assert provisioning.change_step(lease_id=lease.pk)  # the backend answers the new access
     lease.refresh_from_db()
     assert len(lease.access["nodes"][0]["devices"]) == 2
     # No spare left: the next fault ends the lease.
@@ -281,7 +282,7 @@ def test_lifecycle_events_notify_the_holder(
     frozen.move_to(T0 + hours(1))
     with django_capture_on_commit_callbacks(execute=True):
         endings.lease_expire(lease_id=first.pk)
-        provisioning.lease_finish_release(lease_id=first.pk, reason=EndReason.EXPIRED)
+        provisioning.lease_finish_release(lease_id=first.pk)
         provisioning.provision_step(lease_id=second.pk)
     # Notices of events are queued as tasks; the activation notice is written by the worker
     # itself (no second task for it).

@@ -50,7 +50,7 @@ def test_release_frees_cards_at_once_and_starts_the_next_queued(
     assert holder.status == LeaseStatus.RELEASING
     assert waiting.status == LeaseStatus.PROVISIONING
     assert set(holder.allocations.values_list("end_at", flat=True)) == {T0 + timedelta(minutes=30)}
-    assert provisioning.release_step(lease_id=holder.pk, reason=EndReason.RELEASED)
+    assert provisioning.release_step(lease_id=holder.pk)
     holder.refresh_from_db()
     assert (holder.status, holder.end_reason) == (LeaseStatus.ENDED, EndReason.RELEASED)
 

@@ -146,7 +146,7 @@ def test_the_poll_brings_status_actions_cards_and_timeline(
     assert 'id="lease-timeline" hx-swap-oob="true"' in part
     assert "<strong>Cards handed over</strong> → Active" in part
     browser.post(f"/leases/{lease.pk}/release/")
-    provisioning.release_step(lease_id=lease.pk, reason="released")
+    provisioning.release_step(lease_id=lease.pk)
     part = live_part(browser, lease)
     assert 'data-status="ended"' in part and "hx-trigger" not in part
     assert "data-can-" not in part

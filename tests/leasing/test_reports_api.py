@@ -174,7 +174,7 @@ def test_day_report_puts_each_hour_on_its_own_day(fin, alice, vision, as_user):
         provisioning.provision_step(lease_id=lease.pk)
         clock.move_to(start + timedelta(hours=6))
         endings.lease_expire(lease_id=lease.pk)
-        provisioning.lease_finish_release(lease_id=lease.pk, reason="expired")
+        provisioning.lease_finish_release(lease_id=lease.pk)
     usage.usage_record_lease(lease.pk)
     body = (
         as_user(fin)

@@ -24,6 +24,8 @@ def test_grow_in_place_on_the_same_node(frozen, alice, vision, a100, small_pool)
     assert grown.pk == lease.pk and grown.count == 4
     current = grown.allocations.filter(end_at__gt=T0 + hours(1)).select_related("card")
     assert current.count() == 4 and {a.card.node_id for a in current} == {node}
+    assert provisioning.change_step(lease_id=grown.pk)  # the backend answers the new access
+    grown.refresh_from_db()
     assert len(grown.access["nodes"][0]["devices"]) == 4
 
 

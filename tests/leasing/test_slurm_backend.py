@@ -9,7 +9,7 @@ from leasing.backends import TransientBackendError, get_backend
 from leasing.backends import slurm as slurm_backend
 from leasing.backends.local import LocalBackend
 from leasing.backends.slurm import SlurmBackend, SlurmCli, parse_gres_types
-from leasing.choices import EndReason, LeaseStatus
+from leasing.choices import LeaseStatus
 from leasing.lifecycle import changes, provisioning
 from leasing.lifecycle import tasks as lease_tasks
 from leasing.models import BackendCall
@@ -102,7 +102,7 @@ def test_release_cancels_the_job(frozen, fake, alice, vision, a100, slurm_node):
     lease = provision(ask(alice, vision, a100, count=2))
     changes.lease_release(lease=lease, user=alice)
     assert SlurmBackend().status(provisioning.holding_of(lease)) == "active"
-    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
+    assert provisioning.release_step(lease_id=lease.pk)
     assert fake.jobs == {}
     assert SlurmBackend().status(provisioning.holding_of(lease)) == "released"
     SlurmBackend().release(provisioning.holding_of(lease))  # again: no error
@@ -153,7 +153,7 @@ def test_a_release_goes_to_the_backend_of_the_node_after_the_cards_are_cut(
     (job,) = fake.jobs.values()
     frozen.shift(timedelta(minutes=10))
     changes.lease_release(lease=lease, user=alice)
-    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
+    assert provisioning.release_step(lease_id=lease.pk)
     assert BackendCall.objects.get(lease=lease, action="release").backend == "slurm"
     assert not any(j.live for j in fake.jobs.values()) and job.job_id not in {
         j.job_id for j in fake.queue() if j.live

@@ -136,7 +136,7 @@ def test_a_lease_is_a_job_of_its_holder_holding_exactly_its_cards(slurm, pool, a
 
     # Release cancels it within seconds.
     changes.lease_release(lease=lease, user=alice)
-    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.RELEASED)
+    assert provisioning.release_step(lease_id=lease.pk)
     assert _gone_within(slurm, lease, 5) < 5
 
 
@@ -146,7 +146,7 @@ def test_expiry_cancels_the_job(slurm, pool, alice, vision):
     assert provisioning.provision_step(lease_id=lease.pk)
     lease.refresh_from_db()
     assert endings.lease_expire(lease_id=lease.pk, now=lease.end_at)
-    assert provisioning.release_step(lease_id=lease.pk, reason=EndReason.EXPIRED)
+    assert provisioning.release_step(lease_id=lease.pk)
     _gone_within(slurm, lease, 5)
 
 
@@ -171,3 +171,48 @@ def test_an_orphan_job_is_cancelled(slurm, pool, alice):
     )  # fmt: skip
     done = slurm_reconcile()
     assert len(done["cancelled"]) == 1
+
+
+def _devices(cli, lease) -> dict[int, tuple]:
+    """Each live job of the lease → the GRES indices it holds (all nodes)."""
+    held = {}
+    for queued in cli.queue([f"cardpool-{lease.pk}"]):
+        if queued.live:
+            job = cli.job(queued.job_id)
+            held[job.job_id] = tuple(
+                i for gres in job.gres.values() for g in gres for i in g.indices
+            )
+    return held
+
+
+def test_a_swap_and_a_resize_change_the_slurm_jobs(slurm, pool, alice, ops, vision):
+    from leasing.lifecycle import maintenance, resize
+
+    a100, h800 = pool
+    # A faulty card: the job moves off it, new job first.
+    lease = ask(alice, vision, h800, count=1)
+    assert provisioning.provision_step(lease_id=lease.pk)
+    ((old_job, (device,)),) = _devices(slurm, lease).items()
+    card = Card.objects.get(node__hostname="gpu01", index=device)
+    assert maintenance.card_mark_faulty(user=ops, card=card) == "moved"
+    assert provisioning.change_step(lease_id=lease.pk)
+    lease.refresh_from_db()
+    ((job, devices),) = _devices(slurm, lease).items()
+    assert job != old_job and device not in devices and len(devices) == 1
+    assert lease.access["backend"] == "slurm" and lease.access["job_ids"] == [job]
+    assert lease.access["nodes"][0]["devices"] == list(devices)
+
+    # A resize in place: growing keeps the job and adds one; shrinking drops the extra.
+    grown = ask(alice, vision, a100, count=1)
+    assert provisioning.provision_step(lease_id=grown.pk)
+    (first,) = _devices(slurm, grown)
+    resize.lease_resize(lease=grown, user=alice, count=2)
+    assert provisioning.change_step(lease_id=grown.pk)
+    held = _devices(slurm, grown)
+    assert first in held and sum(len(d) for d in held.values()) == 2
+    grown.refresh_from_db()
+    assert sorted(grown.access["job_ids"]) == sorted(held)
+    resize.lease_resize(lease=grown, user=alice, count=1)
+    assert provisioning.change_step(lease_id=grown.pk)
+    held = _devices(slurm, grown)
+    assert sum(len(d) for d in held.values()) == 1

@@ -75,7 +75,7 @@ def test_a_job_without_a_lease_is_cancelled(fake, two_leases, alice):
 
     ended = two_leases[1]
     changes.lease_release(lease=ended, user=alice)
-    provisioning.release_step(lease_id=ended.pk, reason=EndReason.RELEASED)
+    provisioning.release_step(lease_id=ended.pk)
     fake.next_id += 1
     fake._salloc(  # a job left over from the ended lease (a lost release)
         ["--nodelist=gpu01", "--gres=gpu:a100:1", f"--job-name=cardpool-{ended.pk}", "--time=5"],

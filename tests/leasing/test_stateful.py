@@ -24,11 +24,13 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 import time_machine
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils.dateparse import parse_datetime
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -39,11 +41,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from inventory.models import Card
+from inventory.models import Card, Node
+from leasing.backends.base import PermanentBackendError
+from leasing.backends.local import LocalBackend
 from leasing.billing import usage
 from leasing.billing.prices import PriceBook, discount_for, record_cost
 from leasing.choices import (
+    BOOKED_STATES,
     HOLDING_STATES,
+    REASONED_STATES,
     RECORDED_STATES,
     RUNNING_STATES,
     LeaseStatus,
@@ -55,9 +61,11 @@ from leasing.lifecycle import (
     endings,
     maintenance,
     provisioning,
+    releases,
     resize,
 )
 from leasing.lifecycle import requests as lease_requests
+from leasing.lifecycle.serializers import LeaseSerializer
 from leasing.lifecycle.tasks import _expire_and_start_due
 from leasing.models import Allocation, Lease, LeaseChange, Quota, TeamPrice, UsageRecord
 from leasing.periods import floor_minute, month_of
@@ -264,10 +272,8 @@ class LeaseLifecycle(RuleBasedStateMachine):
         self._finish_releases()
 
     def _finish_releases(self):
-        for pk, reason in Lease.objects.filter(status=LeaseStatus.RELEASING).values_list(
-            "pk", "end_reason"
-        ):
-            provisioning.release_step(lease_id=pk, reason=reason or "released")
+        for pk in Lease.objects.filter(status=LeaseStatus.RELEASING).values_list("pk", flat=True):
+            provisioning.release_step(lease_id=pk)
         for pk in Lease.objects.filter(status__in=RECORDED_STATES).values_list("pk", flat=True):
             usage.usage_record_lease(pk)
 
@@ -277,6 +283,25 @@ class LeaseLifecycle(RuleBasedStateMachine):
         lease = self._lease(pk)
         if lease is not None and lease.status == LeaseStatus.PROVISIONING:
             provisioning.lease_fail(lease_id=lease.pk, reason="backend down", now=self.now)
+
+    @rule(pk=PICK, resolve=st.booleans())
+    def release_fails_for_good(self, pk, resolve):
+        """The backend cannot take a lease's cards back; an operator retries or resolves it."""
+        lease = self._lease(pk)
+        if lease is None or lease.status != LeaseStatus.RELEASING:
+            return
+
+        def refuse(backend, holding):
+            raise PermanentBackendError("node unreachable")
+
+        with mock.patch.object(LocalBackend, "release", refuse):
+            provisioning.release_step(lease_id=lease.pk)
+        lease.refresh_from_db()
+        assert lease.status == LeaseStatus.RELEASE_FAILED
+        if resolve:
+            releases.lease_release_resolve(lease=lease, user=self.ops, now=self.now)
+        else:
+            releases.lease_release_retry(lease=lease, user=self.ops, now=self.now)
 
     @rule(minutes=st.sampled_from([5, 30, 90, 240, 600]))
     def time_passes(self, minutes):
@@ -370,8 +395,30 @@ class LeaseLifecycle(RuleBasedStateMachine):
 
     @invariant()
     def end_reason_iff_ended(self):
+        """Set exactly when the lease has ended or is ending (releasing, release failed)."""
         for status, reason in Lease.objects.values_list("status", "end_reason"):
-            assert (status == LeaseStatus.ENDED) == bool(reason), (status, reason)
+            assert (status in REASONED_STATES) == bool(reason), (status, reason)
+
+    @invariant()
+    def visible_end_is_the_effective_end(self):
+        """What the API (and so the page and list, one rule) shows as the end is when the
+        lease will really end: the booked end, or earlier a drain of a node it holds cards on,
+        or a preemption of the whole lease."""
+        for lease in Lease.objects.filter(status__in=BOOKED_STATES).select_related(
+            "card_model", "team", "user"
+        ):
+            expected = lease.end_at
+            drains = Node.objects.filter(
+                cards__allocations__lease=lease,
+                cards__allocations__end_at__gt=self.now,
+                drain_at__isnull=False,
+            ).values_list("drain_at", flat=True)
+            for drain_at in drains:
+                expected = min(expected, max(drain_at, lease.start_at))
+            if lease.preempt_at is not None and lease.preempt_cards is None:
+                expected = min(expected, lease.preempt_at)
+            shown = parse_datetime(LeaseSerializer(lease).data["effective_end"])
+            assert shown == expected, (lease.pk, lease.status, shown, expected)
 
     @invariant()
     def no_end_before_start(self):

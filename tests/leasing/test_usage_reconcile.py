@@ -267,7 +267,7 @@ def test_early_release_bills_only_the_time_held(
         clock.move_to(T0 + timedelta(minutes=37, seconds=20))
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             changes.lease_release(lease=lease, user=alice)
-            provisioning.lease_finish_release(lease_id=lease.pk, reason=EndReason.RELEASED)
+            provisioning.lease_finish_release(lease_id=lease.pk)
         mine = [c for c in callbacks if "usage_record_lease_safely" in c.__code__.co_names]
         assert mine, "the end-of-lease hook queued no usage recording"
         for callback in mine:

@@ -99,6 +99,9 @@ def test_a_message_is_not_visible_to_a_consumer_until_it_is_complete(tmp_path):
         def __init__(self, f):
             self.f = f
 
+        def __getattr__(self, name):  # fileno, close: kombu's own publisher locks the file
+            return getattr(self.f, name)
+
         def __enter__(self):
             return self
 
@@ -119,20 +122,21 @@ def test_a_message_is_not_visible_to_a_consumer_until_it_is_complete(tmp_path):
     with _connection(tmp_path) as conn, _connection(tmp_path) as other:
         consumer = conn.SimpleQueue("jobs")
         publisher = other.SimpleQueue("jobs")
-        with mock.patch.object(celery_broker, "open", slow_open, create=True):
+        with (
+            mock.patch.object(celery_broker, "open", slow_open, create=True),
+            mock.patch.object(filesystem, "open", slow_open, create=True),
+        ):
             thread = threading.Thread(target=publisher.put, args=({"lease": 9},))
             thread.start()
             assert writing.wait(5)
-            with pytest.raises(consumer.Empty):
-                consumer.get(block=False)
-            resume.set()
-            thread.join(5)
+            try:
+                with pytest.raises(consumer.Empty):
+                    consumer.get(block=False)
+            finally:
+                resume.set()
+                thread.join(5)
         assert consumer.get(timeout=1).payload == {"lease": 9}
-        assert (
-            not list((tmp_path / "rejected").glob("*"))
-            if (tmp_path / "rejected").exists()
-            else True
-        )
+        assert not (tmp_path / "rejected").exists()
         consumer.close()
         publisher.close()
 

@@ -285,6 +285,10 @@ class Soak:
             client.call("GET", path, api=False)
             self.stats["pages fetched"] += 1
 
+    def since_activation(self) -> float:
+        """Seconds since the last activation, while requests are still being made."""
+        return 0.0 if self.draining else time.monotonic() - self.last["activation"]
+
     def check_processes(self) -> None:
         for name, child in demo_processes(self.args.state_file).items():
             first = self.first_pids.setdefault(name, child["pid"])
@@ -342,7 +346,7 @@ class Soak:
             ("seen stuck in provisioning", self.stats["stuck in provisioning (seen)"]),
             (
                 "longest wait for an activation / expiry (s)",
-                f"{max(self.gaps['activation'], time.monotonic() - self.last['activation']):.0f} / "
+                f"{max(self.gaps['activation'], self.since_activation()):.0f} / "
                 f"{self.gaps['expiry']:.0f}",
             ),
         ]
@@ -405,6 +409,7 @@ class Soak:
                 next_report += self.args.report_minutes * 60
             time.sleep(max(0.0, self.args.interval - (time.monotonic() - t0)))
         # No new requests: let what is still open run out, so the last expiries count too.
+        self.gaps["activation"] = max(self.gaps["activation"], self.since_activation())
         self.draining = True
         end = time.monotonic() + self.args.drain_minutes * 60
         while time.monotonic() < end and any(le["status"] in OPEN for le in self.leases.values()):

@@ -129,9 +129,11 @@ class Supervisor:
             self._write_state()
 
     def stop(self) -> None:
+        # SIGTERM to each child itself (a worker then stops its own pool: a warm shutdown),
+        # SIGKILL to the whole group of whatever has not stopped in 15 s.
         for child in self.children:
-            if child.proc is not None:
-                _signal_group(child.proc, signal.SIGTERM)
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.terminate()
         for child in self.children:
             if child.proc is None:
                 continue

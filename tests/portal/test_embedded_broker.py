@@ -5,6 +5,7 @@ cannot be decoded does not stop the consumer (issue 14: the demo's worker died o
 from __future__ import annotations
 
 import os
+import runpy
 import threading
 from pathlib import Path
 from unittest import mock
@@ -43,15 +44,35 @@ def _connection(root: Path, transport: str = TRANSPORT) -> Connection:
     return Connection("filesystem://", transport=transport, transport_options=_options(root))
 
 
-def test_settings_select_the_atomic_transport_for_the_server_less_broker(settings):
+def test_the_celery_app_connects_through_the_atomic_transport(settings):
     from portal.celery import app
 
     if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
         pytest.skip("runs against the embedded default's broker only")
     with app.connection_for_write() as conn:
-        assert conn.transport_cls is celery_broker.Transport or (
-            isinstance(conn.transport, celery_broker.Transport)
-        )
+        assert isinstance(conn.transport, celery_broker.Transport)
+
+
+def _settings(monkeypatch, tmp_path, broker_url: str | None) -> dict:
+    monkeypatch.setenv("CARDPOOL_VAR_DIR", str(tmp_path))
+    if broker_url is None:
+        monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    else:
+        monkeypatch.setenv("CELERY_BROKER_URL", broker_url)
+    return runpy.run_path(str(Path(__file__).resolve().parents[2] / "portal" / "settings.py"))
+
+
+def test_the_default_broker_uses_the_atomic_transport(monkeypatch, tmp_path):
+    conf = _settings(monkeypatch, tmp_path, None)
+    assert conf["CELERY_BROKER_URL"].startswith("filesystem://")
+    assert conf["CELERY_BROKER_TRANSPORT"] == TRANSPORT
+    assert (tmp_path / "broker" / "rejected").is_dir()
+
+
+def test_production_redis_broker_is_unchanged(monkeypatch, tmp_path):
+    conf = _settings(monkeypatch, tmp_path, "redis://127.0.0.1:6379/0")
+    assert "CELERY_BROKER_TRANSPORT" not in conf
+    assert conf["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 3600}
 
 
 def test_a_message_round_trips(tmp_path):

@@ -29,6 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 USERS = ("alice", "lena", "bob")
@@ -217,7 +218,14 @@ class Soak:
             )
             self.last["activation"] = lease["activated_at"]
             self.stats["leases activated"] += 1
-            self.to_active.append(lease["activated_at"] - lease["submitted"])
+            # The lease's own times, not when this script noticed (it looks every few ticks).
+            try:
+                waited = datetime.fromisoformat(body["activated_at"]) - datetime.fromisoformat(
+                    body["submitted_at"]
+                )
+                self.to_active.append(waited.total_seconds())
+            except (KeyError, TypeError, ValueError):
+                pass
         if new not in OPEN and old in OPEN:
             reason = body.get("end_reason") or new
             self.stats[f"ended: {reason}"] += 1

@@ -142,6 +142,8 @@ class Channel(filesystem.Channel):
 
 
 class _FileLock:
+    """An exclusive ``flock`` on a file of its own, held for a ``with`` block."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.file = None

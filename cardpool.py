@@ -2,7 +2,8 @@
 """Cardpool's two commands for a fresh machine with only Python 3.11+.
 
     python3 cardpool.py demo    install into .venv, migrate, load demo data, and run the web
-                                server with a real Celery worker and beat (Ctrl-C stops all)
+                                server with a real Celery worker and beat (restarted when they
+                                stop; Ctrl-C or SIGTERM stops all)
     python3 cardpool.py test    install into .venv (with test tools) and run the whole test suite
 
 Only the standard library is used here: this file runs before anything is installed.
@@ -11,6 +12,7 @@ Only the standard library is used here: this file runs before anything is instal
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -60,6 +62,102 @@ def _stop(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+class Child:
+    """One supervised process: started in its own session so its children (the worker's pool)
+    stop with it, restarted with a growing pause when it exits on its own."""
+
+    def __init__(self, name: str, argv: list[str], *, cwd=ROOT, env=None) -> None:
+        self.name, self.argv, self.cwd, self.env = name, argv, cwd, env
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.restarts = 0
+        self.failures = 0  # exits in a row without a healthy run in between
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+
+class Supervisor:
+    """Keeps every child running until it is told to stop (Ctrl-C, SIGTERM): a worker or beat
+    that crashes is started again after a pause (``backoff`` seconds, doubling up to
+    ``max_backoff`` while it keeps crashing) with a line in the log; the others keep running."""
+
+    def __init__(
+        self,
+        children: list[Child],
+        *,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        healthy_after: float = 60.0,
+        state_file: Path | None = None,
+        log=say,
+    ) -> None:
+        self.children = children
+        self.backoff, self.max_backoff, self.healthy_after = backoff, max_backoff, healthy_after
+        self.state_file = state_file
+        self.log = log
+
+    def start(self) -> None:
+        for child in self.children:
+            child.start()
+        self._write_state()
+
+    def step(self) -> None:
+        """Notice exits and restart whatever is due; call it every fraction of a second."""
+        now = time.monotonic()
+        changed = False
+        for child in self.children:
+            if child.restart_at is None and child.proc.poll() is not None:
+                ran = now - child.started_at
+                child.failures = 1 if ran >= self.healthy_after else child.failures + 1
+                pause = min(self.backoff * 2 ** (child.failures - 1), self.max_backoff)
+                child.restart_at = now + pause
+                self.log(
+                    f"{child.name} (pid {child.proc.pid}) exited with code {child.proc.returncode}"
+                    f" after {ran:.0f} s; restarting it in {pause:g} s"
+                )
+            if child.restart_at is not None and now >= child.restart_at:
+                _signal_group(child.proc, signal.SIGKILL)  # what is left of its pool
+                child.restarts += 1
+                child.start()
+                self.log(f"{child.name} restarted (pid {child.proc.pid}, restart {child.restarts})")
+                changed = True
+        if changed:
+            self._write_state()
+
+    def stop(self) -> None:
+        # SIGTERM to each child itself (a worker then stops its own pool: a warm shutdown),
+        # SIGKILL to the whole group of whatever has not stopped in 15 s.
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.terminate()
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(child.proc, signal.SIGKILL)  # whatever is left of its children
+
+    def _write_state(self) -> None:
+        """Who runs under which pid, and how often each was restarted (bench/soak.py reads it)."""
+        if self.state_file is None:
+            return
+        state = {
+            "launcher": os.getpid(),
+            "children": {
+                c.name: {"pid": c.proc.pid, "restarts": c.restarts} for c in self.children
+            },
+        }
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, self.state_file)
+
+
 def demo() -> int:
     ensure_venv()
     env = os.environ.copy()
@@ -71,62 +169,58 @@ def demo() -> int:
     manage = [str(PY), "manage.py"]
     run(*manage, "migrate", "--no-input", "-v", "0", env=env)
     run(*manage, "seed_demo", env=env)
-    procs = [
-        subprocess.Popen(
-            [
-                str(PY),
-                "-m",
-                "celery",
-                "-A",
-                "portal",
+    celery = [str(PY), "-m", "celery", "-A", "portal"]
+    var_dir = Path(env.get("CARDPOOL_VAR_DIR", ROOT / "var"))
+    var_dir.mkdir(parents=True, exist_ok=True)
+    supervisor = Supervisor(
+        [
+            Child("web", [*manage, "runserver", "--noreload", f"{host}:{port}"], env=env),
+            # One worker, no broadcasts between workers (gossip, mingle, heartbeats): there is
+            # nobody to talk to, and they are what the server-less broker handles worst.
+            Child(
                 "worker",
-                "--beat",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                "2",
-                "--hostname",
-                "cardpool-demo@%h",
-            ],
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,  # its pool and beat children stop with it (killpg below)
-        ),
-        subprocess.Popen(
-            [*manage, "runserver", "--noreload", f"{host}:{port}"],
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,
-        ),
-    ]
+                [
+                    *celery,
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    "2",
+                    "--hostname",
+                    "cardpool-demo@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ],
+                env=env,
+            ),
+            Child("beat", [*celery, "beat", "--loglevel", "INFO"], env=env),
+        ],
+        state_file=var_dir / "demo-processes.json",
+    )
     # SIGTERM (a service manager, `timeout`) stops everything like Ctrl-C does.
     signal.signal(signal.SIGTERM, _stop)
     password = env.get("CARDPOOL_DEMO_PASSWORD", "cardpool-demo")
-    time.sleep(2)
-    say("")
-    say(f"Cardpool is running at  http://{host}:{port}/")
-    say(f"API docs:               http://{host}:{port}/api/v1/docs/")
-    say(f"demo logins (password '{password}'):")
-    say("  alice  member of team vision      lena  lead of team vision")
-    say("  bob    member of team nlp         fin   finance")
-    say("  ops    operator (also /admin/)")
-    say("a Celery worker and beat run alongside; press Ctrl-C to stop everything")
     try:
-        while all(p.poll() is None for p in procs):
+        supervisor.start()
+        time.sleep(2)
+        say("")
+        say(f"Cardpool is running at  http://{host}:{port}/")
+        say(f"API docs:               http://{host}:{port}/api/v1/docs/")
+        say(f"demo logins (password '{password}'):")
+        say("  alice  member of team vision      lena  lead of team vision")
+        say("  bob    member of team nlp         fin   finance")
+        say("  ops    operator (also /admin/)")
+        say("a Celery worker and beat run alongside (restarted if they stop);")
+        say("press Ctrl-C to stop everything")
+        while True:
+            supervisor.step()
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
-        for p in procs:
-            _signal_group(p, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(p, signal.SIGKILL)  # whatever is left of its children (beat, pool)
-    codes = [p.returncode for p in procs if p.returncode not in (None, 0, -signal.SIGTERM)]
-    return max(codes, default=0)
+        supervisor.stop()
+    return 0
 
 
 def test(args: list[str]) -> int:

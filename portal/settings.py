@@ -306,13 +306,15 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery ---------------------------------------------------------------------------
-# A broker that needs no server by default (kombu's filesystem transport);
+# A broker that needs no server by default (kombu's filesystem transport, with the atomic
+# writes of portal/celery_broker.py: kombu's own lets a consumer read a half-written message);
 # CELERY_BROKER_URL=redis://... in production.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", "filesystem://localhost/")
 BROKER_DIR = VAR_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("in", "processed", "control"):
+    for sub in ("in", "processed", "control", "rejected"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT = "portal.celery_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),

@@ -26,13 +26,14 @@ def _reset_pools() -> None:
 @pytest.fixture
 def broker_down(monkeypatch):
     """Point the Celery app at a closed port, and forget the last broker check."""
-    before = app.conf.broker_url
+    before = app.conf.broker_url, app.conf.broker_transport
     app.conf.broker_url = CLOSED_PORT
+    app.conf.broker_transport = None  # the embedded default names its own (portal/settings.py)
     monkeypatch.setenv("CELERY_BROKER_URL", CLOSED_PORT)  # Celery reads it before the conf
     monkeypatch.setattr(enqueue, "_state", {"checked": 0.0, "up": True})
     _reset_pools()
     yield
-    app.conf.broker_url = before
+    app.conf.broker_url, app.conf.broker_transport = before
     _reset_pools()
 
 

@@ -127,7 +127,17 @@ def _ended(p: Mapping) -> tuple[str, str]:
     return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, ""
 
 
+def _card_swapped(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s: a faulty card was swapped") % {"id": p["id"]}
+    body = _(
+        "Card %(old)s failed and was replaced by %(new)s. Your lease still holds %(n)s cards; "
+        "see the lease page for the new access details."
+    ) % {"old": p["old"], "new": p["new"], "n": p["n"]}
+    return title, body
+
+
 MESSAGES: dict[str, Renderer] = {
+    "card_swapped": _card_swapped,
     "expiring": _expiring,
     "drain": _drain,
     "preemption": _preemption,

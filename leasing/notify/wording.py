@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from leasing.choices import Kind
 from leasing.models import Lease, LeaseChange, Notification
+from leasing.notify.messages import MESSAGES
 from leasing.notify.services import notify, notify_team_leads
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,15 @@ def notify_lease_event(
     )
     if lease is None:
         return []
+    if kind in (Kind.APPROVAL_REQUESTED, Kind.RELEASE_FAILED):  # told to others, not the holder
+        return _notify_lease_event(lease, kind=kind, now=now)
+    # In the holder's chosen language (a worker's own is the site's, the default).
+    chosen = getattr(getattr(lease.user, "profile", None), "language", "")
+    with translation.override(chosen) if chosen else nullcontext():
+        return _notify_lease_event(lease, kind=kind, now=now)
+
+
+def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> list[Notification]:
     decision = kind if kind in ("approved", "rejected") else ""
     kind = LEGACY_KINDS.get(kind, kind)
     what = {"id": lease.pk, "n": lease.count, "model": lease.card_model.name}
@@ -155,42 +166,45 @@ def _tell_operators_release_failed(lease, *, key: str, data: dict, now) -> list[
     operators = get_user_model().objects.filter(
         Q(is_superuser=True) | Q(profile__is_operator=True), is_active=True
     )
-    title = _("Lease %(id)s: the release failed") % {"id": lease.pk}
-    body = _(
-        "The backend could not take the cards back: %(why)s. They stay out of the pool until "
-        "you retry the release or mark it done by hand on the lease page."
-    ) % {"why": lease.failure_reason or "—"}
-    return [
-        notify(
-            user=operator,
-            kind=Kind.RELEASE_FAILED,
-            title=title,
-            body=body,
-            lease=lease,
-            url=f"/leases/{lease.pk}/",
-            data={**data, "reason": lease.failure_reason},
-            now=now,
-            key=key,
+    sent = []
+    for operator in operators.select_related("profile").order_by("pk"):
+        chosen = getattr(getattr(operator, "profile", None), "language", "")
+        with translation.override(chosen) if chosen else nullcontext():  # the operator's own
+            title = _("Lease %(id)s: the release failed") % {"id": lease.pk}
+            body = _(
+                "The backend could not take the cards back: %(why)s. They stay out of the pool "
+                "until you retry the release or mark it done by hand on the lease page."
+            ) % {"why": lease.failure_reason or "—"}
+        sent.append(
+            notify(
+                user=operator,
+                kind=Kind.RELEASE_FAILED,
+                title=title,
+                body=body,
+                lease=lease,
+                url=f"/leases/{lease.pk}/",
+                data={**data, "reason": lease.failure_reason},
+                now=now,
+                key=key,
+            )
         )
-        for operator in operators.order_by("pk")
-    ]
+    return sent
 
 
 def _card_swapped(lease, data: dict) -> tuple[str, str]:
-    """A faulty card was replaced: the last ``card_replaced`` event says which by which."""
+    """A faulty card was replaced: the last ``card_replaced`` event says which by which. Kept
+    as message + parameters, so the portal words it again for whoever reads it."""
     event = lease.events.filter(kind="card_replaced").order_by("at", "pk").last()
     swap = (event.data or {}) if event is not None else {}
     data.update(event=event.pk if event is not None else "", **swap)
-    title = _("Lease %(id)s: a faulty card was swapped") % {"id": lease.pk}
-    body = _(
-        "Card %(old)s failed and was replaced by %(new)s. Your lease still holds %(n)s cards; "
-        "see the lease page for the new access details."
-    ) % {
+    params = {
+        "id": lease.pk,
         "old": swap.get("from_card", swap.get("from", "?")),
         "new": swap.get("to_card", "?"),
         "n": lease.count,
     }
-    return title, body
+    data.update(message="card_swapped", params=params)
+    return MESSAGES["card_swapped"](params)
 
 
 # --- pending lease changes (extend / resize above a member's limit) ---------------------

@@ -251,3 +251,28 @@ def test_a_swap_while_the_cards_are_being_handed_over_is_made_once_active(
     lease = changed(lease)
     (job,) = live_jobs(fake, lease)
     assert faulty.index not in job.indices and "pending_change" not in lease.access
+
+
+def test_the_swap_notice_is_worded_in_the_holders_language_and_again_for_the_reader(
+    frozen, alice, ops, vision, a100, sent_tasks, django_capture_on_commit_callbacks
+):
+    from django.utils import translation
+
+    from leasing.models import Notification
+    from leasing.notify.messages import notice_text
+
+    alice.profile.language = "zh-hans"
+    alice.profile.save()
+    make_node(a100, cards=4, domains=1, hostname="sz-4090-02")
+    lease = active(ask(alice, vision, a100, count=1))
+    (device,) = lease.access["nodes"][0]["devices"]
+    with django_capture_on_commit_callbacks(execute=True):
+        maintenance.card_mark_faulty(user=ops, card=Card.objects.get(index=device))
+    (task,) = [t for t in sent_tasks if t.args[1:] == ("card_swapped",)]
+    lease_tasks.notify_lease(*task.args)  # the worker's language is English here
+    note = Notification.objects.get(user=alice, kind="card_swapped")
+    assert "故障卡已更换" in note.title  # for email and webhooks: the holder's language
+    assert note.data["message"] == "card_swapped"
+    with translation.override("en"):
+        title, body = notice_text(note)  # the portal words it for whoever reads it
+    assert "a faulty card was swapped" in title and "sz-4090-02" in body

@@ -136,7 +136,31 @@ def _card_swapped(p: Mapping) -> tuple[str, str]:
     return title, body
 
 
+def _change(p: Mapping) -> tuple[str, str]:
+    """A change to a lease above a member's limit: asked (to the leads) or decided (holder)."""
+    if p["kind"] == "extend":
+        what = _("extend lease %(id)s by %(minutes)s minutes") % {
+            "id": p["id"],
+            "minutes": p["minutes"],
+        }
+    else:
+        what = _("resize lease %(id)s to %(n)s × %(model)s") % {
+            "id": p["id"],
+            "n": p["count"],
+            "model": p["model"],
+        }
+    titles = {
+        "requested": _("%(user)s asks for approval: %(what)s"),
+        "approved": _("Approved: %(what)s"),
+        "rejected": _("Rejected: %(what)s"),
+        "lapsed": _("Lapsed (the lease ended first): %(what)s"),
+    }
+    # The body is the lead's note, or the limits broken as they were worded when asked.
+    return titles[p["event"]] % {"what": what, "user": p.get("user", "")}, p.get("text", "")
+
+
 MESSAGES: dict[str, Renderer] = {
+    "change": _change,
     "card_swapped": _card_swapped,
     "expiring": _expiring,
     "drain": _drain,

@@ -210,27 +210,16 @@ def _card_swapped(lease, data: dict) -> tuple[str, str]:
 # --- pending lease changes (extend / resize above a member's limit) ---------------------
 
 
-def _change_text(change) -> str:
-    lease = change.lease
-    if change.kind == "extend":
-        return _("extend lease %(id)s by %(minutes)s minutes") % {
-            "id": lease.pk,
-            "minutes": change.minutes,
-        }
-    model = change.card_model.name if change.card_model_id else lease.card_model.name
-    return _("resize lease %(id)s to %(n)s × %(model)s") % {
-        "id": lease.pk,
-        "n": change.count,
-        "model": model,
-    }
-
-
 def notify_change(*, change_id: int, event: str, now: datetime | None = None) -> list:
     """Tell the leads a change waits for them (*event* ``requested``), or the holder what was
     decided (``approved``, ``rejected``, ``lapsed``). Idempotent per change and event."""
     change = (
         LeaseChange.objects.select_related(
-            "lease__team", "lease__card_model", "lease__user", "card_model", "requested_by"
+            "lease__team",
+            "lease__card_model",
+            "lease__user__profile",
+            "card_model",
+            "requested_by",
         )
         .filter(pk=change_id)
         .first()
@@ -238,33 +227,42 @@ def notify_change(*, change_id: int, event: str, now: datetime | None = None) ->
     if change is None:
         return []
     lease = change.lease
-    what = _change_text(change)
     key = f"change:{change.pk}:{event}"
+    params = {
+        "id": lease.pk,
+        "change": change.pk,
+        "kind": change.kind,
+        "minutes": change.minutes,
+        "count": change.count,
+        "model": (change.card_model or lease.card_model).name,
+        "user": change.requested_by.get_username(),
+        "event": event,
+        "text": change.reason if event == "requested" else change.note,
+    }
     data = {"change": change.pk, "kind": change.kind, "decision": event}
+    data.update(message="change", params=params)
     if event == "requested":
+        title, body = MESSAGES["change"](params)
         return notify_team_leads(
             team=lease.team,
             kind=Kind.APPROVAL_REQUESTED,
-            title=_("%(user)s asks for approval: %(what)s")
-            % {"user": change.requested_by.get_username(), "what": what},
-            body=change.reason,
+            title=title,
+            body=body,
             lease=lease,
             url=f"/teams/{lease.team.slug}/",
             data=data,
             now=now,
             key=key,
         )
-    titles = {
-        "approved": _("Approved: %(what)s"),
-        "rejected": _("Rejected: %(what)s"),
-        "lapsed": _("Lapsed (the lease ended first): %(what)s"),
-    }
+    chosen = getattr(getattr(lease.user, "profile", None), "language", "")
+    with translation.override(chosen) if chosen else nullcontext():
+        title, body = MESSAGES["change"](params)
     return [
         notify(
             user=lease.user,
             kind=Kind.APPROVAL_DECIDED,
-            title=titles[event] % {"what": what},
-            body=change.note,
+            title=title,
+            body=body,
             lease=lease,
             url=f"/leases/{lease.pk}/",
             data=data,

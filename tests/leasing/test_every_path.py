@@ -9,11 +9,13 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import translation
 
 from leasing.billing import prices
 from leasing.choices import LeaseStatus, Priority
 from leasing.lifecycle import change_decisions, changes, provisioning, resize
 from leasing.models import Lease, LeaseChange, Notification, TeamPrice
+from leasing.notify.messages import notice_text
 from leasing.teams import approvals, quotas
 from leasing.teams import services as team_services
 from portal.models import Membership
@@ -86,7 +88,11 @@ def test_extend_above_a_member_limit_waits_for_the_lead(
     assert "at most 48 hours" in change.reason
     lease.refresh_from_db()
     assert lease.end_at == T0 + hours(40)  # unchanged until the lead decides
-    assert Notification.objects.filter(user=lena, kind="approval_requested").exists()
+    asked = Notification.objects.get(user=lena, kind="approval_requested")
+    assert asked.data["message"] == "change"  # kept as message + parameters
+    with translation.override("zh-hans"):
+        assert "请求审批" in notice_text(asked)[0]  # and worded for whoever reads it
+    assert "asks for approval: extend lease" in asked.title
     with pytest.raises(ValidationError, match="already waiting"):
         changes.lease_extend(lease=lease, user=alice, minutes=700)
 

@@ -190,3 +190,67 @@ def test_copies_of_one_request_sent_at_once_book_once(transactional_db, alice, v
     assert not errors, errors
     assert len(got) == copies and len(set(got)) == 1
     assert Lease.objects.count() == 1 and Allocation.objects.count() == 2
+
+
+def test_simultaneous_extensions_and_requests_never_overrun_the_team_budget(
+    transactional_db, vision, ops
+):
+    """Extensions go through admission under the team's lock like requests: eight members
+    extending and asking at once against a 40 card-hour month never book more than 40."""
+    from decimal import Decimal
+
+    from leasing.lifecycle import changes
+    from leasing.periods import month_of
+    from leasing.teams import quotas
+
+    # Two models, so only the team's lock (not a card model's) can serialize the two paths.
+    model = CardModelFactory(slug="race-budget")
+    other = CardModelFactory(slug="race-budget-b")
+    make_node(model, cards=8, domains=2, hostname="budget0")
+    make_node(other, cards=8, domains=2, hostname="budget1")
+    team_services.quota_set(
+        user=ops, team=vision, card_model=None, card_hours_per_month=Decimal(40)
+    )
+    users = [UserFactory(username=f"budget{i}") for i in range(8)]
+    for user in users:
+        MembershipFactory(user=user, team=vision)
+    with translation.override("en"):
+        leases = [
+            lease_requests.lease_request(
+                user=user, team=vision, card_model=model, count=1, duration=timedelta(hours=2)
+            )
+            for user in users[:4]
+        ]  # 8 of 40 card-hours
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def act(i: int) -> None:
+        try:
+            barrier.wait()
+            with translation.override("en"):
+                if i < 4:
+                    changes.lease_extend(lease=leases[i], user=users[i], minutes=8 * 60)
+                else:
+                    lease_requests.lease_request(
+                        user=users[i], team=vision, card_model=other, count=1,
+                        duration=timedelta(hours=8),
+                    )  # fmt: skip
+            outcomes.append("ok")
+        except ValidationError:
+            outcomes.append("refused")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=act, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    hours, _money = quotas.month_usage(vision.pk, month_of(timezone.now()))
+    # 8 booked + 8 asks of 8 card-hours each: exactly 4 fit in the 32 left.
+    assert Counter(outcomes) == Counter({"ok": 4, "refused": 4})
+    assert hours == Decimal(40)

@@ -56,6 +56,7 @@ def change_ask(
                 if card_model and card_model.pk != lease.card_model_id
                 else None,
                 reason=verdict.reason,
+                breaches=[b.stored() for b in verdict.member_breaches],
                 requested_by=user,
                 requested_at=now,
             )

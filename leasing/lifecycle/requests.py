@@ -296,6 +296,7 @@ def lease_request(
             submitted_at=now,
             borrowed=verdict.borrowed,
             approval_reason=verdict.reason,
+            approval_breaches=[b.stored() for b in verdict.member_breaches],
             request_key=request_key,
         )
         if request_key:

@@ -12,6 +12,7 @@ from leasing.choices import Priority, Purpose
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
+from leasing.notify.messages import breaches_text
 from portal.models import Team
 
 
@@ -40,6 +41,10 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
         source="decided_by.username", read_only=True, allow_null=True, default=None
     )
 
+    reason = serializers.SerializerMethodField(
+        help_text="The member limits the change breaks, worded in the reader's language."
+    )
+
     class Meta:
         model = LeaseChange
         fields = [
@@ -58,6 +63,9 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
             "note",
         ]
         read_only_fields = fields
+
+    def get_reason(self, change: LeaseChange) -> str:
+        return breaches_text(change.breaches) or change.reason
 
 
 class LeaseSerializer(serializers.ModelSerializer):
@@ -243,6 +251,8 @@ class ApprovalSerializer(serializers.ModelSerializer):
     card_model = serializers.CharField(source="card_model.slug")
     duration_minutes = serializers.SerializerMethodField()
 
+    approval_reason = serializers.SerializerMethodField()
+
     class Meta:
         model = Lease
         fields = [
@@ -259,6 +269,10 @@ class ApprovalSerializer(serializers.ModelSerializer):
 
     def get_duration_minutes(self, lease: Lease) -> int:
         return int(lease.duration.total_seconds() // 60)
+
+    def get_approval_reason(self, lease: Lease) -> str:
+        """The member limits the request breaks, worded in the reader's language."""
+        return breaches_text(lease.approval_breaches) or lease.approval_reason
 
 
 class DecisionSerializer(serializers.Serializer):

@@ -81,6 +81,12 @@ class Lease(models.Model):
         help_text=_("Leased beyond the team's concurrent quota on idle cards, as preemptible."),
     )
     approval_reason = models.TextField(_("why it needs approval"), blank=True)
+    approval_breaches = models.JSONField(
+        _("limits it breaks"),
+        default=list,
+        blank=True,
+        help_text=_("The member limits broken, as parameters: worded for whoever reads them."),
+    )
     warning_offsets = models.JSONField(
         _("warn before the end (minutes)"),
         default=list,
@@ -339,6 +345,12 @@ class LeaseChange(models.Model):
         _("status"), max_length=10, choices=Status.choices, default=Status.PENDING
     )
     reason = models.TextField(_("why it needs approval"), blank=True)
+    breaches = models.JSONField(
+        _("limits it breaks"),
+        default=list,
+        blank=True,
+        help_text=_("The member limits broken, as parameters: worded for whoever reads them."),
+    )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )

@@ -155,8 +155,57 @@ def _change(p: Mapping) -> tuple[str, str]:
         "rejected": _("Rejected: %(what)s"),
         "lapsed": _("Lapsed (the lease ended first): %(what)s"),
     }
-    # The body is the lead's note, or the limits broken as they were worded when asked.
-    return titles[p["event"]] % {"what": what, "user": p.get("user", "")}, p.get("text", "")
+    # The body is the lead's note, or the limits broken (worded for the reader).
+    text = breaches_text(p["breaches"]) if p.get("breaches") else p.get("text", "")
+    return titles[p["event"]] % {"what": what, "user": p.get("user", "")}, text
+
+
+def breach_text(limit: str, p: Mapping) -> str:
+    """A quota or member limit a request or change would break, worded for the reader (the
+    active language and time zone): the limit, what is left and when it frees or renews."""
+    who = _("Team “%(team)s”") % {"team": p["team"]} if p.get("team") else p.get("user", "")
+    scope = p.get("model") or _("all models")
+    base = {"who": who, "scope": scope}
+    if limit == "max_lease_hours" and p.get("hours") is not None:
+        return _(
+            "%(who)s may lease %(scope)s for at most %(max)s hours at a time; this extension would "
+            "make the lease %(hours)s hours long. Extend by less, or release and ask again."
+        ) % {**base, "max": p["max"], "hours": p["hours"]}
+    if limit == "max_lease_hours":
+        return _(
+            "%(who)s may lease %(scope)s for at most %(max)s hours at a time; ask for %(max)s hours or less "
+            "(and extend later if the cards are still free)."
+        ) % {**base, "max": p["max"]}
+    if limit == "max_concurrent_cards":
+        text = _(
+            "%(who)s may hold at most %(limit)s cards of %(scope)s at once; %(used)s are held or waiting, "
+            "so %(left)s are left and this request needs %(count)s."
+        ) % {**base, **{k: p[k] for k in ("limit", "used", "left", "count")}}
+        if p.get("frees"):
+            when = parse_datetime(p["frees"])
+            local = f"{timezone.localtime(when):%Y-%m-%d %H:%M}" if when else p["frees"]
+            text += " " + _("The next ones free up at %(when)s.") % {"when": local}
+        return text
+    if limit == "card_hours_per_month":
+        return _(
+            "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
+            "needs %(need)s there. The budget renews on %(renew)s."
+        ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "need", "renew")}}
+    return _(
+        "%(who)s has ¥%(left)s of ¥%(limit)s left in %(month)s; this request costs ¥%(cost)s "
+        "there. The budget renews on %(renew)s."
+    ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "cost", "renew")}}
+
+
+def breaches_text(breaches) -> str:
+    """Stored breaches (``[{"limit": …, "params": …}]``), one line each, for the reader."""
+    lines = []
+    for b in breaches or ():
+        try:
+            lines.append(breach_text(b["limit"], b["params"]))
+        except (KeyError, TypeError, ValueError):
+            logger.warning("cannot word breach %r", b)
+    return "\n".join(lines)
 
 
 MESSAGES: dict[str, Renderer] = {

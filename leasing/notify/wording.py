@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 
 from leasing.choices import Kind
 from leasing.models import Lease, LeaseChange, Notification
-from leasing.notify.messages import MESSAGES
+from leasing.notify.messages import MESSAGES, breaches_text
 from leasing.notify.services import notify, notify_team_leads
 
 logger = logging.getLogger(__name__)
@@ -82,8 +82,9 @@ def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> lis
             "hours": _hours(lease.duration),
             "team": lease.team.name,
         }
-        if lease.approval_reason:
-            body += "\n" + lease.approval_reason
+        reason = breaches_text(lease.approval_breaches) or lease.approval_reason
+        if reason:
+            body += "\n" + reason
         return notify_team_leads(
             team=lease.team,
             kind=kind,
@@ -238,6 +239,7 @@ def notify_change(*, change_id: int, event: str, now: datetime | None = None) ->
         "user": change.requested_by.get_username(),
         "event": event,
         "text": change.reason if event == "requested" else change.note,
+        "breaches": change.breaches if event == "requested" else [],
     }
     data = {"change": change.pk, "kind": change.kind, "decision": event}
     data.update(message="change", params=params)

@@ -21,12 +21,14 @@ from inventory.models import CardModel
 from leasing.billing.prices import PriceBooks, estimate
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
 from leasing.models import Allocation, Lease, MemberLimit, Quota
+from leasing.notify.messages import breach_text
 from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
 from portal.models import Membership, Team
 
 HOUR = timedelta(hours=1)
 TENTH = Decimal("0.1")
+CENT = Decimal("0.01")
 
 
 @dataclass(frozen=True)
@@ -206,75 +208,54 @@ def concurrent_use(
 
 @dataclass(frozen=True)
 class Breach:
-    """A limit a request would break, and the message a person can act on."""
+    """A limit a request would break: kept as parameters (JSON), worded for whoever reads it
+    (``notify.messages.breach_text``: the limit, what is left, when it frees or renews)."""
 
     scope: str  # "team" or "member"
     limit: str  # max_concurrent_cards | card_hours_per_month | max_lease_hours | money_per_month
-    message: str
+    params: dict
 
+    @property
+    def message(self) -> str:
+        return breach_text(self.limit, self.params)
 
-def _hours(value: Decimal) -> str:
-    return str(value.quantize(TENTH, rounding=ROUND_HALF_UP))
-
-
-def _when(t: datetime) -> str:
-    return formats.date_format(t.astimezone(site_tz()), "Y-m-d H:i")
+    def stored(self) -> dict:
+        return {"scope": self.scope, "limit": self.limit, "params": self.params}
 
 
 def _scope_name(card_model: CardModel | None) -> str:
     return card_model.name if card_model else _("all models")
 
 
-def _max_length_message(ask: Ask, who: str, scope_name: str, limit: int) -> str:
-    params = {"who": who, "scope": scope_name, "max": limit}
-    if ask.kind == "extend":
-        return _(
-            "%(who)s may lease %(scope)s for at most %(max)s hours at a time; this extension would "
-            "make the lease %(hours)s hours long. Extend by less, or release and ask again."
-        ) % {**params, "hours": _hours(Decimal(ask.length / HOUR))}
-    return (
-        _(
-            "%(who)s may lease %(scope)s for at most %(max)s hours at a time; ask for %(max)s hours or less "
-            "(and extend later if the cards are still free)."
-        )
-        % params
-    )
+def _hours(value: Decimal) -> str:
+    return str(value.quantize(TENTH, rounding=ROUND_HALF_UP))
 
 
-def _check(*, scope: str, rule, who: str, ask: Ask, user_id: int | None) -> list[Breach]:
+def _check(*, scope: str, rule, who: dict, ask: Ask, user_id: int | None) -> list[Breach]:
     breaches = []
     team, count, start, end = ask.team, ask.count, ask.start, ask.end
     model_id = rule.card_model_id
-    scope_name = _scope_name(rule.card_model)
+    base = {**who, "model": rule.card_model.name if rule.card_model else ""}
     if rule.max_lease_hours is not None and ask.length is not None:
         if ask.length > rule.max_lease_hours * HOUR:
-            breaches.append(
-                Breach(
-                    scope,
-                    "max_lease_hours",
-                    _max_length_message(ask, who, scope_name, rule.max_lease_hours),
-                )
-            )
+            params = {**base, "max": rule.max_lease_hours}
+            if ask.kind == "extend":
+                params["hours"] = _hours(Decimal(ask.length / HOUR))
+            breaches.append(Breach(scope, "max_lease_hours", params))
     if rule.max_concurrent_cards is not None:
         used, frees = concurrent_use(
             team.pk, start, end, card_model_id=model_id, user_id=user_id, exclude=ask.replaces
         )
         if used + count > rule.max_concurrent_cards:
-            left = max(rule.max_concurrent_cards - used, 0)
-            message = _(
-                "%(who)s may hold at most %(limit)s cards of %(scope)s at once; %(used)s are held or waiting, "
-                "so %(left)s are left and this request needs %(count)s."
-            ) % {
-                "who": who,
+            params = {
+                **base,
                 "limit": rule.max_concurrent_cards,
-                "scope": scope_name,
                 "used": used,
-                "left": left,
+                "left": max(rule.max_concurrent_cards - used, 0),
                 "count": count,
+                "frees": frees.isoformat() if frees is not None else None,
             }
-            if frees is not None:
-                message += " " + _("The next ones free up at %(when)s.") % {"when": _when(frees)}
-            breaches.append(Breach(scope, "max_concurrent_cards", message))
+            breaches.append(Breach(scope, "max_concurrent_cards", params))
     budget = rule.card_hours_per_month
     money = getattr(rule, "money_per_month", None)
     if budget is not None or money is not None:
@@ -284,28 +265,19 @@ def _check(*, scope: str, rule, who: str, ask: Ask, user_id: int | None) -> list
             used_hours, used_money = month_usage(
                 team.pk, month, card_model_id=model_id, user_id=user_id, cut=cut
             )
-            month_name = formats.date_format(month[0], "Y-m")
-            renew = formats.date_format(month[1], "Y-m-d")
+            when = {
+                "month": f"{month[0].astimezone(site_tz()):%Y-%m}",
+                "renew": f"{month[1].astimezone(site_tz()):%Y-%m-%d}",
+            }
             if budget is not None and used_hours + need > budget:
-                breaches.append(
-                    Breach(
-                        scope,
-                        "card_hours_per_month",
-                        _(
-                            "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
-                            "needs %(need)s there. The budget renews on %(renew)s."
-                        )
-                        % {
-                            "who": who,
-                            "left": _hours(max(budget - used_hours, Decimal(0))),
-                            "limit": _hours(budget),
-                            "scope": scope_name,
-                            "month": month_name,
-                            "need": _hours(need),
-                            "renew": renew,
-                        },
-                    )
-                )
+                params = {
+                    **base,
+                    **when,
+                    "left": _hours(max(budget - used_hours, Decimal(0))),
+                    "limit": _hours(budget),
+                    "need": _hours(need),
+                }
+                breaches.append(Breach(scope, "card_hours_per_month", params))
             if money is not None:
                 cost = estimate(
                     card_model=ask.card_model,
@@ -316,26 +288,14 @@ def _check(*, scope: str, rule, who: str, ask: Ask, user_id: int | None) -> list
                     priority=ask.priority,
                 )
                 if used_money + cost > money:
-                    breaches.append(
-                        Breach(
-                            scope,
-                            "money_per_month",
-                            _(
-                                "%(who)s has ¥%(left)s of ¥%(limit)s left in %(month)s; this request costs ¥%(cost)s "
-                                "there. The budget renews on %(renew)s."
-                            )
-                            % {
-                                "who": who,
-                                "left": (max(money - used_money, Decimal(0))).quantize(
-                                    Decimal("0.01")
-                                ),
-                                "limit": money,
-                                "month": month_name,
-                                "cost": cost,
-                                "renew": renew,
-                            },
-                        )
-                    )
+                    params = {
+                        **base,
+                        **when,
+                        "left": str(max(money - used_money, Decimal(0)).quantize(CENT)),
+                        "limit": str(money),
+                        "cost": str(cost),
+                    }
+                    breaches.append(Breach(scope, "money_per_month", params))
     return breaches
 
 
@@ -372,13 +332,12 @@ def admission_breaches(ask: Ask) -> list[Breach]:
     """Every team and member limit *ask* would break (empty: it fits)."""
     breaches: list[Breach] = []
     team, user = ask.team, ask.user
-    who_team = _("Team “%(team)s”") % {"team": team.name}
     for rule in _team_rules(team, ask.card_model).select_related("card_model"):
-        breaches += _check(scope="team", rule=rule, who=who_team, ask=ask, user_id=None)
+        breaches += _check(scope="team", rule=rule, who={"team": team.name}, ask=ask, user_id=None)
     for rule in _member_rules(team, user, ask.card_model).select_related("card_model"):
         # read by the lead who decides, and by the requester
         breaches += _check(
-            scope="member", rule=rule, who=user.get_username(), ask=ask, user_id=user.pk
+            scope="member", rule=rule, who={"user": user.get_username()}, ask=ask, user_id=user.pk
         )
     return breaches
 

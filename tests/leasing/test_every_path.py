@@ -15,7 +15,7 @@ from leasing.billing import prices
 from leasing.choices import LeaseStatus, Priority
 from leasing.lifecycle import change_decisions, changes, provisioning, resize
 from leasing.models import Lease, LeaseChange, Notification, TeamPrice
-from leasing.notify.messages import notice_text
+from leasing.notify.messages import breaches_text, notice_text
 from leasing.teams import approvals, quotas
 from leasing.teams import services as team_services
 from portal.models import Membership
@@ -86,6 +86,8 @@ def test_extend_above_a_member_limit_waits_for_the_lead(
     change = result.pending_change
     assert change.status == LeaseChange.Status.PENDING and change.minutes == 600
     assert "at most 48 hours" in change.reason
+    with translation.override("zh-hans"):  # kept as parameters: worded for whoever reads it
+        assert "最长 48 小时" in breaches_text(change.breaches)
     lease.refresh_from_db()
     assert lease.end_at == T0 + hours(40)  # unchanged until the lead decides
     asked = Notification.objects.get(user=lena, kind="approval_requested")

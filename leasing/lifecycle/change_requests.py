@@ -71,8 +71,7 @@ def change_ask(
         lease.pk,
         kind="change_requested",
         at=now,
-        actor=user,
-        message=verdict.reason,
+        actor=user,  # why it waits is on the change, worded for each reader
         data={"change": change.pk, "kind": kind, "minutes": minutes, "count": count},
     )
     transaction.on_commit(lambda: notify_change(change_id=change.pk, event="requested"))

@@ -257,9 +257,6 @@ class Allocation(models.Model):
             models.CheckConstraint(
                 condition=Q(end_at__gt=F("start_at")), name="allocation_end_after_start"
             ),
-            models.UniqueConstraint(
-                fields=["lease", "card"], name="allocation_unique_card_per_lease"
-            ),
         ]
         indexes = [
             models.Index(fields=["card", "end_at"], name="allocation_card_end_idx"),

@@ -270,3 +270,28 @@ def test_pending_change_on_the_lease_list_lease_page_and_team_page(
     lease.refresh_from_db()
     assert lease.end_at == T0 + hours(5)
     assert "change waiting" not in client.get("/leases/").content.decode()
+
+
+# --- found by the stateful test ---------------------------------------------------------------
+
+
+def test_a_lease_takes_back_a_card_it_dropped(frozen, alice, vision):
+    """A lease may hold a card again after a resize dropped it (a second period of the same
+    card: it was an IntegrityError, a 500); the periods never overlap and the bill counts both."""
+    from leasing.billing.usage import usage_pieces
+    from tests.factories import CardModelFactory, make_node
+
+    tight = CardModelFactory(slug="tight", name="Tight")
+    make_node(tight, cards=3, domains=1, hostname="tight0")
+    lease = active(ask(alice, vision, tight, count=3, duration=hours(6)))
+    frozen.shift(hours(1))
+    resize.lease_resize(lease=lease, user=alice, count=1)
+    frozen.shift(hours(1))
+    resize.lease_resize(lease=lease, user=alice, count=3)  # only the dropped cards are free
+    lease.refresh_from_db()
+    assert lease.count == 3 and lease.allocations.count() == 5
+    frozen.shift(hours(1))
+    changes.lease_release(lease=lease, user=alice)
+    provisioning.release_step(lease_id=lease.pk)
+    lease.refresh_from_db()
+    assert sum(r.card_minutes for r in usage_pieces(lease)) == 3 * 60 + 1 * 60 + 3 * 60

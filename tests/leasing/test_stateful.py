@@ -384,6 +384,9 @@ class LeaseLifecycle(RuleBasedStateMachine):
         for lease in Lease.objects.filter(team=self.vision).exclude(
             status__in=[LeaseStatus.PENDING_APPROVAL, LeaseStatus.REJECTED]
         ):
+            asked = {k for k in lease.events.values_list("kind", flat=True)}
+            if "needs_approval" in asked and "approved" not in asked:
+                continue  # withdrawn while it waited for the lead: never admitted
             length = lease.end_at - lease.start_at
             assert length <= timedelta(hours=24), (lease.pk, length)
             approved = (

@@ -110,3 +110,21 @@ def change_withdraw(*, change: LeaseChange, user, now: datetime | None = None) -
     with transaction.atomic():
         change = _pending(change)
         _decide(change, status=LeaseChange.Status.WITHDRAWN, user=user, note="", now=now)
+
+
+def changes_lapse(*, now: datetime | None = None) -> int:
+    """Pending changes of leases that ended (or never started) before the lead decided lapse;
+    their holders are told. Run by the sweep; returns how many lapsed."""
+    now = now or timezone.now()
+    stale = list(
+        LeaseChange.objects.filter(status=PENDING)
+        .exclude(lease__status__in=BOOKED_STATES)
+        .values_list("pk", flat=True)[:500]
+    )
+    for pk in stale:
+        with transaction.atomic():
+            if LeaseChange.objects.filter(pk=pk, status=PENDING).update(
+                status=LeaseChange.Status.LAPSED, decided_at=now
+            ):
+                transaction.on_commit(lambda pk=pk: notify_change(change_id=pk, event="lapsed"))
+    return len(stale)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from leasing.backends import PermanentBackendError, TransientBackendError, get_backend
 from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.enqueue import enqueue
-from leasing.lifecycle import endings, maintenance, provisioning, reconcile
+from leasing.lifecycle import change_decisions, endings, maintenance, provisioning, reconcile
 from leasing.models import Lease
 from leasing.notify import wording
 from leasing.scheduler.run import queue_advance
@@ -170,6 +170,7 @@ def sweep() -> dict:
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)
+    done["changes_lapsed"] = change_decisions.changes_lapse(now=now)
     # Drain and preemption warnings whose notice could not be written are re-tried here.
     done["early_end_warnings"] = endings.preemption_warnings_send(
         now=now

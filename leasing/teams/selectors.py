@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from inventory.models import CardModel
 from leasing import choices, periods
 from leasing.billing.prices import PriceBooks
-from leasing.choices import HOLDING_STATES, LeaseStatus
+from leasing.choices import BOOKED_STATES, HOLDING_STATES, LeaseStatus
 from leasing.models import Lease, LeaseChange, MemberLimit, Quota
 from leasing.teams import quotas
 from portal.models import Membership, Team
@@ -139,7 +139,7 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         .select_related("user", "card_model")
         .order_by("submitted_at"),
         "pending_changes": LeaseChange.objects.filter(
-            lease__team=team, status=LeaseChange.Status.PENDING
+            lease__team=team, status=LeaseChange.Status.PENDING, lease__status__in=BOOKED_STATES
         )
         .select_related("lease__user", "lease__card_model", "card_model", "requested_by")
         .order_by("requested_at"),

@@ -295,3 +295,20 @@ def test_a_lease_takes_back_a_card_it_dropped(frozen, alice, vision):
     provisioning.release_step(lease_id=lease.pk)
     lease.refresh_from_db()
     assert sum(r.card_minutes for r in usage_pieces(lease)) == 3 * 60 + 1 * 60 + 3 * 60
+
+
+def test_a_change_waiting_when_the_lease_ends_lapses_and_the_holder_is_told(
+    frozen, alice, lena, vision, a100, small_pool, rules, django_capture_on_commit_callbacks
+):
+    from leasing.lifecycle import change_decisions as decisions
+
+    rules(member={"max_lease_hours": 4})
+    lease = ask(alice, vision, a100, duration=hours(4))
+    change = changes.lease_extend(lease=lease, user=alice, minutes=60).pending_change
+    changes.lease_release(lease=lease, user=alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decisions.changes_lapse() == 1
+    change.refresh_from_db()
+    assert change.status == LeaseChange.Status.LAPSED
+    assert Notification.objects.filter(user=alice, kind="approval_decided").exists()
+    assert decisions.changes_lapse() == 0

@@ -413,13 +413,15 @@ class LeaseLifecycle(RuleBasedStateMachine):
             "card_model", "team", "user"
         ):
             expected = lease.end_at
-            drains = Node.objects.filter(
-                cards__allocations__lease=lease,
-                cards__allocations__end_at__gt=self.now,
-                drain_at__isnull=False,
-            ).values_list("drain_at", flat=True)
-            for drain_at in drains:
-                expected = min(expected, max(drain_at, lease.start_at))
+            # Cards held past the drain time of a node being drained end then (cards whose
+            # period ends before it, e.g. taken back by a partial preemption, do not count).
+            for end, drain_at in Allocation.objects.filter(
+                lease=lease,
+                card__node__status=Node.Status.DRAINING,
+                card__node__drain_at__isnull=False,
+            ).values_list("end_at", "card__node__drain_at"):
+                if end > drain_at:
+                    expected = min(expected, max(drain_at, lease.start_at))
             if lease.preempt_at is not None and lease.preempt_cards is None:
                 expected = min(expected, lease.preempt_at)
             shown = parse_datetime(LeaseSerializer(lease).data["effective_end"])

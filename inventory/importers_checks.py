@@ -69,8 +69,8 @@ def value_shape_errors(data: Mapping[Any, Any]) -> list[str]:
     cards) and hold no NUL character, which PostgreSQL cannot store in text or JSON."""
     errors = []
     for key, value in data.items():
-        if key == "__line__":
-            continue
+        if key is None or key == "__line__":
+            continue  # None: csv's list of fields beyond the header, ignored like unknown columns
         if _has_nul(key):
             errors.append(f"key {_short(key)} contains a NUL character")
         elif key == "cards" and isinstance(value, list):

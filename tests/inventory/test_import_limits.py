@@ -7,6 +7,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from django.test import override_settings
@@ -16,7 +17,7 @@ from django.utils.html import escape
 from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
-from tests.factories import CardModelFactory, RegionFactory, make_node
+from tests.factories import CardModelFactory, RegionFactory, UserFactory, make_node
 
 HEADER = "hostname,region,card_model,cards,cpu_cores,driver_version,external_id\n"
 
@@ -74,6 +75,17 @@ def test_the_model_refuses_a_bad_hostname_too(db):
     with pytest.raises(ValidationError) as excinfo:
         node.full_clean()
     assert "hostname" in excinfo.value.message_dict
+
+
+def test_the_admin_form_refuses_a_bad_hostname(rf, db):
+    request = rf.get("/admin/inventory/node/add/")
+    request.user = UserFactory(is_staff=True, is_superuser=True)
+    form_class = admin.site._registry[Node].get_form(request)
+    data = {"region": RegionFactory().pk, "status": "active", "network_kind": "ethernet"}
+
+    assert form_class(data={**data, "hostname": "gpu-01"}).is_valid()
+    form = form_class(data={**data, "hostname": "../../x y/<b>"})
+    assert not form.is_valid() and "hostname" in form.errors
 
 
 def test_good_hostnames_pass(db):
@@ -177,6 +189,12 @@ def test_yaml_values_must_be_single_values(t4, tmp_path, entry):
     )
 
     assert "line 1: " in refused(path)
+
+
+def test_fields_beyond_the_header_are_still_ignored(t4, tmp_path):
+    run(csv_file(tmp_path, "gpu-01,bj,t4,1,,,,extra,more"))
+
+    assert Node.objects.filter(hostname="gpu-01").exists()
 
 
 # --- Bounds -------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ _MAPPING_KEYS = ("labels", "software_versions")
 class ImportLimits:
     """How much one import may read (CARDPOOL_IMPORT_* in docs/operations.md)."""
 
-    max_bytes: int = 32 * 1024 * 1024
+    max_bytes: int = 16 * 1024 * 1024
     max_rows: int = 100_000
     max_cards_per_node: int = 128
 

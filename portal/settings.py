@@ -398,7 +398,7 @@ CARDPOOL_SLURM = {
 
 # --- import_inventory limits (docs/operations.md, "Importing inventory") ----------------
 CARDPOOL_IMPORT = {
-    "MAX_BYTES": env_int("CARDPOOL_IMPORT_MAX_BYTES", 32 * 1024 * 1024),
+    "MAX_BYTES": env_int("CARDPOOL_IMPORT_MAX_BYTES", 16 * 1024 * 1024),
     "MAX_ROWS": env_int("CARDPOOL_IMPORT_MAX_ROWS", 100_000),
     "MAX_CARDS_PER_NODE": env_int("CARDPOOL_IMPORT_MAX_CARDS_PER_NODE", 128),
 }

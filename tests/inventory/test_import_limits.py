@@ -231,6 +231,17 @@ def test_rows_are_bounded(t4, tmp_path):
         assert "more than 3 rows (CARDPOOL_IMPORT_MAX_ROWS)" in refused(path)
 
 
+def test_yaml_rows_are_bounded_before_they_are_built(t4, tmp_path):
+    entries = "".join(
+        f"- {{hostname: gpu-{i}, region: bj, card_model: t4, cards: 1}}\n" for i in range(4)
+    )
+
+    with override_settings(CARDPOOL_IMPORT={"MAX_ROWS": 3}):
+        assert "more than 3 rows (CARDPOOL_IMPORT_MAX_ROWS)" in refused(
+            yaml_file(tmp_path, entries)
+        )
+
+
 def test_file_size_is_bounded(t4, tmp_path):
     path = csv_file(tmp_path, *(f"gpu-{i:02d},bj,t4,1,,," for i in range(10)))
 
@@ -267,4 +278,11 @@ def test_yaml_aliases_are_refused_so_a_billion_laughs_cannot_expand(t4, tmp_path
 def test_deeply_nested_yaml_is_a_clear_error(t4, tmp_path):
     path = yaml_file(tmp_path, "- hostname: " + "[" * 20_000 + "]" * 20_000 + "\n")
 
-    assert "nested too deeply" in refused(path)
+    assert "nest" in refused(path)  # ours, or libyaml's "exceeded maximum nesting depth"
+
+
+def test_yaml_nested_deeper_than_an_inventory_needs_is_refused(t4, tmp_path):
+    value = "".join(f"\n{'  ' * (level + 2)}k{level}:" for level in range(12)) + " x"
+    path = yaml_file(tmp_path, f"- hostname: gpu-01\n  region: bj\n  cards: 0\n  labels:{value}\n")
+
+    assert "nested too deeply (at most 10 levels)" in refused(path)

@@ -115,7 +115,7 @@ def _read_csv(text: str, path: Path, limits: ImportLimits) -> tuple[list[str], l
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _LineLoader(_SafeLoader):  # type: ignore[misc,valid-type]
+class _LineLoader(_SafeLoader):
     """A safe loader that remembers the line each mapping starts on, under ``__line__``."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

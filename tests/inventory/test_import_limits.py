@@ -210,6 +210,13 @@ def test_cards_per_node_are_bounded(t4, tmp_path, cards):
     )
 
 
+def test_an_alibaba_machine_card_count_is_bounded_too(t4, tmp_path):
+    path = tmp_path / "machines.csv"
+    path.write_text("machine,gpu_type,cap_cpu,cap_mem,cap_gpu\nm1,T4,96,512,50000000\n")
+
+    assert "line 2: cap_gpu must be at most 128" in refused(str(path), "--region", "pai")
+
+
 def test_a_listed_card_count_is_bounded_too(t4, tmp_path):
     cards = "".join(f"    - {{index: {i}}}\n" for i in range(129))
     path = yaml_file(

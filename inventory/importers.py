@@ -1,31 +1,36 @@
 """Reading inventory files (CSV, YAML, Alibaba PAI machine lists) into validated node specs.
 
-Nothing here touches the database: :func:`read_inventory_file` turns a file into raw rows with
-their line numbers, and :func:`normalize_rows` turns raw rows into :class:`NodeSpec` objects,
-collecting every problem it finds (with its line) instead of stopping at the first.
+Nothing here touches the database: :func:`read_inventory_file` (in :mod:`inventory.importers_read`,
+re-exported here) turns a file into raw rows with their line numbers, and :func:`normalize_rows`
+turns raw rows into :class:`NodeSpec` objects, collecting every problem it finds (with its line)
+instead of stopping at the first. Every value is checked by the model field that will store it
+(:mod:`inventory.importers_checks`), so ``--dry-run`` refuses exactly what a real run would.
 Checks that need the database (does the card model exist, is a UUID taken) live in
 :func:`inventory.services.inventory_import`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_slug
+from django.db import models
 
-from inventory.models import Node
-
-FORMAT_GENERIC = "csv"
-FORMAT_YAML = "yaml"
-FORMAT_ALIBABA = "alibaba"
-FORMATS = (FORMAT_GENERIC, FORMAT_YAML, FORMAT_ALIBABA)
+from inventory.importers_checks import field_errors, import_limits, value_shape_errors
+from inventory.importers_read import (  # noqa: F401 - the reading half, re-exported
+    FORMAT_ALIBABA,
+    FORMAT_GENERIC,
+    FORMAT_YAML,
+    FORMATS,
+    InventoryFileError,
+    ParsedFile,
+    RawRow,
+    detect_format,
+    read_inventory_file,
+    read_mapping_file,
+)
+from inventory.models import Card, Node, Region
 
 GENERIC_REQUIRED = ("hostname", "card_model", "cards")
 GENERIC_OPTIONAL = (
@@ -59,10 +64,6 @@ _NETWORK_ALIASES = {
 }
 
 
-class InventoryFileError(Exception):
-    """The file cannot be read at all (missing, not CSV/YAML, wrong top-level shape)."""
-
-
 @dataclass(frozen=True)
 class RowError:
     """One problem in the input, at a line of the file (0 when it is not about a line)."""
@@ -72,23 +73,6 @@ class RowError:
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.message}" if self.line else self.message
-
-
-@dataclass(frozen=True)
-class RawRow:
-    """One record as read from the file, before any checking."""
-
-    line: int
-    data: Mapping[str, Any]
-
-
-@dataclass
-class ParsedFile:
-    """What :func:`read_inventory_file` found: the format, the rows and (for tables) the header."""
-
-    source_format: str
-    rows: list[RawRow]
-    columns: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,74 +117,6 @@ def card_uuid(hostname: str, index: int) -> str:
     return f"{hostname}-gpu{index}"
 
 
-def detect_format(path: Path, header: Sequence[str] | None) -> str:
-    """YAML by extension; a CSV whose header has the Alibaba columns is ``alibaba``."""
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return FORMAT_YAML
-    if header is not None and {"machine", "gpu_type", "cap_gpu"} <= set(header):
-        return FORMAT_ALIBABA
-    return FORMAT_GENERIC
-
-
-def read_inventory_file(path: Path | str, *, source_format: str | None = None) -> ParsedFile:
-    """Read *path* into raw rows; the format is detected unless *source_format* is given."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryFileError(f"cannot read {path}: {exc}") from exc
-    if source_format is not None and source_format not in FORMATS:
-        raise InventoryFileError(
-            f"unknown format {source_format!r}; use one of {', '.join(FORMATS)}"
-        )
-    if source_format == FORMAT_YAML or (
-        source_format is None and detect_format(path, None) == FORMAT_YAML
-    ):
-        return ParsedFile(FORMAT_YAML, _read_yaml(text, path))
-    columns, rows = _read_csv(text)
-    return ParsedFile(source_format or detect_format(path, columns), rows, columns)
-
-
-def _read_csv(text: str) -> tuple[list[str], list[RawRow]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    columns = [c.strip() for c in reader.fieldnames or []]
-    reader.fieldnames = columns
-    rows = []
-    for record in reader:
-        # line_num is the physical line the record ended on; the header is line 1.
-        if not any((v or "").strip() for v in record.values() if isinstance(v, str)):
-            continue
-        rows.append(RawRow(reader.line_num, record))
-    return columns, rows
-
-
-class _LineLoader(yaml.SafeLoader):
-    """A safe loader that remembers the line each mapping starts on, under ``__line__``."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        mapping = super().construct_mapping(node, deep=True)
-        mapping["__line__"] = node.start_mark.line + 1
-        return mapping
-
-
-def _read_yaml(text: str, path: Path) -> list[RawRow]:
-    try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise InventoryFileError(f"{path} is not valid YAML: {exc}") from exc
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise InventoryFileError(f"{path}: expected a list of nodes at the top level")
-    rows = []
-    for position, item in enumerate(data, start=1):
-        if not isinstance(item, dict):
-            raise InventoryFileError(f"{path}: item {position} is not a mapping")
-        line = item.pop("__line__")
-        rows.append(RawRow(line, item))
-    return rows
-
-
 def normalize_rows(
     *,
     rows: Iterable[RawRow],
@@ -229,18 +145,24 @@ def normalize_rows(
         type_map = {**ALIBABA_DEFAULT_MAPPING, **(mapping or {})}
         skip = {t.strip().upper() for t in skip_types}
     host_key = "machine" if source_format == FORMAT_ALIBABA else "hostname"
+    max_cards = import_limits().max_cards_per_node
     seen: dict[str, int] = {}
     for row in rows:
-        errors: list[str] = []
-        if source_format == FORMAT_ALIBABA:
-            spec = _alibaba_row(row, type_map, skip, default_region, errors)
+        errors = value_shape_errors(row.data)
+        spec: NodeSpec | None = None
+        if errors:
+            pass  # a list where a value belongs, or a NUL: nothing more to read from the row
+        elif source_format == FORMAT_ALIBABA:
+            spec = _alibaba_row(row, type_map, skip, default_region, max_cards, errors)
             if spec is None and not errors:
                 result.skipped += 1
                 continue
         else:
-            spec = _generic_row(row, default_region, errors)
+            spec = _generic_row(row, default_region, max_cards, errors)
         # Checked on bad rows too, so a fix to one line does not reveal a new error later.
         hostname = _text(row.data.get(host_key))
+        if hostname and not errors:
+            errors.extend(field_errors(Node, "hostname", hostname))
         first = seen.setdefault(hostname, row.line) if hostname else row.line
         if first != row.line:
             errors.append(f"duplicate hostname {hostname!r} (first on line {first})")
@@ -255,6 +177,7 @@ def _alibaba_row(
     type_map: Mapping[str, str],
     skip: set[str],
     default_region: str | None,
+    max_cards: int,
     errors: list[str],
 ) -> NodeSpec | None:
     """A PAI machine as a node; None (and no error) for machines that are skipped."""
@@ -263,11 +186,15 @@ def _alibaba_row(
     gpu_type = _text(data.get("gpu_type")).upper()
     if gpu_type in skip:
         return None
-    count = _integer(data, "cap_gpu", errors, required=True)
-    cpu = _integer(data, "cap_cpu", errors)
-    mem = _integer(data, "cap_mem", errors)
+    count = _card_count(
+        _integer(data, "cap_gpu", errors, required=True), "cap_gpu", max_cards, errors
+    )
+    cpu = _integer(data, "cap_cpu", errors, stored_as=(Node, "cpu_cores"))
+    mem = _integer(data, "cap_mem", errors, stored_as=(Node, "memory_gb"))
     if not machine:
         errors.append("machine is empty")
+    else:
+        errors.extend(field_errors(Node, "external_id", machine, "machine"))
     if not gpu_type:
         errors.append("gpu_type is empty")
     if count == 0 and not errors:
@@ -293,7 +220,9 @@ def _alibaba_row(
     )
 
 
-def _generic_row(row: RawRow, default_region: str | None, errors: list[str]) -> NodeSpec | None:
+def _generic_row(
+    row: RawRow, default_region: str | None, max_cards: int, errors: list[str]
+) -> NodeSpec | None:
     """A node from the generic CSV columns or a YAML mapping with the same keys."""
     data = row.data
     hostname = _text(data.get("hostname"))
@@ -301,34 +230,38 @@ def _generic_row(row: RawRow, default_region: str | None, errors: list[str]) -> 
         errors.append("hostname is missing")
     region = _region(_text(data.get("region")) or default_region, errors)
     model = _text(data.get("card_model"))
-    cards = _cards(row, model, errors)
+    cards = _cards(row, model, max_cards, errors)
     spec = NodeSpec(
         line=row.line,
         hostname=hostname,
         region=region,
         cards=cards or [],
         network_kind=_network(data.get("network_kind"), errors),
-        network_gbps=_integer(data, "network_gbps", errors),
-        cpu_cores=_integer(data, "cpu_cores", errors),
-        memory_gb=_integer(data, "memory_gb", errors),
-        driver_version=_text(data.get("driver_version")) or None,
-        external_id=_text(data.get("external_id")) or None,
+        network_gbps=_integer(data, "network_gbps", errors, stored_as=(Node, "network_gbps")),
+        cpu_cores=_integer(data, "cpu_cores", errors, stored_as=(Node, "cpu_cores")),
+        memory_gb=_integer(data, "memory_gb", errors, stored_as=(Node, "memory_gb")),
+        driver_version=_stored_text(data, "driver_version", Node, errors),
+        external_id=_stored_text(data, "external_id", Node, errors),
         labels=_pairs(data.get("labels"), "labels", errors),
         software_versions=_pairs(data.get("software_versions"), "software_versions", errors),
     )
     return None if errors else spec
 
 
-def _cards(row: RawRow, model: str, errors: list[str]) -> list[CardSpec] | None:
+def _cards(row: RawRow, model: str, max_cards: int, errors: list[str]) -> list[CardSpec] | None:
     """The node's cards: ``cards`` as a count (split into ``domains``) or, in YAML, a list."""
     data = row.data
     listed = data.get("cards")
     if isinstance(listed, list):
+        if _card_count(len(listed), "cards", max_cards, errors) is None:
+            return None
         return _card_list(listed, model, errors)
-    count = _integer(data, "cards", errors, required=True)
+    count = _card_count(_integer(data, "cards", errors, required=True), "cards", max_cards, errors)
     domains = _integer(data, "domains", errors)
     if count is None:
         return None
+    if count:
+        errors.extend(field_errors(Card, "index", count - 1, "card index"))
     if count and not model:
         errors.append("card_model is missing")
         return None
@@ -352,11 +285,14 @@ def _card_list(listed: list[Any], model: str, errors: list[str]) -> list[CardSpe
             errors.append(f"cards[{position}] is not a mapping")
             continue
         where = f"cards[{position}] (line {item.get('__line__', '?')})"
-        card_errors: list[str] = []
-        index = _integer(item, "index", card_errors)
-        domain = _integer(item, "domain", card_errors)
+        card_errors = value_shape_errors(item)
+        if card_errors:
+            errors.extend(f"{where}: {message}" for message in card_errors)
+            continue
+        index = _integer(item, "index", card_errors, stored_as=(Card, "index"))
+        domain = _integer(item, "domain", card_errors, stored_as=(Card, "interconnect_domain"))
         card_model = _text(item.get("model")) or model
-        uuid = _text(item.get("uuid")) or None
+        uuid = _stored_text(item, "uuid", Card, card_errors)
         if index is None and not card_errors:
             index = position
         if not card_model:
@@ -375,10 +311,36 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
+def _card_count(count: int | None, key: str, max_cards: int, errors: list[str]) -> int | None:
+    """*count* when it is within CARDPOOL_IMPORT_MAX_CARDS_PER_NODE, before any card is made."""
+    if count is not None and count > max_cards:
+        errors.append(
+            f"{key} must be at most {max_cards} (CARDPOOL_IMPORT_MAX_CARDS_PER_NODE), not {count}"
+        )
+        return None
+    return count
+
+
+def _stored_text(
+    data: Mapping[str, Any], key: str, model: type[models.Model], errors: list[str]
+) -> str | None:
+    """The text under *key* (None when blank), checked against the field of *model* it goes to."""
+    text = _text(data.get(key)) or None
+    if text is not None:
+        errors.extend(field_errors(model, key, text))
+    return text
+
+
 def _integer(
-    data: Mapping[str, Any], key: str, errors: list[str], *, required: bool = False
+    data: Mapping[str, Any],
+    key: str,
+    errors: list[str],
+    *,
+    required: bool = False,
+    stored_as: tuple[type[models.Model], str] | None = None,
 ) -> int | None:
-    """A non-negative integer from *key*; blank is None (an error when *required*)."""
+    """A non-negative integer from *key*; blank is None (an error when *required*). With
+    *stored_as* (model, field), it must also fit that field."""
     raw = data.get(key)
     if isinstance(raw, bool):
         errors.append(f"{key} must be a whole number, not {raw!r}")
@@ -396,6 +358,11 @@ def _integer(
     if value < 0:
         errors.append(f"{key} must not be negative, not {value}")
         return None
+    if stored_as is not None:
+        problems = field_errors(*stored_as, value, key)
+        if problems:
+            errors.extend(problems)
+            return None
     return value
 
 
@@ -403,10 +370,7 @@ def _region(slug: str | None, errors: list[str]) -> str:
     if not slug:
         errors.append("no region (add a region column or pass --region)")
         return ""
-    try:
-        validate_slug(slug)
-    except ValidationError:
-        errors.append(f"region {slug!r} is not a valid slug")
+    errors.extend(field_errors(Region, "slug", slug, "region"))
     return slug
 
 
@@ -448,15 +412,3 @@ def parse_mapping_options(values: Iterable[str]) -> dict[str, str]:
             raise ValueError(f"--map needs GPU_TYPE=card-model-slug, not {value!r}")
         mapping[gpu_type.strip().upper()] = slug.strip()
     return mapping
-
-
-def read_mapping_file(path: Path | str) -> dict[str, str]:
-    """A YAML mapping file: ``{GPU_TYPE: card-model-slug}``."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise InventoryFileError(f"cannot read mapping file {path}: {exc}") from exc
-    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise InventoryFileError(f"{path}: expected a mapping of GPU type to card model slug")
-    return {str(k).strip().upper(): v.strip() for k, v in data.items()}

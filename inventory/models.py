@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
@@ -55,6 +56,25 @@ class Precision(models.TextChoices):
     BF16 = "bf16", "BF16"
     FP8 = "fp8", "FP8"
     INT8 = "int8", "INT8"
+
+
+# A hostname as RFC 1123 has it (labels of letters, digits and hyphens, not starting or ending
+# with a hyphen, at most 63 characters each, 253 in all), with "_" allowed inside a label as CMDBs
+# and Slurm use it. It is the key in the node page's URL: "/", spaces and the like never fit.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+_hostname_validator = RegexValidator(
+    regex=rf"\A(?!.{{254}}){_LABEL}(?:\.{_LABEL})*\Z",
+    message=_(
+        "This is not a valid hostname: use letters, digits, hyphens and dots, "
+        "at most 63 characters between dots."
+    ),
+    code="invalid_hostname",
+)
+
+
+def validate_hostname(value: str) -> None:
+    """Node.hostname's validator (a function, so migrations refer to it by name)."""
+    _hostname_validator(value)
 
 
 def new_card_uuid() -> str:
@@ -217,7 +237,9 @@ class Node(models.Model):
         ROCE = "roce", "RoCE"
         ETHERNET = "ethernet", _("Ethernet")
 
-    hostname = models.CharField(_("hostname"), max_length=253, unique=True)
+    hostname = models.CharField(
+        _("hostname"), max_length=253, unique=True, validators=[validate_hostname]
+    )
     region = models.ForeignKey(
         Region, verbose_name=_("region"), on_delete=models.PROTECT, related_name="nodes"
     )

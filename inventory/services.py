@@ -17,6 +17,7 @@ from inventory.importers import (
     card_uuid,
     normalize_rows,
 )
+from inventory.importers_checks import field_errors
 from inventory.models import Card, CardModel, Node, Region
 
 # Fields of Node an import may set; the rest (status, drain_at) belong to the operator.
@@ -245,6 +246,10 @@ def _check_uuids(
         for card in spec.cards:
             existing = on_node.get(card.index)
             uuid = _wanted_uuid(spec, card, existing)
+            too_long = field_errors(Card, "uuid", uuid, "card UUID")
+            if too_long:  # derived from a long hostname: HOSTNAME-gpuINDEX
+                errors.extend(RowError(spec.line, message) for message in too_long)
+                continue
             if uuid in owner:
                 host, index, line = owner[uuid]
                 errors.append(

@@ -396,6 +396,13 @@ CARDPOOL_SLURM = {
     "RECONCILE_SECONDS": env_int("CARDPOOL_SLURM_RECONCILE_SECONDS", 60),
 }
 
+# --- import_inventory limits (docs/operations.md, "Importing inventory") ----------------
+CARDPOOL_IMPORT = {
+    "MAX_BYTES": env_int("CARDPOOL_IMPORT_MAX_BYTES", 16 * 1024 * 1024),
+    "MAX_ROWS": env_int("CARDPOOL_IMPORT_MAX_ROWS", 100_000),
+    "MAX_CARDS_PER_NODE": env_int("CARDPOOL_IMPORT_MAX_CARDS_PER_NODE", 128),
+}
+
 # --- Email ----------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env("EMAIL_HOST", "localhost")

@@ -41,7 +41,10 @@ Alibaba PAI machine list (--format alibaba, or detected by its header
   models by --map/--mapping (defaults P100=p100, T4=t4, V100=v100-16g, V100M32=v100-32g;
   MISC has none). Machines whose type is skipped (--skip-type) or with cap_gpu 0 are
   skipped, not imported as nodes.
-Cards get the UUID HOSTNAME-gpuINDEX unless the file gives one."""
+Cards get the UUID HOSTNAME-gpuINDEX unless the file gives one.
+Every value is checked by the model field that stores it (--dry-run refuses the same). Limits:
+CARDPOOL_IMPORT_MAX_BYTES (16 MiB), _MAX_ROWS (100000), _MAX_CARDS_PER_NODE (128); no YAML
+aliases."""
 
 
 class _HelpFormatter(DjangoHelpFormatter, RawDescriptionHelpFormatter):

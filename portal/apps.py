@@ -1,7 +1,19 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 from django.utils.translation import gettext_lazy as _
+
+
+def _create_cache_table(sender, using="default", **kwargs) -> None:
+    """Every `migrate` makes the database cache's table (rate limits and lockouts live there
+    when no Redis is configured); a no-op for other caches or when it exists."""
+    from django.core.management import call_command
+
+    call_command("createcachetable", database=using, verbosity=0)
 
 
 class PortalConfig(AppConfig):
     name = "portal"
     verbose_name = _("Portal")
+
+    def ready(self) -> None:
+        post_migrate.connect(_create_cache_table, sender=self)

@@ -221,8 +221,13 @@ else:
 CARDPOOL_REVOKE_TOKENS_ON_PASSWORD_CHANGE = env_bool(
     "CARDPOOL_REVOKE_TOKENS_ON_PASSWORD_CHANGE", True
 )
-# "Send a test" on a webhook: this many per user per hour (shared cache; allauth's rate format).
-CARDPOOL_WEBHOOK_TEST_RATE = env("CARDPOOL_WEBHOOK_TEST_RATE", "5/h/user")
+# "Send a test" on a webhook: this many per user in a sliding window (5/h, 10/15m).
+CARDPOOL_WEBHOOK_TEST_RATE = env("CARDPOOL_WEBHOOK_TEST_RATE", "5/h")
+_amount, _slash, _period = CARDPOOL_WEBHOOK_TEST_RATE.partition("/")
+if not (_amount.isascii() and _amount.isdigit() and _period[-1:] in ("s", "m", "h", "d")):
+    raise ImproperlyConfigured(
+        f"CARDPOOL_WEBHOOK_TEST_RATE={CARDPOOL_WEBHOOK_TEST_RATE!r}: use 5/h"
+    )
 
 # Single sign-on through OpenID Connect: on when CARDPOOL_OIDC_SERVER_URL is set.
 SOCIALACCOUNT_ADAPTER = "portal.auth_sso.SocialAccountAdapter"

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
 from django.core.management import call_command
-from django.db import connections
+from django.db import OperationalError, connections
 from django.test import Client
 
 from portal.tokens.models import ApiToken
@@ -189,3 +189,52 @@ def test_migrate_makes_the_database_cache_table(db, settings):
     }
     _create_cache_table(sender=None)
     assert "cardpool_cache_probe" in connection.introspection.table_names()
+
+
+# --- The portal's own limits (portal/ratelimit.py), same shared cache ---------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_uses_of_a_portal_limit_never_exceed_it(shared_cache):
+    from portal.ratelimit import rate_consume
+
+    def use(_n):
+        try:
+            return rate_consume(scope="probe", key="carol", rate="5/h")
+        except OperationalError:  # the in-memory SQLite test database: "table is locked"
+            assert not os.environ.get("DATABASE_URL")
+            return False
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        allowed = list(pool.map(lambda n: _in_thread(use, n), range(30)))
+    assert allowed.count(True) <= 5
+    if os.environ.get("DATABASE_URL"):  # SQLite's in-memory test database may lock them all out
+        assert allowed.count(True) >= 1
+    assert rate_consume(scope="probe", key="dora", rate="5/h")  # another key counts apart
+
+
+@pytest.mark.parametrize(
+    ("rate", "parsed"), [("5/h", (5, 3600.0)), ("10/15m", (10, 900.0)), ("0/d", (0, 86400.0))]
+)
+def test_rates_parse(rate, parsed):
+    from portal.ratelimit import parse_rate
+
+    assert parse_rate(rate) == parsed
+
+
+@pytest.mark.parametrize("rate", ["5", "x/h", "5/y", "5/0h", "-1/h"])
+def test_bad_rates_fail_loudly(rate):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from portal.ratelimit import parse_rate
+
+    with pytest.raises(ImproperlyConfigured):
+        parse_rate(rate)
+
+
+def test_a_bad_webhook_test_rate_stops_the_start(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    monkeypatch.setenv("CARDPOOL_WEBHOOK_TEST_RATE", "many")
+    with pytest.raises(ImproperlyConfigured, match="CARDPOOL_WEBHOOK_TEST_RATE"):
+        runpy.run_path(str(SETTINGS_FILE))

@@ -1,5 +1,6 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.conf import settings
+from django.db.models.signals import post_migrate, pre_save
 from django.utils.translation import gettext_lazy as _
 
 
@@ -16,4 +17,7 @@ class PortalConfig(AppConfig):
     verbose_name = _("Portal")
 
     def ready(self) -> None:
+        from portal.usernames import guard_username
+
         post_migrate.connect(_create_cache_table, sender=self)
+        pre_save.connect(guard_username, sender=settings.AUTH_USER_MODEL, dispatch_uid="username")

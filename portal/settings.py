@@ -2,6 +2,7 @@
 
 Every knob is documented in docs/operations.md. Helpers fail loudly on bad values so
 that a typo in production stops the process instead of silently falling back.
+Kept as one file of about 550 lines, so that every knob is found in one place.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "portal.middleware.UserTimezoneMiddleware",
+    "portal.middleware.TeamlessGateMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -327,7 +329,10 @@ REST_FRAMEWORK = {
         "telemetry": env("CARDPOOL_TELEMETRY_RATE", "120/min"),
     },
     "NUM_PROXIES": ALLAUTH_TRUSTED_PROXY_COUNT,
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "portal.api_permissions.SeesPool",  # nothing of the pool for someone in no team
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.Pagination",
     "PAGE_SIZE": 100,

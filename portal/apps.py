@@ -17,7 +17,11 @@ class PortalConfig(AppConfig):
     verbose_name = _("Portal")
 
     def ready(self) -> None:
+        from allauth.account.signals import password_reset
+
+        from portal.services_account import address_verify_on_reset
         from portal.usernames import guard_username
 
         post_migrate.connect(_create_cache_table, sender=self)
+        password_reset.connect(address_verify_on_reset, dispatch_uid="verify-on-reset")
         pre_save.connect(guard_username, sender=settings.AUTH_USER_MODEL, dispatch_uid="username")

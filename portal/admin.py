@@ -5,8 +5,10 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
 
 from portal.models import AuditEntry, Department, Membership, Profile, Team
+from portal.usernames import username_check
 
 User = get_user_model()
 
@@ -46,8 +48,21 @@ class ProfileInline(admin.StackedInline):
 admin.site.unregister(User)
 
 
+class UserAddForm(AdminUserCreationForm):
+    def clean_username(self):
+        return username_check(self.cleaned_data["username"])
+
+
+class UserEditForm(UserChangeForm):
+    def clean_username(self):
+        return username_check(self.cleaned_data["username"], exclude_pk=self.instance.pk)
+
+
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
+    # Names in NFKC form, unique in any case (portal/usernames.py).
+    form = UserEditForm
+    add_form = UserAddForm
     inlines = [*BaseUserAdmin.inlines, ProfileInline]
     list_display = [*BaseUserAdmin.list_display, "is_operator", "is_finance"]
     list_select_related = ["profile"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from allauth.account import app_settings as account_settings
+from allauth.account.adapter import get_adapter
 from allauth.account.models import EmailAddress
 from django.conf import settings
-from django.contrib.auth import authenticate
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -19,6 +19,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from portal.auth_account import login_credentials
 from portal.tokens.services import token_create
 
 
@@ -46,8 +47,15 @@ class TokenRequestSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs):
-        request = self.context["request"]
-        user = authenticate(request, username=attrs["username"], password=attrs["password"])
+        request = self.context["request"]._request
+        # Through allauth's adapter, as the login page does: the same per-account lockout
+        # (ACCOUNT_RATE_LIMITS["login_failed"], counted in the shared cache) guards both.
+        try:
+            user = get_adapter(request).authenticate(
+                request, **login_credentials(attrs["username"], attrs["password"])
+            )
+        except DjangoValidationError as locked:
+            raise exceptions.Throttled(detail=" ".join(locked.messages)) from None
         if user is None:
             raise serializers.ValidationError(
                 _("Wrong username or password."), code="authorization"

@@ -46,3 +46,8 @@ class TokenForm(forms.Form):
         required=False,
         initial="90",
     )
+
+
+class InviteForm(forms.Form):
+    username = forms.CharField(label=_("Username"), max_length=150)
+    email = forms.EmailField(label=_("Email"))

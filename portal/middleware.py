@@ -9,6 +9,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from portal.permissions import sees_pool
+
 logger = logging.getLogger(__name__)
 
 DB_RETRY_AFTER_SECONDS = 5
@@ -82,3 +84,29 @@ def _flag_database_error(sender, request=None, **kwargs) -> None:
 
 
 got_request_exception.connect(_flag_database_error, dispatch_uid="portal_database_unavailable")
+
+
+# What a signed-in person outside every team may still reach: their account (profile,
+# password, sign-out), the language switch, the admin (its own staff check) and static files.
+# The API is gated by portal.api.SeesPool, which also covers token sign-ins.
+OPEN_TO_TEAMLESS = ("/accounts/", "/i18n/", "/admin/", "/static/", "/api/")
+
+
+class TeamlessGateMiddleware:
+    """A signed-in person in no team and with no site role sees nothing of the pool: every
+    page but their own account answers 403 with what to do (portal.permissions.sees_pool)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user = getattr(request, "user", None)
+        if (
+            user is not None
+            and user.is_authenticated
+            and not request.path.startswith(OPEN_TO_TEAMLESS)
+            and not sees_pool(user)
+        ):
+            page = render_to_string("portal/no_team.html", request=request)
+            return HttpResponse(page, status=403)
+        return self.get_response(request)

@@ -28,3 +28,19 @@ def can_manage_lease(user, lease) -> bool:
     if not getattr(user, "is_authenticated", False):
         return False
     return lease.user_id == user.pk or is_operator(user) or leads_team(user, lease.team_id)
+
+
+def sees_pool(user) -> bool:
+    """Whether a signed-in person may see anything of the pool (cards, nodes, charts, leases):
+    operators, finance and members of a team. Someone who signed up or signed in through SSO
+    but belongs to no team yet sees nothing until a lead or an operator adds them."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    cached = getattr(user, "_cardpool_sees_pool", None)
+    if cached is None:
+        # Membership first: most people have one, and then this is the only query.
+        cached = (
+            Membership.objects.filter(user=user).exists() or is_operator(user) or is_finance(user)
+        )
+        user._cardpool_sees_pool = cached
+    return cached

@@ -1,7 +1,8 @@
 """Cardpool settings, read from the environment.
 
 Every knob is documented in docs/operations.md. Helpers fail loudly on bad values so
-that a typo in production stops the process instead of silently falling back.
+that a typo in production stops the process instead of silently falling back. One file of
+over 500 lines on purpose: every setting in one place, in the order of docs/operations.md.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "portal.middleware.UserTimezoneMiddleware",
+    "portal.middleware.TeamlessGateMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -168,13 +170,17 @@ LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "dashboard"
 ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
-ACCOUNT_EMAIL_VERIFICATION = env("CARDPOOL_EMAIL_VERIFICATION", "optional")
+# Self sign-up is closed unless CARDPOOL_ALLOW_SIGNUP is on (accounts come from an operator's
+# or lead's invitation, SSO or LDAP); when it is open, addresses must be verified by default.
+ACCOUNT_SIGNUP_ENABLED = env_bool("CARDPOOL_ALLOW_SIGNUP", False)
+ACCOUNT_EMAIL_VERIFICATION = env(
+    "CARDPOOL_EMAIL_VERIFICATION", "mandatory" if ACCOUNT_SIGNUP_ENABLED else "optional"
+)
 if ACCOUNT_EMAIL_VERIFICATION not in {"mandatory", "optional", "none"}:
     raise ImproperlyConfigured(
         f"CARDPOOL_EMAIL_VERIFICATION={ACCOUNT_EMAIL_VERIFICATION!r}: use mandatory, optional or none"
     )
 ACCOUNT_EMAIL_SUBJECT_PREFIX = "[Cardpool] "
-ACCOUNT_SIGNUP_ENABLED = env_bool("CARDPOOL_ALLOW_SIGNUP", True)
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_LOGIN_ON_PASSWORD_RESET = False
 # Failed sign-ins: 10 a minute per address, 5 per 5 minutes per account (allauth's limits).
@@ -183,6 +189,47 @@ ACCOUNT_RATE_LIMITS = {"login_failed": env("CARDPOOL_LOGIN_FAILED_RATE", "10/m/i
 ALLAUTH_TRUSTED_PROXY_COUNT = env_int(
     "CARDPOOL_TRUSTED_PROXIES", 1 if env_bool("CARDPOOL_BEHIND_TLS_PROXY", False) else 0
 )
+# --- Doors: one lockout, a shared cache, token revocation (docs/operations.md, "Doors") -------
+# The account adapter counts failed sign-ins per account for the login page and the token
+# endpoint alike (portal/auth_account.py).
+ACCOUNT_ADAPTER = "portal.auth_account.AccountAdapter"
+ACCOUNT_PREVENT_ENUMERATION = True
+# Rate limits, lockouts and throttles live in the cache, so it must be one for every process:
+# Redis when CARDPOOL_CACHE_URL (or else a redis:// CELERY_BROKER_URL) names one, otherwise a
+# table in the database (Django's DatabaseCache: its add() is atomic through the primary key,
+# which allauth's lock needs; FileBasedCache's is not). `migrate` creates the table.
+_CACHE_URL = env("CARDPOOL_CACHE_URL") or ""
+if not _CACHE_URL and (env("CELERY_BROKER_URL") or "").startswith(("redis://", "rediss://")):
+    _CACHE_URL = env("CELERY_BROKER_URL")
+if _CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _CACHE_URL,
+            "KEY_PREFIX": "cardpool",
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
+elif _CACHE_URL in ("", "db"):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "cardpool_cache",
+        }
+    }
+else:
+    raise ImproperlyConfigured(f"CARDPOOL_CACHE_URL={_CACHE_URL!r}: use redis://… or db")
+# Changing or resetting a password revokes the person's API tokens (sessions end anyway).
+CARDPOOL_REVOKE_TOKENS_ON_PASSWORD_CHANGE = env_bool(
+    "CARDPOOL_REVOKE_TOKENS_ON_PASSWORD_CHANGE", True
+)
+# "Send a test" on a webhook: this many per user in a sliding window (5/h, 10/15m).
+CARDPOOL_WEBHOOK_TEST_RATE = env("CARDPOOL_WEBHOOK_TEST_RATE", "5/h")
+_amount, _slash, _period = CARDPOOL_WEBHOOK_TEST_RATE.partition("/")
+if not (_amount.isascii() and _amount.isdigit() and _period[-1:] in ("s", "m", "h", "d")):
+    raise ImproperlyConfigured(
+        f"CARDPOOL_WEBHOOK_TEST_RATE={CARDPOOL_WEBHOOK_TEST_RATE!r}: use 5/h"
+    )
 
 # Single sign-on through OpenID Connect: on when CARDPOOL_OIDC_SERVER_URL is set.
 SOCIALACCOUNT_ADAPTER = "portal.auth_sso.SocialAccountAdapter"
@@ -282,7 +329,10 @@ REST_FRAMEWORK = {
         "telemetry": env("CARDPOOL_TELEMETRY_RATE", "120/min"),
     },
     "NUM_PROXIES": ALLAUTH_TRUSTED_PROXY_COUNT,
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "portal.api_permissions.SeesPool",  # nothing of the pool for someone in no team
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.Pagination",
     "PAGE_SIZE": 100,

@@ -1,7 +1,7 @@
 from django.urls import include, path
 
 from leasing.teams import views as team_views
-from portal import views, views_pool
+from portal import views, views_account, views_pool
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("teams/", team_views.team_list, name="team_list"),
     path("teams/<slug:slug>/", team_views.team_detail, name="team_detail"),
     path("teams/<slug:slug>/limits/", team_views.team_set_limit, name="team_set_limit"),
+    path("teams/<slug:slug>/invite/", views_account.team_invite, name="team_invite"),
     path("teams/<slug:slug>/quotas/", team_views.team_set_quota, name="team_set_quota"),
     path(
         "teams/<slug:slug>/approvals/<int:pk>/<str:decision>/",

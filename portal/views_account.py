@@ -7,16 +7,17 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone, translation
 from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.forms_account import PreferencesForm, TokenForm
-from portal.services_account import profile_update
+from portal.forms_account import InviteForm, PreferencesForm, TokenForm
+from portal.models import Team
+from portal.services_account import account_invite, invitation_send, profile_update
 from portal.tokens.selectors import tokens_of
 from portal.tokens.services import token_create, token_revoke
 
@@ -101,3 +102,30 @@ def token_delete(request, pk: int):
         raise Http404
     messages.success(request, _("The token is revoked; scripts using it can no longer sign in."))
     return redirect("profile:index")
+
+
+@login_required
+@require_POST
+def team_invite(request, slug: str):
+    """A lead (or an operator) invites a new member: account made, set-password link mailed."""
+    team = get_object_or_404(Team, slug=slug)
+    form = InviteForm(request.POST)
+    if not form.is_valid():
+        messages.error(
+            request, _("Check the invitation: %(errors)s") % {"errors": form.errors.as_text()}
+        )
+        return redirect("team_detail", slug=team.slug)
+    try:
+        user = account_invite(by=request.user, team=team, **form.cleaned_data)
+    except PermissionDenied as exc:
+        raise Http404 from exc
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("team_detail", slug=team.slug)
+    invitation_send(request=request, user=user)
+    messages.success(
+        request,
+        _("%(user)s is invited: a link to set a password went to %(email)s.")
+        % {"user": user.get_username(), "email": user.email},
+    )
+    return redirect("team_detail", slug=team.slug)

@@ -63,6 +63,14 @@ def ops(db):
     return UserFactory(username="ops", profile__is_operator=True)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits():
+    """Rate limits live in the cache (in memory under test): none carries over between tests."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def api():
     return APIClient()

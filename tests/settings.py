@@ -14,3 +14,6 @@ ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
 ACCOUNT_RATE_LIMITS = False
+# Unit tests keep rate limits in memory (each test clears them); tests/portal/test_lockout.py
+# runs real parallel attempts against the shared cache the site would use (database or Redis).
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

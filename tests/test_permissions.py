@@ -27,6 +27,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import time_machine
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.db import transaction
 from django.urls import URLResolver, get_resolver
@@ -174,6 +175,9 @@ ROWS = [
       data={"limit-member": "{alice_membership}", "limit-card_model": "",
             "limit-max_concurrent_cards": "3"},
       probe="limits", writes="lena ops"),
+    r("team_invite", "POST", "/teams/vision/invite/", (L, 404, 404, M, 404, M),
+      data={"username": "newbie", "email": "newbie@example.org"},
+      probe="users", writes="lena ops"),
     r("team_set_quota", "POST", "/teams/vision/quotas/", (L, 404, 404, M, M, M),
       data={"quota-card_model": "", "quota-max_concurrent_cards": "5"},
       probe="quotas", writes="ops"),
@@ -355,6 +359,7 @@ STATE = {
         list(LeaseChange.objects.order_by("pk").values_list("pk", "status")),
     ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
+    "users": lambda: list(get_user_model().objects.order_by("pk").values_list("pk", "username")),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
     "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
     "profiles": lambda: list(Profile.objects.order_by("pk").values_list("pk", "timezone")),

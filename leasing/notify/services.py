@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.core.validators import URLValidator
@@ -50,6 +51,7 @@ from leasing.models import (
 from leasing.notify import webhooks
 from leasing.notify.selectors import notifications_of, teams_managed_by
 from portal.models import Membership, Team
+from portal.ratelimit import rate_consume
 
 logger = logging.getLogger(__name__)
 
@@ -411,9 +413,19 @@ def webhook_delete(*, user, webhook: Webhook) -> None:
 
 
 def webhook_test(*, user, webhook: Webhook, now: datetime | None = None) -> Delivery:
-    """Send a test message to one webhook (recorded like any delivery, shown on the page)."""
+    """Send a test message to one webhook (recorded like any delivery, shown on the page).
+
+    At most CARDPOOL_WEBHOOK_TEST_RATE per user, counted in the shared cache: each test may
+    be retried several times, and the button must not turn the portal into a sender of floods.
+    """
     if not _may_manage(user, webhook):
         raise PermissionDenied(_("You may not change this webhook."))
+    if not rate_consume(
+        scope="webhook-test", key=str(user.pk), rate=settings.CARDPOOL_WEBHOOK_TEST_RATE
+    ):
+        raise ValidationError(
+            _("Too many test messages in a short time; try again later."), code="rate_limited"
+        )
     now = now or timezone.now()
     with transaction.atomic():
         notification = Notification.objects.create(

@@ -220,7 +220,11 @@ def webhook_remove(request, pk: int):
 @require_POST
 def webhook_send_test(request, pk: int):
     hook = _hook(request, pk)
-    services.webhook_test(user=request.user, webhook=hook)
+    try:
+        services.webhook_test(user=request.user, webhook=hook)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("notifications:settings")
     messages.success(
         request,
         _("Test message on its way to “%(name)s”; reload in a few seconds to see how it went.")

@@ -66,3 +66,9 @@ def token_touch(*, token: ApiToken) -> None:
     if token.last_used_at is None or now - token.last_used_at >= TOUCH_EVERY:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
+
+
+def token_revoke_all(*, user: AbstractBaseUser) -> int:
+    """Delete every token of the user (their password changed); how many there were."""
+    deleted, _rows = ApiToken.objects.filter(user=user).delete()
+    return deleted

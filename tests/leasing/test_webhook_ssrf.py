@@ -22,6 +22,12 @@ INSIDE = [
     "http://[::ffff:127.0.0.1]/hook",
     "http://100.64.0.1/hook",
     "http://0.0.0.0/hook",
+    # IPv6 forms that embed 127.0.0.1 / 10.0.0.1: NAT64, 6to4, IPv4-compatible, local NAT64.
+    "http://[64:ff9b::7f00:1]/hook",
+    "http://[2002:7f00:1::]/hook",
+    "http://[::127.0.0.1]/hook",
+    "http://[64:ff9b:1::a00:1]/hook",
+    "http://[2002:a00:1::1]/hook",
 ]
 
 
@@ -83,3 +89,21 @@ def test_rebinding_to_a_private_address_at_send_is_blocked(monkeypatch):
         webhooks.HttpRequest(url="https://rebind.example/hook", body=b"{}", headers={})
     )
     assert response.blocked
+
+
+@pytest.mark.parametrize(
+    ("ip", "private"),
+    [
+        ("64:ff9b::7f00:1", True),
+        ("2002:7f00:1::", True),
+        ("::127.0.0.1", True),
+        ("::ffff:10.0.0.1", True),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo (2001::/32) is never global
+        ("64:ff9b::808:808", False),  # NAT64 of a public address stays allowed
+        ("2002:808:808::", False),  # 6to4 of a public address
+        ("2001:4860:4860::8888", False),
+        ("8.8.8.8", False),
+    ],
+)
+def test_ipv6_forms_are_judged_by_the_ipv4_address_they_embed(ip, private):
+    assert webhooks.is_private_address(ip) is private

@@ -31,6 +31,7 @@ def link_in(mail) -> str:
 
 
 def test_signup_sends_a_verification_link_that_verifies(en_client, db, mailoutbox, settings):
+    settings.ACCOUNT_SIGNUP_ENABLED = True
     settings.ACCOUNT_EMAIL_VERIFICATION = "mandatory"
     response = en_client.post(
         "/accounts/signup/",

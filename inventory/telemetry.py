@@ -114,7 +114,7 @@ def _card_for(raw: dict, by_uuid: dict[str, Card], by_index: dict[int, Card], no
     if uuid and uuid in by_uuid:
         return by_uuid[uuid]
     if index is not None:
-        if isinstance(index, str) and index.strip().isdigit():
+        if isinstance(index, str) and index.strip().isascii() and index.strip().isdigit():
             index = int(index)
         if isinstance(index, bool) or not isinstance(index, int):
             raise ValidationError(_("index must be a whole number."))

@@ -140,3 +140,14 @@ def validate_lease_hours(hours: int) -> None:
     """A lease length in hours (a quota's longest lease) within the site's MAX_LEASE_MINUTES."""
     if hours is not None:
         validate_lease_minutes(hours * 60)
+
+
+class NoBodySerializer(StrictSerializer):
+    """The input of an action that takes none: any field given is refused by name."""
+
+
+def refuse_body(request) -> None:
+    """For actions without input: a body with fields is a 400 that names them."""
+    NoBodySerializer(data=request.data if hasattr(request.data, "keys") else {}).is_valid(
+        raise_exception=True
+    )

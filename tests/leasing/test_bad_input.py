@@ -70,7 +70,9 @@ def test_prefill_with_a_unicode_digit_is_ignored(web, frozen, a100, small_pool, 
     assert r.status_code == 200
 
 
-def test_resize_with_a_unicode_digit_says_what_is_wrong(web, frozen, alice, vision, a100, small_pool):
+def test_resize_with_a_unicode_digit_says_what_is_wrong(
+    web, frozen, alice, vision, a100, small_pool
+):
     lease = active(ask(alice, vision, a100, count=1))
     r = web.post(f"/leases/{lease.pk}/resize/", {"count": "²"}, follow=True)
     assert r.status_code == 200

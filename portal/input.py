@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
@@ -151,3 +152,17 @@ def refuse_body(request) -> None:
     NoBodySerializer(data=request.data if hasattr(request.data, "keys") else {}).is_valid(
         raise_exception=True
     )
+
+
+def local_next(request) -> str | None:
+    """The ``next`` a form posted, when it is a path on this site; None otherwise.
+
+    ``redirect("²")`` would try to reverse "²" as a view name (a NoReverseMatch, a 500):
+    only an absolute path on this host is followed.
+    """
+    back = request.POST.get("next", "")
+    if back.startswith("/") and url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}
+    ):
+        return back
+    return None

@@ -10,7 +10,6 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -30,6 +29,7 @@ from leasing.lifecycle import (
 from leasing.lifecycle.change_requests import decides_for, pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.scheduler import preview
+from portal.input import local_next
 from portal.permissions import is_operator
 
 
@@ -288,8 +288,8 @@ def change_decide(request, pk: int, decision: str):
             messages.error(request, message)
     except PermissionDenied as exc:
         messages.error(request, str(exc) or _("You may not do that."))
-    back = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+    back = local_next(request)
+    if back:
         return redirect(back)
     return redirect("leasing:detail", change.lease_id)
 

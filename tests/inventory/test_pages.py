@@ -291,9 +291,7 @@ def test_node_list_filters(client, alice, pool, query, shown, hidden):
     assert hidden not in page
 
 
-@pytest.mark.parametrize(
-    "query", ["region=atlantis", "status=on-fire", "page=abc", "page=999"]
-)
+@pytest.mark.parametrize("query", ["region=atlantis", "status=on-fire", "page=abc", "page=999"])
 def test_node_list_bad_values_fall_back(client, alice, pool, query):
     client.force_login(alice)
     assert client.get(f"{NODES}?{query}").status_code == 200

@@ -194,3 +194,19 @@ def test_unknown_nested_requirement_is_refused(api, frozen, alice, a100, small_p
     r = api.post("/api/v1/leases/", {**body, "duration_minutes": 60}, format="json")
     assert r.status_code == 400
     assert "colour" in str(r.json())
+
+
+# --- Redirects -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("back", ["²", "leasing:list", "https://evil.example/", "//evil.example/"])
+def test_a_next_that_is_no_local_path_goes_to_the_list(web, frozen, back):
+    """Found by tests/test_page_fuzz.py: redirect("²") tried to reverse a view named "²"."""
+    r = web.post("/notifications/read-all/", {"next": back})
+    assert r.status_code == 302
+    assert r["Location"] == "/notifications/"
+
+
+def test_a_local_next_is_followed(web, frozen):
+    r = web.post("/notifications/read-all/", {"next": "/leases/"})
+    assert r["Location"] == "/leases/"

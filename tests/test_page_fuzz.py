@@ -33,6 +33,7 @@ from leasing.choices import LeaseStatus
 from leasing.lifecycle import requests as lease_requests
 from leasing.models import Lease, LeaseChange, Quota
 from tests.factories import CardModelFactory, make_node
+from tests.hostile import NUL, UNICODE_DIGITS, VALUE
 
 EXAMPLES = int(os.environ.get("CARDPOOL_PAGE_FUZZ_EXAMPLES", "60"))
 
@@ -54,21 +55,6 @@ KNOWN_NAMES = [
     "task", "params_b", "batch", "context", "tokens", "url", "name", "fmt", "kind", "month",
     "max_concurrent_cards", "card_hours_per_month", "max_lease_hours", "money_per_month",
 ]  # fmt: skip
-
-NUL = st.sampled_from(["\x00", "a\x00b", "1\x00", "vision\x00"])
-UNICODE_DIGITS = st.sampled_from(["²", "٣", "１２", "⑤", "߁", "𝟗", "½", "Ⅻ"])
-HUGE = st.one_of(
-    st.integers(min_value=10**9, max_value=10**40).map(str),
-    st.integers(max_value=-1).map(str),
-    st.sampled_from(["1e308", "1e999", "-0", "NaN", "inf", "9" * 400, "0x10", "1_000"]),
-)
-FAR_DATES = st.sampled_from(
-    [
-        "9999-12-31", "0001-01-01", "10000-01-01", "9999-12-31T23:59", "0001-01-01T00:00",
-        "2026-02-30", "2026-13-01", "9999-12", "0000-00-00", "2026-12-01T25:61",
-    ]
-)  # fmt: skip
-VALUE = st.one_of(NUL, UNICODE_DIGITS, HUGE, FAR_DATES, st.text(max_size=30))
 
 
 def _routes(patterns, prefix: str = ""):

@@ -191,5 +191,8 @@ def test_api_hostile_values(seeded, api, who, request, vision):
             url = path + ("?" + urlencode(params) if params else "")
             response = getattr(api, method)(url, body, format="json")
         assert response.status_code < 500, (method, path, params, body, response.status_code)
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
 
+    statuses: dict[int, int] = {}
     run()
+    print(f"\n{who}: {sum(statuses.values())} cases, no 5xx; {sorted(statuses.items())}")

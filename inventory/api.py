@@ -15,7 +15,7 @@ from inventory.filters import PRECISION_FIELDS, CardFilterSet, CardModelFilterSe
 from inventory.models import Card, CardModel, Node
 from leasing.lifecycle import maintenance
 from leasing.scheduler import availability
-from portal.input import StrictSerializer, validate_date
+from portal.input import DateTimeField, StrictSerializer
 
 # Hostnames hold dots, which DRF's default lookup pattern ([^/.]+) refuses.
 HOSTNAME_LOOKUP = r"[^/]+"
@@ -111,9 +111,7 @@ class CardSerializer(serializers.ModelSerializer):
 
 
 class DrainSerializer(StrictSerializer):
-    drain_at = serializers.DateTimeField(
-        validators=[validate_date], help_text="When the node goes into maintenance (ISO 8601)."
-    )
+    drain_at = DateTimeField(help_text="When the node goes into maintenance (ISO 8601).")
 
 
 class DrainResultSerializer(serializers.Serializer):

@@ -29,6 +29,8 @@ NUL = "\x00"
 SANE_YEARS = 100
 # Most cards any one request, resize or quota may name (the largest pool we plan for).
 MAX_CARDS = 4096
+# Most cards a team or member limit may name: far above any pool, far below the column's range.
+MAX_LIMIT_CARDS = 100_000
 
 
 def _has_nul(value) -> bool:
@@ -106,21 +108,34 @@ class StrictModelSerializer(StrictInputMixin, serializers.ModelSerializer):
     """The base of every API model serializer that takes input."""
 
 
+def _date_range_message() -> str:
+    year = timezone.now().year
+    return _("Give a date within %(years)s years of today (%(first)s to %(last)s).") % {
+        "years": SANE_YEARS,
+        "first": year - SANE_YEARS,
+        "last": year + SANE_YEARS,
+    }
+
+
 def validate_date(value: date) -> None:
     """Refuse a date further than SANE_YEARS from today (a form or serializer validator)."""
-    if value is None:
-        return
-    today = timezone.now().date()
-    if abs(value.year - today.year) > SANE_YEARS:
-        raise ValidationError(
-            _("Give a date within %(years)s years of today (%(first)s to %(last)s).")
-            % {
-                "years": SANE_YEARS,
-                "first": today.year - SANE_YEARS,
-                "last": today.year + SANE_YEARS,
-            },
-            code="date_range",
-        )
+    if value is not None and abs(value.year - timezone.now().year) > SANE_YEARS:
+        raise ValidationError(_date_range_message(), code="date_range")
+
+
+class DateTimeField(serializers.DateTimeField):
+    """DRF's DateTimeField within SANE_YEARS of today. DRF's own overflows (a 500) when it
+    moves a naive time near year 1 or 9999 into UTC; this answers the range instead."""
+
+    def __init__(self, **kwargs):
+        kwargs["validators"] = [*kwargs.get("validators", ()), validate_date]
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, value):
+        try:
+            return super().to_internal_value(value)
+        except OverflowError:
+            raise serializers.ValidationError(_date_range_message(), code="date_range") from None
 
 
 def validate_lease_minutes(minutes: int) -> None:

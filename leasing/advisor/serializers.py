@@ -24,7 +24,7 @@ from leasing.advisor.estimator import (
     TaskProfile,
 )
 from leasing.choices import Priority, Purpose
-from portal.input import StrictSerializer, validate_date
+from portal.input import DateTimeField, StrictSerializer
 from portal.models import Team
 
 
@@ -104,9 +104,7 @@ def _check_duration(minutes: int) -> int:
 class EstimateRequestSerializer(StrictSerializer):
     profile = TaskProfileSerializer()
     duration_minutes = _duration_field()
-    start_at = serializers.DateTimeField(
-        required=False, allow_null=True, validators=[validate_date]
-    )
+    start_at = DateTimeField(required=False, allow_null=True)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
 
     def validate_duration_minutes(self, value: int) -> int:
@@ -118,9 +116,7 @@ class LeaseByProfileSerializer(StrictSerializer):
 
     profile = TaskProfileSerializer()
     duration_minutes = _duration_field()
-    start_at = serializers.DateTimeField(
-        required=False, allow_null=True, validators=[validate_date]
-    )
+    start_at = DateTimeField(required=False, allow_null=True)
     team = serializers.SlugRelatedField(
         slug_field="slug",
         queryset=Team.objects.all(),

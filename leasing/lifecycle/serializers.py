@@ -13,7 +13,7 @@ from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
-from portal.input import StrictSerializer, validate_date, validate_lease_minutes
+from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
 
 
@@ -201,9 +201,7 @@ class LeaseRequestSerializer(StrictSerializer):
     )
     count = serializers.IntegerField(min_value=1, max_value=4096)
     duration_minutes = serializers.IntegerField(min_value=1, validators=[validate_lease_minutes])
-    start_at = serializers.DateTimeField(
-        required=False, allow_null=True, validators=[validate_date]
-    )
+    start_at = DateTimeField(required=False, allow_null=True)
     team = serializers.SlugRelatedField(
         slug_field="slug",
         queryset=Team.objects.all(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from inventory.models import CardModel
-from portal.input import MAX_CARDS, StrictSerializer, validate_lease_hours
+from portal.input import MAX_LIMIT_CARDS, StrictSerializer, validate_lease_hours
 from portal.models import Team
 
 
@@ -27,7 +27,7 @@ class QuotaRuleSerializer(StrictSerializer):
         error_messages={"does_not_exist": "Unknown card model “{value}”."},
     )
     max_concurrent_cards = serializers.IntegerField(
-        min_value=0, max_value=MAX_CARDS, allow_null=True, required=False, default=None
+        min_value=0, max_value=MAX_LIMIT_CARDS, allow_null=True, required=False, default=None
     )
     card_hours_per_month = serializers.DecimalField(
         max_digits=12, decimal_places=1, min_value=0, allow_null=True, required=False, default=None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
+from rest_framework.test import APIClient
 
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import provisioning
@@ -22,6 +23,14 @@ def active(lease):
     lease.refresh_from_db()
     assert lease.status == LeaseStatus.ACTIVE
     return lease
+
+
+@pytest.fixture
+def api():
+    """The API client, asking for English (the site's default language is Chinese)."""
+    client = APIClient()
+    client.credentials(HTTP_ACCEPT_LANGUAGE="en")
+    return client
 
 
 @pytest.fixture
@@ -92,10 +101,23 @@ def test_extending_by_too_much_says_too_large(web, frozen, alice, vision, a100, 
 def test_quota_longest_lease_beyond_the_site_limit_is_refused(api, frozen, lena, vision, a100):
     api.force_authenticate(lena)
     rules = [{"card_model": a100.slug, "max_lease_hours": HUGE, "max_concurrent_cards": HUGE}]
-    r = api.put(f"/api/v1/teams/{vision.slug}/quotas/", rules, format="json")
+    r = api.put(
+        f"/api/v1/teams/{vision.slug}/quotas/", rules, format="json", HTTP_ACCEPT_LANGUAGE="en"
+    )
     assert r.status_code == 400
     body = str(r.json())
-    assert "The longest lease is" in body and "4096" in body
+    assert "The longest lease is" in body and "100000" in body
+
+
+@pytest.mark.parametrize(
+    "field", ["quota-max_concurrent_cards", "quota-max_lease_hours", "quota-card_hours_per_month"]
+)
+def test_team_page_huge_limits_are_form_errors(client, frozen, lena, vision, a100, field):
+    client.force_login(lena)
+    client.cookies["django_language"] = "en"
+    r = client.post(f"/teams/{vision.slug}/quotas/", {field: str(HUGE * 10**6)}, follow=True)
+    assert r.status_code == 200
+    assert "Check the quota" in r.content.decode()
 
 
 # --- Dates -------------------------------------------------------------------------------
@@ -130,6 +152,23 @@ def test_report_page_far_dates_are_a_form_error(client, frozen, fin, query):
 def test_statement_of_a_far_month_is_not_found(client, frozen, fin, vision, month):
     client.force_login(fin)
     assert client.get(f"/reports/statements/vision/{month}/").status_code == 404
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00", "9999-12-31T23:59"])
+@pytest.mark.parametrize("path", ["/api/v1/leases/", "/api/v1/estimate/"])
+def test_naive_far_start_is_refused_not_overflowed(
+    api, frozen, alice, a100, small_pool, path, when
+):
+    """Found by the API hostile fuzz on PostgreSQL: DRF's DateTimeField overflowed moving a
+    naive time near year 1 into UTC (an OverflowError, a 500)."""
+    api.force_authenticate(alice)
+    body = lease_body(a100, start_at=when)
+    if path.endswith("estimate/"):
+        body = {"profile": {"task": "inference", "params_b": 7}, "duration_minutes": 60}
+        body["start_at"] = when
+    r = api.post(path, body, format="json")
+    assert r.status_code == 400
+    assert "within 100 years of today" in r.json()["start_at"][0]
 
 
 def test_drain_at_far_date_is_refused(api, frozen, ops, a100, small_pool):

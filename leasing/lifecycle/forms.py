@@ -120,7 +120,10 @@ class LeaseRequestForm(forms.Form):
 
 class ExtendForm(forms.Form):
     minutes = forms.IntegerField(
-        label=_("Extend by (minutes)"), min_value=1, max_value=60 * 24 * 90, initial=60
+        label=_("Extend by (minutes)"),
+        min_value=1,
+        initial=60,
+        validators=[validate_lease_minutes],  # no extension is longer than the longest lease
     )
 
 

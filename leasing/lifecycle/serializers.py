@@ -235,7 +235,7 @@ class LeaseRequestSerializer(StrictSerializer):
 
 
 class ExtendSerializer(StrictSerializer):
-    minutes = serializers.IntegerField(min_value=1, max_value=60 * 24 * 90)
+    minutes = serializers.IntegerField(min_value=1, validators=[validate_lease_minutes])
 
 
 class LeaseEventSerializer(serializers.ModelSerializer):

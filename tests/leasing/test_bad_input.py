@@ -94,7 +94,7 @@ def test_extending_by_too_much_says_too_large(web, frozen, alice, vision, a100, 
     lease = active(ask(alice, vision, a100, count=1))
     r = web.post(f"/leases/{lease.pk}/extend/", {"minutes": "999999999"}, follow=True)
     page = r.content.decode()
-    assert "less than or equal to 129600" in page
+    assert "The longest lease is 720 hours (43200 minutes)" in page
     assert "at least 1" not in page
 
 

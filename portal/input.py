@@ -1,8 +1,8 @@
 """Input refused in one place, before any view or serializer sees it.
 
 * NUL characters: PostgreSQL text cannot hold them (a DataError, a 500). The middleware
-  refuses them in the path (404), in the query string, in form posts and in JSON bodies (400),
-  so no lookup or field anywhere has to think of it.
+  refuses them in the path (404), in the query string, cookies, the Authorization header,
+  form posts and JSON bodies (400), so no lookup or field anywhere has to think of it.
 * Unknown fields: every API input serializer derives from ``StrictSerializer``, which names
   the fields it does not know instead of dropping them silently (tests/test_strict_input.py
   walks every write route to check).
@@ -65,6 +65,10 @@ class RefuseNulMiddleware:
         if NUL in request.path:
             raise Http404
         found = any(NUL in k or any(NUL in v for v in request.GET.getlist(k)) for k in request.GET)
+        # Cookies too: Django unquotes "\\000" in a quoted cookie to NUL, and the session
+        # lookup would send it to the database. Headers the app reads (Authorization).
+        found = found or any(NUL in k or NUL in v for k, v in request.COOKIES.items())
+        found = found or NUL in request.headers.get("Authorization", "")
         if not found and request.method not in ("GET", "HEAD", "OPTIONS"):
             if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
                 found = any(

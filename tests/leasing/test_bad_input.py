@@ -249,3 +249,18 @@ def test_a_next_that_is_no_local_path_goes_to_the_list(web, frozen, back):
 def test_a_local_next_is_followed(web, frozen):
     r = web.post("/notifications/read-all/", {"next": "/leases/"})
     assert r["Location"] == "/leases/"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"HTTP_COOKIE": 'sessionid="abcdefgh\\000xyz"'},  # Django unquotes \000 to NUL
+        {"HTTP_COOKIE": 'django_language="en\\000"'},
+        {"HTTP_AUTHORIZATION": "Token abc\x00def"},
+    ],
+)
+@pytest.mark.parametrize("path", ["/leases/", "/api/v1/leases/"])
+def test_nul_in_a_cookie_or_the_authorization_is_refused(client, db, headers, path):
+    """Found while reviewing the NUL check: a quoted session cookie with \\000 reached the
+    session lookup (a DataError on PostgreSQL)."""
+    assert client.get(path, **headers).status_code == 400

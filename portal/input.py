@@ -108,10 +108,6 @@ class StrictSerializer(StrictInputMixin, serializers.Serializer):
     """The base of every API input serializer."""
 
 
-class StrictModelSerializer(StrictInputMixin, serializers.ModelSerializer):
-    """The base of every API model serializer that takes input."""
-
-
 def _date_range_message() -> str:
     year = timezone.now().year
     return _("Give a date within %(years)s years of today (%(first)s to %(last)s).") % {

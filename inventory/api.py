@@ -15,6 +15,7 @@ from inventory.filters import PRECISION_FIELDS, CardFilterSet, CardModelFilterSe
 from inventory.models import Card, CardModel, Node
 from leasing.lifecycle import maintenance
 from leasing.scheduler import availability
+from portal.input import DateTimeField, StrictSerializer
 
 # Hostnames hold dots, which DRF's default lookup pattern ([^/.]+) refuses.
 HOSTNAME_LOOKUP = r"[^/]+"
@@ -109,17 +110,15 @@ class CardSerializer(serializers.ModelSerializer):
         ]
 
 
-class DrainSerializer(serializers.Serializer):
-    drain_at = serializers.DateTimeField(
-        help_text="When the node goes into maintenance (ISO 8601)."
-    )
+class DrainSerializer(StrictSerializer):
+    drain_at = DateTimeField(help_text="When the node goes into maintenance (ISO 8601).")
 
 
 class DrainResultSerializer(serializers.Serializer):
     warned = serializers.IntegerField(help_text="Leases whose holders were warned.")
 
 
-class FaultySerializer(serializers.Serializer):
+class FaultySerializer(StrictSerializer):
     note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 

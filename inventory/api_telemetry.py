@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from inventory import telemetry
 from inventory.models import Node
 from portal.api import ErrorSerializer
+from portal.input import StrictSerializer
 
 DEFAULT_RATE = "120/min"  # an agent posts every 30 s; this leaves room for retries
 
@@ -102,7 +103,7 @@ class SampleSerializer(serializers.Serializer):
     power_w = serializers.FloatField(required=False, allow_null=True)
 
 
-class TelemetryRequestSerializer(serializers.Serializer):
+class TelemetryRequestSerializer(StrictSerializer):
     node = serializers.CharField(
         required=False, max_length=253, help_text=_("The node's hostname; optional.")
     )

@@ -43,6 +43,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "power_w": (0, 10_000),
 }
 READINGS = tuple(LIMITS)
+SAMPLE_KEYS = frozenset({"uuid", "index", "at", *READINGS})
 SUMMARY_CHUNK = 5000  # samples per transaction (below SQLite's bound-parameter limit)
 SUMMARY_MAX_CHUNKS = 200  # per run: a bounded batch; the next run takes the rest
 PULL_BATCH = 100  # nodes per DCGM pull run, stalest first
@@ -114,7 +115,7 @@ def _card_for(raw: dict, by_uuid: dict[str, Card], by_index: dict[int, Card], no
     if uuid and uuid in by_uuid:
         return by_uuid[uuid]
     if index is not None:
-        if isinstance(index, str) and index.strip().isdigit():
+        if isinstance(index, str) and index.strip().isascii() and index.strip().isdigit():
             index = int(index)
         if isinstance(index, bool) or not isinstance(index, int):
             raise ValidationError(_("index must be a whole number."))
@@ -223,6 +224,14 @@ def telemetry_record(*, node: Node, samples: list[dict], now: datetime | None = 
         try:
             if not isinstance(raw, dict):
                 raise ValidationError(_("Each sample must be an object."))
+            if unknown := sorted(str(key) for key in raw if key not in SAMPLE_KEYS):
+                # Refused, not dropped: a misspelt reading would otherwise vanish unnoticed.
+                raise ValidationError(
+                    [
+                        _("Unknown field; this endpoint does not take “%(name)s”.") % {"name": name}
+                        for name in unknown
+                    ]
+                )
             card = _card_for(raw, by_uuid, by_index, node)
             at = _sample_time(raw.get("at"), now)
             values = _readings(raw)

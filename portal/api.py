@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.auth_account import login_credentials
+from portal.input import StrictSerializer
 from portal.tokens.services import token_create
 
 
@@ -37,7 +38,7 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
-class TokenRequestSerializer(serializers.Serializer):
+class TokenRequestSerializer(StrictSerializer):
     username = serializers.CharField(help_text=_("Username or email address."))
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
     name = serializers.CharField(

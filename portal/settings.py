@@ -103,6 +103,7 @@ MIDDLEWARE = [
     "portal.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    "portal.input.RefuseNulMiddleware",  # NUL in any input: 404/400, never a DataError
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

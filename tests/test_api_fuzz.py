@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import timedelta
 from decimal import Decimal
+from urllib.parse import quote, urlencode
 
 import pytest
 import schemathesis
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer as JSONRenderer
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 
+from inventory.models import Card, Node
 from leasing.lifecycle import requests as lease_requests
-from leasing.models import Quota
+from leasing.models import Lease, Quota
 from portal.tokens.services import token_create
 from portal.wsgi import application
 from tests.factories import CardModelFactory, make_node
+from tests.hostile import VALUE
 
 # Bounded for CI; CARDPOOL_FUZZ_EXAMPLES=200 runs a deeper (slower) search locally.
 EXAMPLES = int(os.environ.get("CARDPOOL_FUZZ_EXAMPLES", "20"))
@@ -112,3 +117,82 @@ def test_api_as_member(case, member_auth):
 @FUZZ_SETTINGS
 def test_api_as_lead(case, lead_auth):
     case.call_and_validate(headers=lead_auth, checks=[not_a_server_error])
+
+
+# --- Hostile values in every query parameter and body field (issue #15) ----------------------
+# schemathesis draws values that fit the schema; the attack used values that do not: NUL,
+# unicode digits, huge numbers, far dates. Every operation, its query parameters and its body
+# fields (by the schema's names), with values from tests/hostile.py.
+
+HOSTILE_EXAMPLES = int(os.environ.get("CARDPOOL_API_HOSTILE_EXAMPLES", "60"))
+
+
+def _operations() -> list[tuple[str, str, list[str], list[str], bool]]:
+    """(method, path, query names, body names, body is a list) of every operation."""
+    raw = schema.raw_schema
+    components = raw.get("components", {}).get("schemas", {})
+    found = []
+    for path, item in raw["paths"].items():
+        for method, op in item.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            query = [p["name"] for p in op.get("parameters", []) if p.get("in") == "query"]
+            body_schema = (
+                op.get("requestBody", {}).get("content", {}).get("application/json", {})
+            ).get("schema", {})
+            is_list = body_schema.get("type") == "array"
+            ref = (body_schema.get("items") if is_list else body_schema) or {}
+            target = components.get(ref.get("$ref", "").rsplit("/", 1)[-1], {})
+            found.append((method, path, query, sorted(target.get("properties", {})), is_list))
+    return found
+
+
+OPERATIONS = _operations()
+JSON_VALUE = st.one_of(
+    VALUE, st.integers(min_value=-(10**30), max_value=10**30), st.booleans(), st.none()
+)
+
+
+@st.composite
+def hostile_calls(draw, ids: dict):
+    method, path, query, body_names, is_list = draw(st.sampled_from(OPERATIONS))
+    for name in re.findall(r"\{(\w+)\}", path):
+        value = draw(st.one_of(st.sampled_from(ids.get(name, ["1"])), VALUE.filter(bool)))
+        path = path.replace("{" + name + "}", quote(str(value), safe=""), 1)
+    params = draw(st.dictionaries(st.sampled_from(query), VALUE, max_size=4)) if query else {}
+    body = draw(st.fixed_dictionaries({}, optional={n: JSON_VALUE for n in body_names}))
+    return method, path, params, [body] if is_list else body
+
+
+@pytest.mark.parametrize("who", ["alice", "lena", "ops"])
+def test_api_hostile_values(seeded, api, who, request, vision):
+    user = request.getfixturevalue(who)
+    api.force_authenticate(user)
+    ids = {
+        "pk": [str(pk) for pk in Lease.objects.values_list("pk", flat=True)],
+        "hostname": list(Node.objects.values_list("hostname", flat=True)),
+        "uuid": [str(u) for u in Card.objects.values_list("uuid", flat=True)[:2]],
+        "slug": [vision.slug, "a100-fuzz"],
+    }
+
+    @given(hostile_calls(ids))
+    @settings(
+        max_examples=HOSTILE_EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=HOSTILE_EXAMPLES <= 60,
+        database=None,
+    )
+    def run(call):
+        method, path, params, body = call
+        if method == "get":
+            response = api.get(path, params)
+        else:
+            url = path + ("?" + urlencode(params) if params else "")
+            response = getattr(api, method)(url, body, format="json")
+        assert response.status_code < 500, (method, path, params, body, response.status_code)
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+
+    statuses: dict[int, int] = {}
+    run()
+    print(f"\n{who}: {sum(statuses.values())} cases, no 5xx; {sorted(statuses.items())}")

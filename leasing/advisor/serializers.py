@@ -24,10 +24,11 @@ from leasing.advisor.estimator import (
     TaskProfile,
 )
 from leasing.choices import Priority, Purpose
+from portal.input import DateTimeField, StrictSerializer
 from portal.models import Team
 
 
-class TaskProfileSerializer(serializers.Serializer):
+class TaskProfileSerializer(StrictSerializer):
     """What you want to run; leave a field out for the task's default."""
 
     task = serializers.ChoiceField(choices=Task.choices)
@@ -100,22 +101,22 @@ def _check_duration(minutes: int) -> int:
     return minutes
 
 
-class EstimateRequestSerializer(serializers.Serializer):
+class EstimateRequestSerializer(StrictSerializer):
     profile = TaskProfileSerializer()
     duration_minutes = _duration_field()
-    start_at = serializers.DateTimeField(required=False, allow_null=True)
+    start_at = DateTimeField(required=False, allow_null=True)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
 
     def validate_duration_minutes(self, value: int) -> int:
         return _check_duration(value)
 
 
-class LeaseByProfileSerializer(serializers.Serializer):
+class LeaseByProfileSerializer(StrictSerializer):
     """POST /api/v1/leases/ with a ``profile`` instead of ``card_model``: the top option is asked for."""
 
     profile = TaskProfileSerializer()
     duration_minutes = _duration_field()
-    start_at = serializers.DateTimeField(required=False, allow_null=True)
+    start_at = DateTimeField(required=False, allow_null=True)
     team = serializers.SlugRelatedField(
         slug_field="slug",
         queryset=Team.objects.all(),

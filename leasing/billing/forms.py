@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from leasing.billing import reports
 from leasing.periods import site_tz
+from portal.input import validate_date
 from portal.models import Team
 
 FORMATS = ("json", "csv", "xlsx")
@@ -23,10 +24,16 @@ def this_month_so_far():
 
 class ReportForm(forms.Form):
     start = forms.DateField(
-        label=_("From"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=_("From"),
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        validators=[validate_date],
     )
     end = forms.DateField(
-        label=_("To (inclusive)"), required=False, widget=forms.DateInput(attrs={"type": "date"})
+        label=_("To (inclusive)"),
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        validators=[validate_date],
     )
     group_by = forms.ChoiceField(
         label=_("Group by"),
@@ -50,6 +57,8 @@ class ReportForm(forms.Form):
         data["group_by"] = data.get("group_by") or "team"
         data["period"] = data.get("period") or "month"
         data["format"] = data.get("format") or "json"
+        if self.errors:  # a date refused above: nothing to compare
+            return data
         if data["end"] < data["start"]:
             self.add_error("end", _("The end is before the start."))
         elif data["end"] - data["start"] > timedelta(days=MAX_DAYS):

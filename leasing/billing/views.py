@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.shortcuts import render
 from django.utils.translation import gettext as _
@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from leasing.billing import charts, exports, reports
 from leasing.billing.api import report_response
 from leasing.billing.forms import ReportForm, this_month_so_far
+from portal.input import validate_date
 from portal.models import Team
 
 
@@ -75,7 +76,8 @@ def statement(request, slug: str, year: int, month: int):
         raise Http404
     try:
         first = date(year, month, 1)
-    except ValueError as exc:
+        validate_date(first)  # year 9999 (or 1) has no next (or previous) month
+    except (ValueError, ValidationError) as exc:
         raise Http404 from exc
     st = reports.statement(team, first)
     if request.GET.get("format") == "xlsx":

@@ -31,6 +31,7 @@ from leasing.lifecycle.serializers import (
 from leasing.models import REQUEST_KEY_MAX, Allocation, Lease, LeaseChange
 from leasing.teams import approvals
 from leasing.teams import selectors as team_selectors
+from portal.input import NoBodySerializer, refuse_body
 from portal.models import Membership
 
 
@@ -190,16 +191,18 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         )
         return self._changed(lease)
 
-    @extend_schema(request=None, responses=LeaseSerializer)
+    @extend_schema(request=NoBodySerializer, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def release(self, request, pk=None):
+        refuse_body(request)
         lease = changes.lease_release(lease=self.get_object(), user=request.user)
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
-    @extend_schema(request=None, responses=LeaseSerializer)
+    @extend_schema(request=NoBodySerializer, responses=LeaseSerializer)
     @action(detail=True, methods=["post"], url_path="release-retry")
     def release_retry(self, request, pk=None):
         """Operators: send a failed release (status release_failed) to the backend again."""
+        refuse_body(request)
         lease = releases.lease_release_retry(lease=self.get_object(), user=request.user)
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
@@ -214,9 +217,10 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         )
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
-    @extend_schema(request=None, responses=LeaseSerializer)
+    @extend_schema(request=NoBodySerializer, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
+        refuse_body(request)
         lease = changes.lease_cancel(lease=self.get_object(), user=request.user)
         return Response(LeaseSerializer(self._fresh(lease.pk)).data)
 
@@ -296,9 +300,10 @@ class LeaseChangeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, views
         )
         return Response(LeaseChangeSerializer(self.get_queryset().get(pk=change.pk)).data)
 
-    @extend_schema(request=None, responses=LeaseChangeSerializer)
+    @extend_schema(request=NoBodySerializer, responses=LeaseChangeSerializer)
     @action(detail=True, methods=["post"])
     def withdraw(self, request, pk=None):
+        refuse_body(request)
         change = self.get_object()
         change_decisions.change_withdraw(change=change, user=request.user)
         return Response(LeaseChangeSerializer(self.get_queryset().get(pk=change.pk)).data)

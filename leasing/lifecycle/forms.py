@@ -6,12 +6,14 @@ import uuid
 from datetime import timedelta
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
 from leasing.choices import Priority, Purpose
 from leasing.models import REQUEST_KEY_MAX
+from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
@@ -39,7 +41,7 @@ class LeaseRequestForm(forms.Form):
         required=False,
         choices=[("", "—"), *Precision.choices],
     )
-    count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=4096, initial=1)
+    count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=MAX_CARDS, initial=1)
     duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
     unit = forms.ChoiceField(
         label=_("Unit"),
@@ -57,6 +59,7 @@ class LeaseRequestForm(forms.Form):
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S"],
+        validators=[validate_date],
     )
     team = forms.ModelChoiceField(
         label=_("Charge to team"),
@@ -100,7 +103,13 @@ class LeaseRequestForm(forms.Form):
                 "card_model", _("Pick a card model, or give the memory or precision it must have.")
             )
         if data.get("duration") and data.get("unit") in UNITS:
-            data["duration_td"] = timedelta(minutes=data["duration"] * UNITS[data["unit"]])
+            minutes = data["duration"] * UNITS[data["unit"]]
+            try:
+                validate_lease_minutes(minutes)  # before any date arithmetic can overflow
+            except ValidationError as exc:
+                self.add_error("duration", exc)
+            else:
+                data["duration_td"] = timedelta(minutes=minutes)
         if data.get("start") == "later":
             if not data.get("start_at"):
                 self.add_error("start_at", _("Pick the start time of the reservation."))
@@ -111,7 +120,26 @@ class LeaseRequestForm(forms.Form):
 
 class ExtendForm(forms.Form):
     minutes = forms.IntegerField(
-        label=_("Extend by (minutes)"), min_value=1, max_value=60 * 24 * 90, initial=60
+        label=_("Extend by (minutes)"),
+        min_value=1,
+        initial=60,
+        validators=[validate_lease_minutes],  # no extension is longer than the longest lease
+    )
+
+
+# A number a link pre-fills: parsed as the form parses it (so "²" or "10**20" is ignored).
+PREFILL_NUMBER = forms.IntegerField(min_value=1, max_value=MAX_CARDS * 1000, required=False)
+
+
+class ResizeForm(forms.Form):
+    """The resize box on the lease page: a card count, and a card model to move to."""
+
+    count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=MAX_CARDS)
+    card_model = forms.ModelChoiceField(
+        label=_("Card model"),
+        queryset=CardModel.objects.all(),
+        to_field_name="slug",
+        required=False,
     )
 
 
@@ -127,9 +155,12 @@ def lease_request_initial(request) -> dict:
     if slug := request.GET.get("card_model"):
         initial["card_model"] = slug
     for name in ("count", "duration"):
-        value = request.GET.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            initial[name] = int(value)
+        try:
+            value = PREFILL_NUMBER.clean(request.GET.get(name))
+        except ValidationError:
+            continue
+        if value is not None:
+            initial[name] = value
     if request.GET.get("unit") in UNITS:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:

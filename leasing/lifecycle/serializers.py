@@ -13,6 +13,7 @@ from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
+from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
 
 
@@ -178,7 +179,7 @@ class LeaseSerializer(serializers.ModelSerializer):
         return LeaseChangeSerializer(change).data if change else None
 
 
-class RequirementsSerializer(serializers.Serializer):
+class RequirementsSerializer(StrictSerializer):
     """Ask for any card model meeting these, instead of naming one."""
 
     vendor = serializers.ChoiceField(choices=Vendor.choices, required=False)
@@ -189,7 +190,7 @@ class RequirementsSerializer(serializers.Serializer):
     interconnect = serializers.ChoiceField(choices=InterconnectKind.choices, required=False)
 
 
-class LeaseRequestSerializer(serializers.Serializer):
+class LeaseRequestSerializer(StrictSerializer):
     card_model = serializers.SlugRelatedField(
         required=False,
         slug_field="slug",
@@ -199,8 +200,8 @@ class LeaseRequestSerializer(serializers.Serializer):
         },
     )
     count = serializers.IntegerField(min_value=1, max_value=4096)
-    duration_minutes = serializers.IntegerField(min_value=1)
-    start_at = serializers.DateTimeField(required=False, allow_null=True)
+    duration_minutes = serializers.IntegerField(min_value=1, validators=[validate_lease_minutes])
+    start_at = DateTimeField(required=False, allow_null=True)
     team = serializers.SlugRelatedField(
         slug_field="slug",
         queryset=Team.objects.all(),
@@ -233,8 +234,8 @@ class LeaseRequestSerializer(serializers.Serializer):
         return attrs
 
 
-class ExtendSerializer(serializers.Serializer):
-    minutes = serializers.IntegerField(min_value=1, max_value=60 * 24 * 90)
+class ExtendSerializer(StrictSerializer):
+    minutes = serializers.IntegerField(min_value=1, validators=[validate_lease_minutes])
 
 
 class LeaseEventSerializer(serializers.ModelSerializer):
@@ -275,15 +276,15 @@ class ApprovalSerializer(serializers.ModelSerializer):
         return breaches_text(lease.approval_breaches) or lease.approval_reason
 
 
-class DecisionSerializer(serializers.Serializer):
+class DecisionSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
-class ResolveSerializer(serializers.Serializer):
+class ResolveSerializer(StrictSerializer):
     note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
-class ResizeSerializer(serializers.Serializer):
+class ResizeSerializer(StrictSerializer):
     count = serializers.IntegerField(min_value=1, max_value=4096, required=False)
     card_model = serializers.SlugRelatedField(
         slug_field="slug",

@@ -10,7 +10,6 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
@@ -28,8 +27,9 @@ from leasing.lifecycle import (
     validation,
 )
 from leasing.lifecycle.change_requests import decides_for, pending_change
-from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, lease_request_initial
+from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.scheduler import preview
+from portal.input import local_next
 from portal.permissions import is_operator
 
 
@@ -44,6 +44,14 @@ def _form_errors_from(exc: ValidationError, form) -> None:
     else:
         for error in exc.messages:
             form.add_error(None, error)
+
+
+def _form_errors_to_messages(request, form) -> None:
+    """A small form posted from the lease page: its errors as messages there."""
+    for field, errors in form.errors.items():
+        label = form.fields[field].label if field in form.fields else None
+        for error in errors:
+            messages.error(request, f"{label}: {error}" if label else error)
 
 
 @login_required
@@ -221,7 +229,7 @@ def lease_cancel(request, pk: int):
 def lease_extend(request, pk: int):
     form = ExtendForm(request.POST)
     if not form.is_valid():
-        messages.error(request, _("Enter the minutes to extend by (a whole number, at least 1)."))
+        _form_errors_to_messages(request, form)
         return redirect("leasing:detail", pk)
 
     def extend(lease):
@@ -280,8 +288,8 @@ def change_decide(request, pk: int, decision: str):
             messages.error(request, message)
     except PermissionDenied as exc:
         messages.error(request, str(exc) or _("You may not do that."))
-    back = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+    back = local_next(request)
+    if back:
         return redirect(back)
     return redirect("leasing:detail", change.lease_id)
 
@@ -348,16 +356,16 @@ def _level(free: int, usable: int) -> str:
 @login_required
 @require_POST
 def lease_resize(request, pk: int):
-    count = request.POST.get("count", "")
-    if not count.isdigit():
-        messages.error(request, _("Enter the number of cards (a whole number, at least 1)."))
+    form = ResizeForm(request.POST)
+    if not form.is_valid():
+        _form_errors_to_messages(request, form)
         return redirect("leasing:detail", pk)
-    model = CardModel.objects.filter(slug=request.POST.get("card_model", "")).first()
+    count, model = form.cleaned_data["count"], form.cleaned_data["card_model"]
     carried = {}
 
     def do(lease):
         carried["lease"] = resize.lease_resize(
-            lease=lease, user=request.user, count=int(count), card_model=model
+            lease=lease, user=request.user, count=count, card_model=model
         )
         if not _waits_for_lead(request, carried["lease"]):
             messages.success(request, _("Resized."))

@@ -17,6 +17,7 @@ from leasing.models import Notification
 from leasing.notify import selectors, sending, services
 from leasing.notify.messages import notice_text
 from leasing.notify.services import KIND_LABELS
+from portal.input import NoBodySerializer, refuse_body
 
 
 class NotificationSerializer(serializers.ModelSerializer):
@@ -93,10 +94,11 @@ class NotificationViewSet(
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(request=None, responses=NotificationSerializer)
+    @extend_schema(request=NoBodySerializer, responses=NotificationSerializer)
     @action(detail=True, methods=["post"])
     def read(self, request, pk=None):
         """Mark one notification read."""
+        refuse_body(request)
         try:
             note = services.notification_read(user=request.user, notification_id=int(pk))
         except (Notification.DoesNotExist, ValueError, TypeError):
@@ -104,12 +106,13 @@ class NotificationViewSet(
         return Response(self.get_serializer(note).data)
 
     @extend_schema(
-        request=None,
+        request=NoBodySerializer,
         responses=inline_serializer("ReadAll", {"marked": serializers.IntegerField()}),
     )
     @action(detail=False, methods=["post"], url_path="read-all")
     def read_all(self, request):
         """Mark all your notifications read; says how many were unread."""
+        refuse_body(request)
         return Response({"marked": services.notifications_read_all(user=request.user)})
 
 

@@ -22,6 +22,7 @@ from leasing.models import Delivery, Notification, Webhook
 from leasing.notify import selectors, services
 from leasing.notify.messages import notice_text
 from leasing.notify.services import KIND_LABELS, OPTIONAL_CHANNELS, TEAM_KINDS
+from portal.input import local_next
 
 PAGE_SIZE = 50
 
@@ -143,10 +144,7 @@ def notification_read_all(request):
 
 
 def _back(request) -> str:
-    back = request.POST.get("next", "")
-    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        return back
-    return "notifications:list"
+    return local_next(request) or "notifications:list"
 
 
 @login_required

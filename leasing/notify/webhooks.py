@@ -429,7 +429,9 @@ OPENER = urllib.request.build_opener(_NoRedirect, _PublicHTTPHandler, _PublicHTT
 
 def _retry_after(headers) -> int | None:
     value = str(headers.get("Retry-After", "")).strip() if headers is not None else ""
-    return int(value) if value.isdigit() else None
+    # ASCII digits only: "²".isdigit() is true and int() refuses it; a huge value is capped
+    # by the sender (RETRY_CAP_SECONDS), so only its length is bounded here.
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else None
 
 
 def http_post(request: HttpRequest, *, timeout: float = TIMEOUT_SECONDS) -> HttpResponse:

@@ -6,6 +6,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel
+from portal.input import MAX_LIMIT_CARDS, validate_lease_hours
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
 
@@ -21,7 +22,7 @@ class LimitsForm(forms.Form):
         empty_label=_("All models together"),
     )
     max_concurrent_cards = forms.IntegerField(
-        label=_("Concurrent cards"), min_value=0, required=False
+        label=_("Concurrent cards"), min_value=0, max_value=MAX_LIMIT_CARDS, required=False
     )
     card_hours_per_month = forms.DecimalField(
         label=_("Card-hours per month"),
@@ -31,7 +32,10 @@ class LimitsForm(forms.Form):
         required=False,
     )
     max_lease_hours = forms.IntegerField(
-        label=_("Longest lease (hours)"), min_value=1, required=False
+        label=_("Longest lease (hours)"),
+        min_value=1,
+        required=False,
+        validators=[validate_lease_hours],
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from inventory.models import CardModel
+from portal.input import MAX_LIMIT_CARDS, StrictSerializer, validate_lease_hours
 from portal.models import Team
 
 
@@ -16,7 +17,7 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["slug", "name", "department", "allow_borrowing"]
 
 
-class QuotaRuleSerializer(serializers.Serializer):
+class QuotaRuleSerializer(StrictSerializer):
     card_model = serializers.SlugRelatedField(
         slug_field="slug",
         queryset=CardModel.objects.all(),
@@ -26,13 +27,17 @@ class QuotaRuleSerializer(serializers.Serializer):
         error_messages={"does_not_exist": "Unknown card model “{value}”."},
     )
     max_concurrent_cards = serializers.IntegerField(
-        min_value=0, allow_null=True, required=False, default=None
+        min_value=0, max_value=MAX_LIMIT_CARDS, allow_null=True, required=False, default=None
     )
     card_hours_per_month = serializers.DecimalField(
         max_digits=12, decimal_places=1, min_value=0, allow_null=True, required=False, default=None
     )
     max_lease_hours = serializers.IntegerField(
-        min_value=1, allow_null=True, required=False, default=None
+        min_value=1,
+        allow_null=True,
+        required=False,
+        default=None,
+        validators=[validate_lease_hours],
     )
     money_per_month = serializers.DecimalField(
         max_digits=14, decimal_places=2, min_value=0, allow_null=True, required=False, default=None

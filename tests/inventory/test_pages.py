@@ -291,12 +291,16 @@ def test_node_list_filters(client, alice, pool, query, shown, hidden):
     assert hidden not in page
 
 
-@pytest.mark.parametrize(
-    "query", ["region=atlantis", "status=on-fire", "page=abc", "page=999", "model=%00"]
-)
+@pytest.mark.parametrize("query", ["region=atlantis", "status=on-fire", "page=abc", "page=999"])
 def test_node_list_bad_values_fall_back(client, alice, pool, query):
     client.force_login(alice)
     assert client.get(f"{NODES}?{query}").status_code == 200
+
+
+def test_node_list_nul_is_refused(client, alice, pool):
+    """A NUL is refused before any page (portal.input.RefuseNulMiddleware, issue #15)."""
+    client.force_login(alice)
+    assert client.get(f"{NODES}?model=%00").status_code == 400
 
 
 def test_node_page_shows_topology_and_busy_cards(client, alice, vision, pool):

@@ -170,6 +170,9 @@ def test_duplicates_are_skipped_not_refused(api, node, token):
         ({"index": 0, "utilization_pct": 1, "at": "yesterday"}, "is not an ISO 8601 time"),
         ({"index": 0, "utilization_pct": 1, "at": at(49 * 60)}, "older than the 48 hours"),
         ({"index": True, "utilization_pct": 1}, "index must be a whole number"),
+        ({"index": "²", "utilization_pct": 1}, "index must be a whole number"),  # issue #15
+        ({"index": "٣", "utilization_pct": 1}, "index must be a whole number"),
+        ({"index": 0, "utilization_pct": 1, "gpu_temp": 50}, "does not take “gpu_temp”"),
     ],
 )
 def test_bad_samples_get_400_and_nothing_is_written(api, node, token, bad, message):

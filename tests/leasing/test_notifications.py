@@ -584,3 +584,13 @@ def test_an_activation_notice_that_fails_in_the_worker_is_queued_instead(
         (task.name, task.args) for task in sent_tasks
     ]
     assert not Notification.objects.filter(lease=lease, kind="lease_active").exists()
+
+
+@pytest.mark.parametrize(
+    "value", ["²", "1e9", "99999999999999999999", "Wed, 21 Oct 2015 07:28:00 GMT"]
+)
+def test_a_retry_after_that_is_no_plain_number_is_ignored(alice, frozen, opener, value):
+    """The sender never raises: "²" passes str.isdigit() and int() refuses it (issue #15)."""
+    opener((503, "busy", {"Retry-After": value}))
+    delivery = make_delivery(alice, hook(alice))
+    assert sending.delivery_attempt(delivery_id=delivery.pk) == 30

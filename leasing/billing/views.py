@@ -77,7 +77,7 @@ def statement(request, slug: str, year: int, month: int):
     try:
         first = date(year, month, 1)
         validate_date(first)  # year 9999 (or 1) has no next (or previous) month
-    except (ValueError, ValidationError) as exc:
+    except (ValueError, OverflowError, ValidationError) as exc:  # OverflowError: year 10**20
         raise Http404 from exc
     st = reports.statement(team, first)
     if request.GET.get("format") == "xlsx":

@@ -264,3 +264,9 @@ def test_nul_in_a_cookie_or_the_authorization_is_refused(client, db, headers, pa
     """Found while reviewing the NUL check: a quoted session cookie with \\000 reached the
     session lookup (a DataError on PostgreSQL)."""
     assert client.get(path, **headers).status_code == 400
+
+
+def test_statement_of_a_month_beyond_any_calendar_is_not_found(client, fin, vision):
+    client.force_login(fin)
+    response = client.get(f"/reports/statements/{vision.slug}/{10**20}-12/")
+    assert response.status_code == 404

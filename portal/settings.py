@@ -289,11 +289,18 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
 }
+CARDPOOL_API_DOCS_PUBLIC = env_bool("CARDPOOL_API_DOCS_PUBLIC", False)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Cardpool API",
     "DESCRIPTION": "Lease GPU and accelerator cards from a shared pool.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/v1/schema/ and /api/v1/docs/: signed-in users (session or token) unless this is on.
+    "SERVE_PERMISSIONS": [
+        "rest_framework.permissions.AllowAny"
+        if CARDPOOL_API_DOCS_PUBLIC
+        else "rest_framework.permissions.IsAuthenticated"
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -301,37 +301,12 @@ class BlockedDestination(OSError):
     """The webhook's host is (or resolves to) an address inside the network."""
 
 
-# IPv6 prefixes whose last 32 bits (or, for 6to4, bits 16-48) are an IPv4 address that the
-# packet ends up at: NAT64 (RFC 6052, and RFC 8215's local-use range) and IPv4-compatible (::/96).
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
-
-
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address stands for: mapped, compatible, NAT64, 6to4, Teredo."""
-    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    found = []
-    if address.ipv4_mapped:
-        found.append(address.ipv4_mapped)
-    if address in _IPV4_COMPATIBLE or any(address in net for net in _NAT64):
-        found.append(low32)
-    if address.sixtofour:
-        found.append(address.sixtofour)
-    if address.teredo:
-        found.extend(address.teredo)
-    return found
-
-
 def is_private_address(ip: str) -> bool:
-    """Loopback, private, link-local, shared (CGNAT), multicast, reserved or unspecified —
-    also when written as an IPv6 address that embeds such an IPv4 address."""
+    """Loopback, private, link-local, shared (CGNAT), multicast, reserved or unspecified."""
     address = ipaddress.ip_address(ip.split("%", 1)[0])  # drop an IPv6 zone (fe80::1%eth0)
-    candidates: list = [address]
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(address)
-        # A mapped address is the IPv4 one; the others must be public both ways.
-        candidates = embedded if address.ipv4_mapped else [address, *embedded]
-    return any(not a.is_global or a.is_multicast for a in candidates)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return not address.is_global or address.is_multicast
 
 
 def public_addresses(host: str, port: int | None) -> list:

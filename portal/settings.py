@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "csp",
     "allauth",
     "allauth.account",
     "allauth.socialaccount",
@@ -123,6 +124,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -327,6 +329,8 @@ SPECTACULAR_SETTINGS = {
         else "rest_framework.permissions.IsAuthenticated"
     ],
     "SWAGGER_UI_DIST": "SIDECAR",
+    # No badge fetched from validator.swagger.io: the docs page reaches nothing outside.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # One schema name per choice set shared by several serializers.
@@ -437,7 +441,8 @@ EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "Cardpool <cardpool@localhost>")
 
-# --- Security (production) ------------------------------------------------------------
+# --- Security (production; docs/operations.md, "Running in production") -----------------
+# docker-compose.yml sets the production values: behind the TLS proxy, HTTPS redirect, HSTS.
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("CARDPOOL_BEHIND_TLS_PROXY", False) else None
 )
@@ -445,10 +450,29 @@ SESSION_COOKIE_SECURE = env_bool("CARDPOOL_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = env_bool("CARDPOOL_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("CARDPOOL_HSTS_SECONDS", 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
-SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "CARDPOOL_HSTS_INCLUDE_SUBDOMAINS", SECURE_HSTS_SECONDS > 0
+)
+SECURE_HSTS_PRELOAD = env_bool("CARDPOOL_HSTS_PRELOAD", SECURE_HSTS_SECONDS > 0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): the portal's own scripts, styles, fonts and images
+# only; nothing inline (charts are data drawn by static/js/charts.js), nothing from outside.
+# data: images are plotly's and Swagger UI's icons. form-action is left open: sign-in through
+# SSO posts, then redirects to the identity provider.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 SILENCED_SYSTEM_CHECKS = env_list("CARDPOOL_SILENCED_CHECKS")
 
 # --- Cardpool ------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Cardpool settings, read from the environment.
 
 Every knob is documented in docs/operations.md. Helpers fail loudly on bad values so
-that a typo in production stops the process instead of silently falling back.
+that a typo in production stops the process instead of silently falling back. One file of
+over 500 lines on purpose: every setting in one place, in the order of docs/operations.md.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+
+from portal.secret_key import checked_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -57,37 +60,7 @@ DEBUG = env_bool("CARDPOOL_DEBUG", False)
 VAR_DIR = Path(env("CARDPOOL_VAR_DIR", str(BASE_DIR / "var")))
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
 
-DEV_SECRET_KEY = "insecure-dev-key-only-for-CARDPOOL_DEBUG"  # noqa: S105 (published: debug only)
-# Keys anyone can read in this repository or its docs: never good enough outside debugging.
-KNOWN_SECRET_KEYS = frozenset(
-    {DEV_SECRET_KEY, "test-only-not-secret", "ci", "build", "bench", "changeme", "change-me"}
-)
-MIN_SECRET_KEY_LENGTH = 50  # what `manage.py check --deploy` asks for (security.W009)
-
-
-def checked_secret_key(key: str | None, debug: bool) -> str:
-    """The secret key to run with: outside debugging a missing, published or short key (under
-    50 characters or under 5 different ones) stops the process at start."""
-    if debug:
-        return key or DEV_SECRET_KEY
-    if not key:
-        raise ImproperlyConfigured(
-            "CARDPOOL_SECRET_KEY (or CARDPOOL_SECRET_KEY_FILE) must be set unless CARDPOOL_DEBUG=true"
-        )
-    if key in KNOWN_SECRET_KEYS or key.startswith("django-insecure"):
-        raise ImproperlyConfigured(
-            "CARDPOOL_SECRET_KEY is a key published with Cardpool: generate one, "
-            "e.g. `openssl rand -hex 32`"
-        )
-    if len(key) < MIN_SECRET_KEY_LENGTH or len(set(key)) < 5:
-        raise ImproperlyConfigured(
-            f"CARDPOOL_SECRET_KEY is too short or too plain ({len(key)} characters, "
-            f"{len(set(key))} different): use at least {MIN_SECRET_KEY_LENGTH} random characters, "
-            "e.g. `openssl rand -hex 32`"
-        )
-    return key
-
-
+# Outside debugging a missing, published or short key stops the start (portal/secret_key.py).
 SECRET_KEY = checked_secret_key(env("CARDPOOL_SECRET_KEY"), DEBUG)
 
 ALLOWED_HOSTS = env_list("CARDPOOL_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")

@@ -103,7 +103,7 @@ def test_stop_ends_every_child(supervisor):
 
 def test_the_demo_runs_without_debug_unless_asked(tmp_path):
     """The demo is the production shape (own error pages, no debug 404 listing every URL)."""
-    from portal.settings import checked_secret_key
+    from portal.secret_key import checked_secret_key
 
     env = cardpool.demo_env({"CARDPOOL_VAR_DIR": str(tmp_path), "CARDPOOL_PORT": "8150"})
     assert env.get("CARDPOOL_DEBUG", "false") == "false"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.settings import DEV_SECRET_KEY, checked_secret_key
+from portal.secret_key import DEV_SECRET_KEY, checked_secret_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ looks for (``plotly.js-style-global``, class ``no-inline-styles``), and plotly.j
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import plotly
@@ -74,18 +74,26 @@ class PlotlyFinder(BaseFinder):
         super().__init__(*args, **kwargs)
         self.storage = FileSystemStorage(location=str(PLOTLY_DIR))
         self.storage.prefix = "vendor"
-        self.css_dir = _css_dir()
-        self.css_storage = FileSystemStorage(location=str(self.css_dir))
-        self.css_storage.prefix = "vendor"
+
+    @cached_property
+    def css_dir(self) -> Path:
+        return _css_dir()  # only when a file is looked for (not on every system check)
+
+    @cached_property
+    def css_storage(self) -> FileSystemStorage:
+        storage = FileSystemStorage(location=str(self.css_dir))
+        storage.prefix = "vendor"
+        return storage
 
     def check(self, **kwargs):
         return []
 
     def find(self, path, find_all=False, **kwargs):
-        match = {
-            PUBLIC_NAME: str(PLOTLY_DIR / "plotly.min.js"),
-            CSS_NAME: str(self.css_dir / "plotly.css"),
-        }.get(path)
+        match = None
+        if path == PUBLIC_NAME:
+            match = str(PLOTLY_DIR / "plotly.min.js")
+        elif path == CSS_NAME:
+            match = str(self.css_dir / "plotly.css")
         if find_all or kwargs.get("all"):
             return [match] if match else []
         return match

@@ -7,7 +7,8 @@ COPY inventory ./inventory
 COPY leasing ./leasing
 RUN pip install --no-cache-dir .
 COPY . .
-RUN CARDPOOL_SECRET_KEY=build python manage.py collectstatic --no-input -v 0
+RUN CARDPOOL_SECRET_KEY=$(python -c "import secrets; print(secrets.token_hex(32))") \
+    python manage.py collectstatic --no-input -v 0
 RUN useradd --system cardpool && mkdir -p /var/lib/cardpool && chown cardpool /var/lib/cardpool
 USER cardpool
 EXPOSE 8000

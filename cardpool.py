@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -158,17 +159,40 @@ class Supervisor:
         os.replace(tmp, self.state_file)
 
 
-def demo() -> int:
-    ensure_venv()
-    env = os.environ.copy()
-    env.setdefault("CARDPOOL_DEBUG", "true")
+def demo_env(environ: dict[str, str]) -> dict[str, str]:
+    """The demo's settings: the production ones (no debug pages, own error pages, a secret key
+    of its own kept in var/demo-secret-key) except for plain-HTTP cookies on this machine.
+    CARDPOOL_DEBUG=true asks for Django's debug mode."""
+    env = dict(environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     host = env.get("CARDPOOL_HOST", "127.0.0.1")
     port = env.get("CARDPOOL_PORT", "8000")
     env.setdefault("CARDPOOL_SITE_URL", f"http://{host}:{port}")
+    env.setdefault(
+        "CARDPOOL_ALLOWED_HOSTS", ",".join(dict.fromkeys([host, "localhost", "127.0.0.1", "[::1]"]))
+    )
+    env.setdefault("CARDPOOL_SECURE_COOKIES", "false")  # the demo speaks plain HTTP
+    if not env.get("CARDPOOL_SECRET_KEY") and not env.get("CARDPOOL_SECRET_KEY_FILE"):
+        var_dir = Path(env.get("CARDPOOL_VAR_DIR", ROOT / "var"))
+        var_dir.mkdir(parents=True, exist_ok=True)
+        key_file = var_dir / "demo-secret-key"
+        if not key_file.exists():
+            key_file.touch(mode=0o600)
+            key_file.write_text(secrets.token_hex(32))
+        env["CARDPOOL_SECRET_KEY_FILE"] = str(key_file)
+    return env
+
+
+def demo() -> int:
+    ensure_venv()
+    env = demo_env(dict(os.environ))
+    host = env.get("CARDPOOL_HOST", "127.0.0.1")
+    port = env.get("CARDPOOL_PORT", "8000")
     manage = [str(PY), "manage.py"]
     run(*manage, "migrate", "--no-input", "-v", "0", env=env)
     run(*manage, "seed_demo", env=env)
+    # Without debug the portal serves its assets the production way (whitenoise, collected).
+    run(*manage, "collectstatic", "--no-input", "-v", "0", env=env)
     celery = [str(PY), "-m", "celery", "-A", "portal"]
     var_dir = Path(env.get("CARDPOOL_VAR_DIR", ROOT / "var"))
     var_dir.mkdir(parents=True, exist_ok=True)

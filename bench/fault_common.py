@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ class Rig:
         self.env = os.environ | {
             "DATABASE_URL": f"{PG}/{db}",
             "CELERY_BROKER_URL": "redis://127.0.0.1:6379/11",
-            "CARDPOOL_SECRET_KEY": "bench",
+            "CARDPOOL_SECRET_KEY": secrets.token_hex(32),
             "CARDPOOL_VAR_DIR": str(self.var),
             "CARDPOOL_SWEEP_SECONDS": str(sweep),
             "CARDPOOL_ALLOWED_HOSTS": "127.0.0.1,localhost",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -50,7 +51,7 @@ def main() -> int:
     env = os.environ | {
         "DATABASE_URL": f"{PG}/{DB}",
         "CELERY_BROKER_URL": "redis://127.0.0.1:6379/12",
-        "CARDPOOL_SECRET_KEY": "bench",
+        "CARDPOOL_SECRET_KEY": secrets.token_hex(32),
         "CARDPOOL_VAR_DIR": str(var),
         "CARDPOOL_SWEEP_SECONDS": str(args.sweep),
         "CARDPOOL_TICK_SECONDS": str(args.tick),

@@ -20,6 +20,7 @@ import argparse
 import os
 import random
 import resource
+import secrets
 import statistics
 import sys
 import time
@@ -60,7 +61,7 @@ def setup_django(args) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
     os.environ["DATABASE_URL"] = f"{args.postgres}/{args.database}"
-    os.environ.setdefault("CARDPOOL_SECRET_KEY", "bench")
+    os.environ.setdefault("CARDPOOL_SECRET_KEY", secrets.token_hex(32))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
 

@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -125,7 +126,7 @@ def bench_environment(args: argparse.Namespace, var_dir: Path) -> dict[str, str]
         "DJANGO_SETTINGS_MODULE": args.settings,
         "DATABASE_URL": f"{args.postgres.rstrip('/')}/{args.database}",
         "CELERY_BROKER_URL": f"{args.redis.rstrip('/')}/{args.redis_db}",
-        "CARDPOOL_SECRET_KEY": "bench",
+        "CARDPOOL_SECRET_KEY": secrets.token_hex(32),
         "CARDPOOL_ALLOWED_HOSTS": "127.0.0.1",
         "CARDPOOL_DEBUG": "false",
         "CARDPOOL_VAR_DIR": str(var_dir),

@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.secret_key import checked_secret_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -58,13 +60,8 @@ DEBUG = env_bool("CARDPOOL_DEBUG", False)
 VAR_DIR = Path(env("CARDPOOL_VAR_DIR", str(BASE_DIR / "var")))
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = env("CARDPOOL_SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured(
-            "CARDPOOL_SECRET_KEY (or CARDPOOL_SECRET_KEY_FILE) must be set unless CARDPOOL_DEBUG=true"
-        )
-    SECRET_KEY = "insecure-dev-key-only-for-CARDPOOL_DEBUG"  # noqa: S105
+# Outside debugging a missing, published or short key stops the start (portal/secret_key.py).
+SECRET_KEY = checked_secret_key(env("CARDPOOL_SECRET_KEY"), DEBUG)
 
 ALLOWED_HOSTS = env_list("CARDPOOL_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 CSRF_TRUSTED_ORIGINS = env_list("CARDPOOL_CSRF_TRUSTED_ORIGINS")
@@ -87,6 +84,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "csp",
     "allauth",
     "allauth.account",
     "allauth.socialaccount",
@@ -99,6 +97,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -340,12 +339,21 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
 }
+CARDPOOL_API_DOCS_PUBLIC = env_bool("CARDPOOL_API_DOCS_PUBLIC", False)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Cardpool API",
     "DESCRIPTION": "Lease GPU and accelerator cards from a shared pool.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/v1/schema/ and /api/v1/docs/: signed-in users (session or token) unless this is on.
+    "SERVE_PERMISSIONS": [
+        "rest_framework.permissions.AllowAny"
+        if CARDPOOL_API_DOCS_PUBLIC
+        else "rest_framework.permissions.IsAuthenticated"
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",
+    # No badge fetched from validator.swagger.io: the docs page reaches nothing outside.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # One schema name per choice set shared by several serializers.
@@ -463,7 +471,8 @@ EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "Cardpool <cardpool@localhost>")
 
-# --- Security (production) ------------------------------------------------------------
+# --- Security (production; docs/operations.md, "Running in production") -----------------
+# docker-compose.yml sets the production values: behind the TLS proxy, HTTPS redirect, HSTS.
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("CARDPOOL_BEHIND_TLS_PROXY", False) else None
 )
@@ -471,10 +480,29 @@ SESSION_COOKIE_SECURE = env_bool("CARDPOOL_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = env_bool("CARDPOOL_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("CARDPOOL_HSTS_SECONDS", 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
-SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
+    "CARDPOOL_HSTS_INCLUDE_SUBDOMAINS", SECURE_HSTS_SECONDS > 0
+)
+SECURE_HSTS_PRELOAD = env_bool("CARDPOOL_HSTS_PRELOAD", SECURE_HSTS_SECONDS > 0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (django-csp): the portal's own scripts, styles, fonts and images
+# only; nothing inline (charts are data drawn by static/js/charts.js), nothing from outside.
+# data: images are plotly's and Swagger UI's icons. form-action is left open: sign-in through
+# SSO posts, then redirects to the identity provider.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 SILENCED_SYSTEM_CHECKS = env_list("CARDPOOL_SILENCED_CHECKS")
 
 # --- Cardpool ------------------------------------------------------------------------

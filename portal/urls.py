@@ -1,9 +1,19 @@
+from django.conf import settings
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from leasing.lifecycle import urls as lease_urls
 from portal import metrics
+
+# Swagger UI with its start script served as a file (no inline script under the CSP), for
+# signed-in users unless CARDPOOL_API_DOCS_PUBLIC (the schema's permission is set likewise).
+api_docs = SpectacularSwaggerSplitView.as_view(
+    url_name="api-schema", template_name="portal/api_docs.html"
+)
+if not settings.CARDPOOL_API_DOCS_PUBLIC:
+    api_docs = login_required(api_docs)
 
 urlpatterns = [
     path("", include("portal.site_urls")),
@@ -14,7 +24,7 @@ urlpatterns = [
     path("reports/", include("leasing.billing.urls")),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/v1/docs/", api_docs, name="api-docs"),
     path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/", include("allauth.urls")),

@@ -1,9 +1,11 @@
 """Settings for the test suite: the production settings with test-only secrets and speed-ups."""
 
 import os
+import secrets
 import tempfile
 
-os.environ.setdefault("CARDPOOL_SECRET_KEY", "test-only-not-secret")
+# A fresh key per run: published or short keys are refused outside debugging.
+os.environ.setdefault("CARDPOOL_SECRET_KEY", secrets.token_hex(32))
 os.environ.setdefault("CARDPOOL_VAR_DIR", os.path.join(tempfile.gettempdir(), "cardpool-test-var"))
 
 from portal.settings import *  # noqa: E402,F403

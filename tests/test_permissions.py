@@ -244,8 +244,8 @@ ROWS = [
     r("inventory:node", "GET", "/inventory/nodes/{node}/", ALL_IN),
     # --- API: root, schema, token --------------------------------------------------------
     r("api-root", "GET", "/api/v1/", API_ALL_IN),
-    r("api-schema", "GET", "/api/v1/schema/", ANYONE),
-    r("api-docs", "GET", "/api/v1/docs/", ANYONE),
+    r("api-schema", "GET", "/api/v1/schema/", API_ALL_IN),
+    r("api-docs", "GET", "/api/v1/docs/", ALL_IN),
     # Each role signs in with its own password; anon tries alice's with a wrong one.
     r("api-token", "POST", "/api/v1/auth/token/", (400, 200, 200, 200, 200, 200),
       data={"username": "{user}", "password": "{password}", "name": "cli"}, api=True,

@@ -504,7 +504,7 @@ def test_lease_page_partial_draws_the_chart(client, lease, alice, bob, frozen):
     for allocation in lease.allocations.select_related("card"):
         make_samples(allocation.card, NOW, 50, util=lambda i: 7.0)
     page = client.get(f"/leases/{lease.pk}/utilisation/").content.decode()
-    assert "Plotly.newPlot" in page and "gpu-a01#" in page
+    assert 'class="plotly-chart" data-figure=' in page and "gpu-a01#" in page
     assert "Peak 7 %, average 7 %." in page
     assert 'hx-trigger="every 60s"' in page  # an active lease's chart keeps itself fresh
     client.force_login(bob)  # another team's member

@@ -11,6 +11,7 @@ import csv
 import io
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from html import unescape
 from zoneinfo import ZoneInfo
 
 import openpyxl
@@ -218,7 +219,8 @@ def test_exports_say_recorded_or_accrued(finding, fin, client):
 def test_charts_include_accrued_usage_named_apart(finding, fin, client):
     client.defaults["HTTP_ACCEPT_LANGUAGE"] = "en"
     client.force_login(fin)
-    html = client.get("/reports/?start=2026-12-01&end=2026-12-31").content.decode()
+    page = client.get("/reports/?start=2026-12-01&end=2026-12-31").content.decode()
+    html = unescape(page)  # the figures are JSON in data-figure attributes
     assert '"name":"Vision \\u00b7 Accrued (running)"' in html  # the team chart's series
     assert '"name":"Accrued (running)"' in html  # the top users' stacked bar
 

@@ -99,3 +99,19 @@ def test_stop_ends_every_child(supervisor):
     supervisor.stop()
     assert supervisor.web.proc.poll() is not None
     assert not _serving(supervisor.port)
+
+
+def test_the_demo_runs_without_debug_unless_asked(tmp_path):
+    """The demo is the production shape (own error pages, no debug 404 listing every URL)."""
+    from portal.secret_key import checked_secret_key
+
+    env = cardpool.demo_env({"CARDPOOL_VAR_DIR": str(tmp_path), "CARDPOOL_PORT": "8150"})
+    assert env.get("CARDPOOL_DEBUG", "false") == "false"
+    assert "127.0.0.1" in env["CARDPOOL_ALLOWED_HOSTS"].split(",")
+    assert env["CARDPOOL_SECURE_COOKIES"] == "false"  # plain HTTP on this machine
+    key = Path(env["CARDPOOL_SECRET_KEY_FILE"]).read_text()
+    assert checked_secret_key(key, debug=False) == key  # its own key, kept between starts
+    assert cardpool.demo_env({"CARDPOOL_VAR_DIR": str(tmp_path)})["CARDPOOL_SECRET_KEY_FILE"]
+    assert Path(env["CARDPOOL_SECRET_KEY_FILE"]).read_text() == key
+    asked = cardpool.demo_env({"CARDPOOL_VAR_DIR": str(tmp_path), "CARDPOOL_DEBUG": "true"})
+    assert asked["CARDPOOL_DEBUG"] == "true"

@@ -192,15 +192,20 @@ def lease_detail(request, pk: int):
     return render(request, "leasing/lease_detail.html", context)
 
 
-def _act(request, pk, action):
-    lease = _visible_lease(request, pk)
+def _told(request, action, *args) -> None:
+    """Run a service; a refusal becomes the page's error messages (never a 500)."""
     try:
-        action(lease)
+        action(*args)
     except ValidationError as exc:
         for message in exc.messages:
             messages.error(request, message)
     except PermissionDenied as exc:
         messages.error(request, str(exc) or _("You may not do that."))
+
+
+def _act(request, pk, action):
+    lease = _visible_lease(request, pk)
+    _told(request, action, lease)
     return redirect("leasing:detail", lease.pk)
 
 
@@ -269,7 +274,8 @@ def change_decide(request, pk: int, decision: str):
     change = get_object_or_404(selectors.changes_visible_to(request.user), pk=pk)
     if decision not in CHANGE_DECISIONS:
         raise Http404
-    try:
+
+    def decide():
         if decision == "approve":
             change_decisions.change_approve(
                 change=change, user=request.user, note=request.POST.get("reason", "")[:500]
@@ -283,11 +289,8 @@ def change_decide(request, pk: int, decision: str):
         else:
             change_decisions.change_withdraw(change=change, user=request.user)
             messages.success(request, _("Withdrawn."))
-    except ValidationError as exc:
-        for message in exc.messages:
-            messages.error(request, message)
-    except PermissionDenied as exc:
-        messages.error(request, str(exc) or _("You may not do that."))
+
+    _told(request, decide)
     back = local_next(request)
     if back:
         return redirect(back)

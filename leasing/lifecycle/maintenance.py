@@ -25,7 +25,7 @@ from leasing.notify.services import warning_with_notice
 from leasing.scheduler import planner
 from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
-from leasing.transitions import event_record, notify_after_commit
+from leasing.transitions import event_record, notify_after_commit, transition
 from portal.audit import audit
 from portal.permissions import is_operator
 
@@ -119,7 +119,31 @@ def drains_due(*, now: datetime | None = None) -> int:
         for lease in running.distinct().select_related("user"):
             if lease_end_now(lease, EndReason.ADMIN, now, why="drain", node=node.hostname):
                 ended += 1
+        _requeue_bookings(node, now)
     return ended
+
+
+def _requeue_bookings(node: Node, now: datetime) -> None:
+    """Reservations booked on the node (not started yet) lose those cards and wait in the
+    queue again, where the pass books them elsewhere or gives an honest estimate."""
+    booked = Lease.objects.filter(
+        allocations__card__node=node, status=LeaseStatus.SCHEDULED, allocations__end_at__gt=now
+    ).distinct()
+    for lease_id, model_id in booked.values_list("pk", "card_model_id"):
+        with transaction.atomic():
+            lock_card_models([model_id])
+            if transition(
+                lease_id,
+                frm=[LeaseStatus.SCHEDULED],
+                to=LeaseStatus.QUEUED,
+                kind="requeued",
+                at=now,
+                data={"node": node.hostname, "why": "drain"},
+                estimated_start=None,
+            ):
+                Allocation.objects.filter(lease_id=lease_id).delete()
+                replan(model_id, now=now)
+                notify_after_commit(lease_id, Kind.LEASE_QUEUED)
 
 
 def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None = None) -> str:

@@ -299,3 +299,22 @@ def test_a_drain_replans_the_queue_at_once(frozen, alice, bob, ops, vision, nlp,
     assert waiting.estimated_start is None
     assert waiting.stall_reason == StallReason.CARDS_OUT_OF_SERVICE
     assert Notification.objects.filter(lease=waiting, kind="lease_stalled").count() == 1
+
+
+def test_a_reservation_on_a_node_that_goes_into_maintenance_is_booked_elsewhere(
+    frozen, alice, ops, vision, a100
+):
+    """A reservation booked on a draining node does not start there after the drain: at the
+    drain time it goes back to the queue and is booked on another node."""
+    first = make_node(a100, cards=2, domains=1, hostname="rq-a")
+    later = ask(alice, vision, a100, count=2, start_at=T0 + hours(3), duration=hours(2))
+    assert later.status == LeaseStatus.SCHEDULED
+    assert set(later.allocations.values_list("card__node", flat=True)) == {first.pk}
+    maintenance.node_drain(user=ops, node=first, drain_at=T0 + hours(1))
+    second = make_node(a100, cards=2, domains=1, hostname="rq-b")
+    frozen.move_to(T0 + hours(1))
+    maintenance.drains_due()
+    later.refresh_from_db()
+    assert later.status == LeaseStatus.SCHEDULED  # booked again, on the node in service
+    assert set(later.allocations.values_list("card__node", flat=True)) == {second.pk}
+    assert later.events.filter(kind="requeued").exists()

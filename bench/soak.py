@@ -29,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 USERS = ("alice", "lena", "bob")
@@ -243,12 +243,16 @@ class Soak:
             lease = self.leases[lease_id]
             lease["checked"] = time.monotonic()
             status, body = self.clients[lease["user"]].call("GET", f"/api/v1/leases/{lease_id}/")
-            if status == 200:
-                self.note(lease_id, body)
-                self.act(lease_id, body)
-            age = time.monotonic() - lease["submitted"]
-            if lease["status"] == "provisioning" and age > self.args.stuck_seconds:
-                self.stats["stuck in provisioning (seen)"] += 1
+            if status != 200:
+                continue
+            self.note(lease_id, body)
+            self.act(lease_id, body)
+            # Provisioning since its cards were placed (start_at), not since it was asked for:
+            # a lease that waited in the queue is not stuck.
+            if body["status"] == "provisioning" and body.get("start_at"):
+                since = datetime.now(UTC) - datetime.fromisoformat(body["start_at"])
+                if since.total_seconds() > self.args.stuck_seconds:
+                    self.stats["stuck in provisioning (seen)"] += 1
 
     def act(self, lease_id: int, body: dict) -> None:
         """What a holder does now and then: release early, extend a little, give up waiting."""

@@ -12,11 +12,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from leasing.choices import BOOKED_STATES
-from leasing.lifecycle.change_requests import decides_for
 from leasing.lifecycle.changes import lease_extend
 from leasing.lifecycle.resize import lease_resize
 from leasing.models import Lease, LeaseChange
 from leasing.notify.wording import notify_change
+from leasing.teams.approvals import may_decide
 from leasing.transitions import event_record
 
 PENDING = LeaseChange.Status.PENDING
@@ -58,7 +58,7 @@ def change_approve(
     pending (reject it, or let the holder withdraw it).
     """
     now = now or timezone.now()
-    if not decides_for(user, change.lease):
+    if not may_decide(user, change.lease):
         raise PermissionDenied(_("Only a lead of the lease's team or an operator may approve it."))
     with transaction.atomic():
         change = _pending(change)
@@ -91,7 +91,7 @@ def change_approve(
 
 def change_reject(*, change: LeaseChange, user, reason: str, now: datetime | None = None) -> None:
     now = now or timezone.now()
-    if not decides_for(user, change.lease):
+    if not may_decide(user, change.lease):
         raise PermissionDenied(_("Only a lead of the lease's team or an operator may reject it."))
     if not reason.strip():
         raise ValidationError({"reason": [_("Say why, so the requester knows what to change.")]})
@@ -103,7 +103,7 @@ def change_reject(*, change: LeaseChange, user, reason: str, now: datetime | Non
 def change_withdraw(*, change: LeaseChange, user, now: datetime | None = None) -> None:
     """The holder (or whoever asked) takes a pending change back."""
     now = now or timezone.now()
-    if user.pk not in (change.requested_by_id, change.lease.user_id) and not decides_for(
+    if user.pk not in (change.requested_by_id, change.lease.user_id) and not may_decide(
         user, change.lease
     ):
         raise PermissionDenied(_("You may not withdraw this change."))

@@ -17,12 +17,6 @@ from leasing.models import Lease, LeaseChange
 from leasing.notify.wording import notify_change
 from leasing.teams.admission import Verdict
 from leasing.transitions import event_record
-from portal.permissions import is_operator, leads_team
-
-
-def decides_for(user, lease: Lease) -> bool:
-    """A lead of the lease's team or an operator: their own changes need nobody's approval."""
-    return is_operator(user) or leads_team(user, lease.team_id)
 
 
 def pending_change(lease_id: int) -> LeaseChange | None:

@@ -18,7 +18,7 @@ from leasing.choices import (
     LeaseStatus,
 )
 from leasing.enqueue import enqueue_after_commit
-from leasing.lifecycle.change_requests import change_ask, decides_for
+from leasing.lifecycle.change_requests import change_ask
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     Allocation,
@@ -32,6 +32,7 @@ from leasing.scheduler.run import (
 from leasing.scheduler.snapshot import timeline_for
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, admit
+from leasing.teams.approvals import may_decide
 from leasing.transitions import event_record, transition
 from portal.permissions import can_manage_lease
 
@@ -174,7 +175,7 @@ def lease_extend(
                 lease_id=lease.pk,
                 borrowed=lease.borrowed,
             ),
-            member_approved=approved or decides_for(user, lease),
+            member_approved=approved or may_decide(user, lease),
             field="minutes",
         )
         if verdict.needs_approval:

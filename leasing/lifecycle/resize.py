@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from inventory.models import CardModel
 from leasing import transitions
 from leasing.choices import LeaseStatus
-from leasing.lifecycle.change_requests import change_ask, decides_for
+from leasing.lifecycle.change_requests import change_ask
 from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import Allocation, Lease
@@ -28,6 +28,7 @@ from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import card_slots, timeline_for
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, admit
+from leasing.teams.approvals import may_decide
 from leasing.transitions import hand_over
 from portal.permissions import can_manage_lease
 
@@ -58,7 +59,7 @@ def _admit(
             borrowed=lease.borrowed,
             replaces=lease.pk if moving else None,
         ),
-        member_approved=approved or decides_for(user, lease),
+        member_approved=approved or may_decide(user, lease),
         field="card_model" if moving else "count",
     )
 

@@ -26,9 +26,10 @@ from leasing.lifecycle import (
     utilisation,
     validation,
 )
-from leasing.lifecycle.change_requests import decides_for, pending_change
+from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.scheduler import preview
+from leasing.teams.approvals import may_decide
 from portal.input import local_next
 from portal.permissions import is_operator
 
@@ -174,7 +175,7 @@ def lease_detail(request, pk: int):
     context = {
         "lease": lease,
         "pending_change": pending_change(lease.pk),
-        "decides": decides_for(request.user, lease),
+        "decides": may_decide(request.user, lease),
         "extend_form": ExtendForm(),
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,

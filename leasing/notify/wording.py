@@ -40,6 +40,12 @@ def _local(dt: datetime | None, user) -> str:
     return f"{timezone.localtime(dt, zone):%Y-%m-%d %H:%M} ({zone.key})"
 
 
+def _chosen_language(user):
+    """Word what follows in the language *user* chose on their profile (else leave it)."""
+    chosen = getattr(getattr(user, "profile", None), "language", "")
+    return translation.override(chosen) if chosen else nullcontext()
+
+
 def _hours(delta: timedelta) -> str:
     return f"{delta / timedelta(hours=1):.1f}".removesuffix(".0")
 
@@ -61,9 +67,7 @@ def notify_lease_event(
         return []
     if kind in (Kind.APPROVAL_REQUESTED, Kind.RELEASE_FAILED):  # told to others, not the holder
         return _notify_lease_event(lease, kind=kind, now=now)
-    # In the holder's chosen language (a worker's own is the site's, the default).
-    chosen = getattr(getattr(lease.user, "profile", None), "language", "")
-    with translation.override(chosen) if chosen else nullcontext():
+    with _chosen_language(lease.user):  # a worker's own language is the site's, the default
         return _notify_lease_event(lease, kind=kind, now=now)
 
 
@@ -169,8 +173,7 @@ def _tell_operators_release_failed(lease, *, key: str, data: dict, now) -> list[
     )
     sent = []
     for operator in operators.select_related("profile").order_by("pk"):
-        chosen = getattr(getattr(operator, "profile", None), "language", "")
-        with translation.override(chosen) if chosen else nullcontext():  # the operator's own
+        with _chosen_language(operator):
             title = _("Lease %(id)s: the release failed") % {"id": lease.pk}
             body = _(
                 "The backend could not take the cards back: %(why)s. They stay out of the pool "
@@ -256,8 +259,7 @@ def notify_change(*, change_id: int, event: str, now: datetime | None = None) ->
             now=now,
             key=key,
         )
-    chosen = getattr(getattr(lease.user, "profile", None), "language", "")
-    with translation.override(chosen) if chosen else nullcontext():
+    with _chosen_language(lease.user):
         title, body = MESSAGES["change"](params)
     return [
         notify(

@@ -29,14 +29,16 @@ from portal.permissions import is_operator, leads_team
 logger = logging.getLogger(__name__)
 
 
-def _may_decide(user, lease: Lease) -> bool:
+def may_decide(user, lease: Lease) -> bool:
+    """A lead of the lease's team or an operator: decides its requests and changes (and needs
+    nobody's approval for their own changes to it)."""
     return is_operator(user) or leads_team(user, lease.team_id)
 
 
 def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = None) -> Lease:
     """A lead lets a request above a member's limit through; the team's quota must still hold."""
     now = now or timezone.now()
-    if not _may_decide(user, lease):
+    if not may_decide(user, lease):
         raise PermissionDenied(_("Only a lead of the lease's team or an operator may approve it."))
     with transaction.atomic():
         lock_team(lease.team_id)
@@ -88,7 +90,7 @@ def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = 
 def lease_reject(*, lease: Lease, user, reason: str, now: datetime | None = None) -> Lease:
     """A lead turns a request down, saying why (the requester reads it)."""
     now = now or timezone.now()
-    if not _may_decide(user, lease):
+    if not may_decide(user, lease):
         raise PermissionDenied(_("Only a lead of the lease's team or an operator may reject it."))
     if not reason.strip():
         raise ValidationError({"reason": [_("Say why, so the requester knows what to change.")]})

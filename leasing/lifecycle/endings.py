@@ -13,6 +13,7 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -20,6 +21,8 @@ from django.utils.translation import gettext as _
 from inventory.selectors import utilization_stats
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
 from leasing.lifecycle.provisioning import backend_change_after_commit
+from leasing.lifecycle.requests import lease_request
+from leasing.lifecycle.validation import Checkpoint
 from leasing.locking import lock_card_models
 from leasing.models import Lease
 from leasing.notify.messages import notice_send
@@ -234,7 +237,47 @@ def preemptions_due(*, now: datetime | None = None) -> int:
             done += cards_take_back(lease, now=now)
         elif lease_end_now(lease, EndReason.PREEMPTED, now, why="preempted"):
             done += 1
+            if lease.requeue:
+                lease_requeue(lease, now=now)
     return done
+
+
+def lease_requeue(lease: Lease, *, now: datetime) -> Lease | None:
+    """A preempted lease asked to be requeued: a new request with the same profile (model,
+    cards, placement, priority, purpose, checkpoint) for the time it still had, linked to it
+    (``resumes``). It passes admission like any request; when it is refused (a quota), the
+    holder is told why on the old lease's timeline and nothing is queued."""
+    left = lease.end_at - (lease.ended_at or now)
+    if left < timedelta(minutes=1):
+        return None
+    try:
+        new = lease_request(
+            user=lease.user,
+            team=lease.team,
+            card_model=lease.card_model,
+            count=lease.count,
+            duration=left,
+            priority=lease.priority,
+            purpose=lease.purpose,
+            same_node=lease.same_node,
+            description=lease.description,
+            checkpoint=Checkpoint(
+                lease.checkpoint_signal,
+                lease.checkpoint_command,
+                lease.checkpoint_seconds,
+                requeue=True,
+            ),
+            resumes=lease,
+            now=now,
+        )
+    except (ValidationError, PermissionDenied) as exc:
+        messages = getattr(exc, "messages", [str(exc)])
+        event_record(lease.pk, kind="requeue_refused", at=now, message="; ".join(messages))
+        logger.info("lease %s: not requeued: %s", lease.pk, messages)
+        return None
+    event_record(lease.pk, kind="requeued", at=now, data={"lease": new.pk})
+    event_record(new.pk, kind="resumes", at=now, data={"lease": lease.pk})
+    return new
 
 
 def cards_take_back(lease: Lease, *, now: datetime) -> bool:

@@ -11,7 +11,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
-from leasing.choices import Priority, Purpose
+from leasing.choices import Priority, Purpose, StartPolicy
+from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint
 from leasing.models import REQUEST_KEY_MAX
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
@@ -52,7 +53,12 @@ class LeaseRequestForm(forms.Form):
         label=_("Start"),
         initial="now",
         widget=forms.RadioSelect,
-        choices=[("now", _("As soon as possible")), ("later", _("At a set time (reservation)"))],
+        choices=[
+            ("now", _("As soon as possible")),
+            ("later", _("At a set time (reservation)")),
+            (StartPolicy.NEXT_OFF_PEAK, _("In the next off-peak window (cheaper)")),
+            (StartPolicy.OFF_PEAK_ONLY, _("Only inside an off-peak window (start and end)")),
+        ],
     )
     start_at = forms.DateTimeField(
         label=_("Start at"),
@@ -76,6 +82,18 @@ class LeaseRequestForm(forms.Form):
     same_node = forms.BooleanField(label=_("All cards on one node"), required=False, initial=True)
     description = forms.CharField(
         label=_("What is it for? (optional)"), max_length=200, required=False
+    )
+    checkpoint_signal = forms.ChoiceField(
+        label=_("When preempted, send the signal"),
+        required=False,
+        choices=[("", "—"), *((s, f"SIG{s}") for s in CHECKPOINT_SIGNALS)],
+        help_text=_("Your job saves its state when it gets this signal (preemptible leases)."),
+    )
+    checkpoint_seconds = forms.IntegerField(
+        label=_("Saving takes (seconds)"), required=False, min_value=1
+    )
+    requeue = forms.BooleanField(
+        label=_("Requeue when preempted (a new lease resumes the work)"), required=False
     )
     # A fresh key per form shown: a double click or a resubmitted page books once.
     request_key = forms.CharField(
@@ -115,6 +133,12 @@ class LeaseRequestForm(forms.Form):
                 self.add_error("start_at", _("Pick the start time of the reservation."))
         else:
             data["start_at"] = None
+        data["start_policy"] = data.get("start") if data.get("start") in StartPolicy.values else ""
+        data["checkpoint"] = Checkpoint(
+            signal=data.get("checkpoint_signal") or "",
+            seconds=data.get("checkpoint_seconds"),
+            requeue=bool(data.get("requeue")),
+        )
         return data
 
 

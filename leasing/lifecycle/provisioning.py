@@ -23,6 +23,7 @@ from leasing.backends import (
 from leasing.billing import usage
 from leasing.choices import (
     ENDING_STATES,
+    RUNNING_STATES,
     EndReason,
     LeaseStatus,
 )
@@ -341,6 +342,38 @@ def _call(lease: Lease, action: str, attempt: int, fn):
         raise
     BackendCall.objects.filter(pk=call.pk).update(finished_at=timezone.now(), ok=True)
     return result
+
+
+def checkpoint_step(*, lease_id: int, attempt: int = 1) -> bool:
+    """Deliver a preempted lease's checkpoint signal or command through its backend (Slurm:
+    ``scancel --signal``; local: the node's agent picks it up), once its grace has begun; a
+    no-op for a lease that is not running, not marked for preemption or declared nothing.
+    The attempt is a ``BackendCall`` row (action ``checkpoint``) and an event on the
+    timeline; a transient error is raised for the task to retry."""
+    lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
+    if (
+        lease is None
+        or lease.status not in RUNNING_STATES
+        or lease.preempt_at is None
+        or not (lease.checkpoint_signal or lease.checkpoint_command)
+    ):
+        return False
+    try:
+        done = _call(
+            lease,
+            "checkpoint",
+            attempt,
+            lambda backend, holding: backend.checkpoint(
+                holding, signal=lease.checkpoint_signal, command=lease.checkpoint_command
+            ),
+        )
+    except PermanentBackendError as exc:
+        event_record(
+            lease_id, kind="checkpoint_failed", at=timezone.now(), message=str(exc)[:500]
+        )
+        return False
+    event_record(lease_id, kind="checkpoint_signal", at=timezone.now(), data=done)
+    return True
 
 
 def provision_step(*, lease_id: int, attempt: int = 1) -> bool:

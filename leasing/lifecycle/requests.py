@@ -22,10 +22,14 @@ from leasing.choices import (
     LeaseStatus,
     Priority,
     Purpose,
+    StartPolicy,
 )
 from leasing.lifecycle.validation import (
+    Checkpoint,
     capacity_errors,
+    checkpoint_validate,
     lease_validate_request,
+    offpeak_start_for,
 )
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
@@ -33,7 +37,7 @@ from leasing.models import (
     Lease,
     LeaseEvent,
 )
-from leasing.scheduler import fastpath
+from leasing.scheduler import fastpath, shares
 from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.preview import lease_preview
 from leasing.scheduler.run import (
@@ -174,10 +178,18 @@ def lease_request(
     description: str = "",
     override_reason: str = "",
     request_key: str = "",
+    checkpoint: Checkpoint | None = None,
+    start_policy: str = StartPolicy.AS_ASKED,
+    resumes: Lease | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
     for *duration*, now or from *start_at*.
+
+    A *checkpoint* says how the job saves its state when preempted (a signal or a command,
+    the seconds it needs) and whether a new lease should resume it (``requeue``); *resumes*
+    links such a new lease to the preempted one. A *start_policy* asks for the next off-peak
+    window (or only off-peak time): the start moves to it (``offpeak.start_for``).
 
     Admission and placement happen in this transaction: the lease comes back
     ``provisioning`` (cards held, a worker hands them over), ``scheduled`` (an advance
@@ -195,6 +207,10 @@ def lease_request(
         if previous is not None:
             return previous
     start = start_at if start_at is not None and start_at > now else now
+    checkpoint = checkpoint_validate(checkpoint)
+    if start_policy:
+        start = offpeak_start_for(start_policy, start=start, duration=duration)
+        start_at = start
     requirements = {
         k: float(v) if isinstance(v, Decimal) else v
         for k, v in (requirements or {}).items()
@@ -295,9 +311,19 @@ def lease_request(
             description=description,
             submitted_at=now,
             borrowed=verdict.borrowed,
+            lent=bool(placed)
+            and shares.lent_after_placement(
+                team_id=team.pk, card_model_id=card_model.pk, now=now, placing=len(placed)
+            ),
             approval_reason=verdict.reason,
             approval_breaches=[b.stored() for b in verdict.member_breaches],
             request_key=request_key,
+            checkpoint_signal=checkpoint.signal if checkpoint else "",
+            checkpoint_command=checkpoint.command if checkpoint else "",
+            checkpoint_seconds=checkpoint.seconds if checkpoint else None,
+            requeue=bool(checkpoint and checkpoint.requeue),
+            resumes=resumes,
+            start_policy=start_policy,
         )
         if request_key:
             # Two copies of one request at the same moment: the second waits on the unique

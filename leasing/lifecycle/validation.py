@@ -4,6 +4,7 @@ the pool could ever hold it. Every path that asks for cards checks this first.""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -15,7 +16,10 @@ from inventory.models import Card, CardModel
 from leasing.choices import (
     Priority,
     Purpose,
+    StartPolicy,
 )
+from leasing.models import OffPeakWindow
+from leasing.periods import offpeak_start
 from portal.models import Membership, Team
 from portal.permissions import is_operator
 
@@ -132,3 +136,80 @@ def capacity_errors(
             % {"count": count, "model": card_model.name, "most": most_on_node}
         )
     return errors
+
+
+# --- checkpoints and off-peak starts --------------------------------------------------------
+
+# Signals a job may ask for when preempted: the ones jobs trap to save their state.
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "CONT")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """How a preemptible job saves its state when preempted: a *signal* (a name such as
+    ``USR1``) and/or a *command* run on its node, the *seconds* saving takes (the grace is at
+    least this long), and whether a new lease resumes it (*requeue*)."""
+
+    signal: str = ""
+    command: str = ""
+    seconds: int | None = None
+    requeue: bool = False
+
+
+def checkpoint_validate(checkpoint: Checkpoint | None) -> Checkpoint | None:
+    """The checkpoint as stored (signal upper case, no ``SIG`` prefix), or a ValidationError
+    naming the field. None or an empty one: nothing declared."""
+    if checkpoint is None or checkpoint == Checkpoint():
+        return None
+    signal = checkpoint.signal.strip().upper().removeprefix("SIG")
+    command = checkpoint.command.strip()
+    errors: dict[str, list[str]] = {}
+    if signal and signal not in CHECKPOINT_SIGNALS:
+        errors["checkpoint_signal"] = [
+            _("Unknown signal %(signal)s; use one of %(known)s.")
+            % {"signal": checkpoint.signal, "known": ", ".join(CHECKPOINT_SIGNALS)}
+        ]
+    if "\x00" in command or len(command) > 500:
+        errors["checkpoint_command"] = [_("The command must be at most 500 characters.")]
+    most = settings.CARDPOOL["CHECKPOINT_MAX_SECONDS"]
+    if checkpoint.seconds is not None and not 0 < checkpoint.seconds <= most:
+        errors["checkpoint_seconds"] = [
+            _("Checkpoint time must be between 1 and %(most)s seconds.") % {"most": most}
+        ]
+    if (checkpoint.seconds or checkpoint.requeue) and not (signal or command):
+        errors["checkpoint_signal"] = [
+            _("Say how the job saves its state: a signal or a command.")
+        ]
+    if errors:
+        raise ValidationError(errors)
+    return Checkpoint(signal, command, checkpoint.seconds, checkpoint.requeue)
+
+
+def offpeak_start_for(policy: str, *, start: datetime, duration: timedelta) -> datetime:
+    """Where a request with start *policy* begins: the first off-peak moment from *start*
+    (``next_off_peak``), or the first from which the whole *duration* is off-peak
+    (``off_peak_only``). A ValidationError when no window is set or none fits."""
+    if policy not in StartPolicy.values:
+        raise ValidationError({"start_policy": [_("Unknown start policy %(p)s.") % {"p": policy}]})
+    if not policy:
+        return start
+    spans = OffPeakWindow.spans()
+    if not spans:
+        raise ValidationError(
+            {"start_policy": [_("No off-peak windows are set; ask for a start time instead.")]}
+        )
+    found = offpeak_start(
+        start, spans, fits=duration if policy == StartPolicy.OFF_PEAK_ONLY else None
+    )
+    if found is None:
+        raise ValidationError(
+            {
+                "start_policy": [
+                    _(
+                        "No off-peak window in the next two weeks is long enough for this "
+                        "lease; ask for less time or start at any time."
+                    )
+                ]
+            }
+        )
+    return found

@@ -36,7 +36,7 @@ from portal.permissions import is_operator
 
 def _form_errors_from(exc: ValidationError, form) -> None:
     """Put a service's ValidationError onto the form's fields (or the form)."""
-    field_map = {"duration_minutes": "duration", "request_key": None}  # None: the form's
+    field_map = {"duration_minutes": "duration", "request_key": None, "start_policy": "start"}
     if hasattr(exc, "message_dict"):
         for field, errors in exc.message_dict.items():
             target = field_map.get(field, field)
@@ -86,6 +86,8 @@ def lease_new(request):
                     same_node=d["same_node"],
                     description=d["description"],
                     request_key=d["request_key"],
+                    checkpoint=d["checkpoint"],
+                    start_policy=d["start_policy"],
                 )
             except ValidationError as exc:
                 _form_errors_from(exc, form)
@@ -131,6 +133,9 @@ def lease_preview(request):
                 same_node=d["same_node"],
                 now=timezone.now(),
             )
+            validation.offpeak_start_for(
+                d["start_policy"], start=timezone.now(), duration=d["duration_td"]
+            )
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
         else:
@@ -141,6 +146,7 @@ def lease_preview(request):
                 start_at=d["start_at"],
                 same_node=d["same_node"],
                 priority=d["priority"],
+                start_policy=d["start_policy"],
             )
             context.update(
                 start=start,
@@ -149,6 +155,7 @@ def lease_preview(request):
                 chosen=d["card_model"] is None,
                 count=d["count"],
                 starts_now=start is not None and start <= timezone.now() + timedelta(seconds=5),
+                off_peak=start is not None and prices.tariff_at(start) is not None,
                 cost=prices.estimate(
                     card_model=model,
                     team_id=d["team"].pk if d["team"] else None,

@@ -10,7 +10,12 @@ from django.utils import timezone
 from inventory.models import CardModel
 from leasing.choices import PRIORITY_RANK, Priority
 from leasing.scheduler import planner
+from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+
+
+# Off-peak windows a preview tries before it gives up (each try: the next allowed start).
+OFF_PEAK_TRIES = 30
 
 
 def lease_preview(
@@ -21,9 +26,13 @@ def lease_preview(
     start_at: datetime | None = None,
     same_node: bool = True,
     priority: str = Priority.NORMAL,
+    start_policy: str = "",
     now: datetime | None = None,
 ) -> datetime | None:
-    """When a request like this would start if made now: its place in the queue, no writes."""
+    """When a request like this would start if made now: its place in the queue, no writes.
+
+    With an off-peak *start_policy* the start is the first the policy allows where the cards
+    are free (the queue pass's rule, ``offpeak.OffPeakHold``)."""
     now = now or timezone.now()
     not_before = start_at if start_at and start_at > now else now
     cards = card_slots(card_model.pk, now=now)
@@ -31,10 +40,18 @@ def lease_preview(
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
     ahead = queued_requests(card_model.pk, now=now, min_rank=rank)
     planner.plan_queue(cards, timeline, ahead)
-    decision = planner.earliest(
-        cards, timeline, planner.Request(0, count, duration, not_before, same_node)
-    )
-    return decision.start
+    offpeak = OffPeakHold()
+    for _try in range(OFF_PEAK_TRIES):
+        allowed = offpeak.allowed_start(start_policy, not_before, duration)
+        if allowed is None:
+            return None
+        decision = planner.earliest(
+            cards, timeline, planner.Request(0, count, duration, allowed, same_node)
+        )
+        if decision.start is None or decision.start == allowed or not start_policy:
+            return decision.start
+        not_before = decision.start
+    return None
 
 
 def waiting_delayed(

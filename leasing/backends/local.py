@@ -26,7 +26,6 @@ class LocalBackend(Backend):
         # Nothing to hold: the records are the truth; the holder is told the new devices.
         return access_details(holding)
 
-
     def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
         # Nothing runs on the nodes from here: the node's agent (``cardpool-agent
         # --checkpoints``) asks the portal for its leases being preempted and delivers the

@@ -368,9 +368,7 @@ def checkpoint_step(*, lease_id: int, attempt: int = 1) -> bool:
             ),
         )
     except PermanentBackendError as exc:
-        event_record(
-            lease_id, kind="checkpoint_failed", at=timezone.now(), message=str(exc)[:500]
-        )
+        event_record(lease_id, kind="checkpoint_failed", at=timezone.now(), message=str(exc)[:500])
         return False
     event_record(lease_id, kind="checkpoint_signal", at=timezone.now(), data=done)
     return True

@@ -177,9 +177,7 @@ def checkpoint_validate(checkpoint: Checkpoint | None) -> Checkpoint | None:
             _("Checkpoint time must be between 1 and %(most)s seconds.") % {"most": most}
         ]
     if (checkpoint.seconds or checkpoint.requeue) and not (signal or command):
-        errors["checkpoint_signal"] = [
-            _("Say how the job saves its state: a signal or a command.")
-        ]
+        errors["checkpoint_signal"] = [_("Say how the job saves its state: a signal or a command.")]
     if errors:
         raise ValidationError(errors)
     return Checkpoint(signal, command, checkpoint.seconds, checkpoint.requeue)

@@ -193,9 +193,7 @@ class OffPeakWindow(models.Model):
         verbose_name_plural = _("off-peak windows")
         constraints = [
             models.CheckConstraint(
-                condition=Q(weekday__lte=6)
-                & Q(start_hour__lt=F("end_hour"))
-                & Q(end_hour__lte=24),
+                condition=Q(weekday__lte=6) & Q(start_hour__lt=F("end_hour")) & Q(end_hour__lte=24),
                 name="offpeak_hours_in_a_day",
             ),
             models.CheckConstraint(

@@ -13,7 +13,6 @@ from leasing.scheduler import planner
 from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
 
-
 # Off-peak windows a preview tries before it gives up (each try: the next allowed start).
 OFF_PEAK_TRIES = 30
 

@@ -1,0 +1,124 @@
+"""Guaranteed shares (issue #18): a team's cards are lent to others while it does not use
+them, and taken back — borrowed work first — within the share's stated time when it asks."""
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from leasing.choices import EndReason, LeaseStatus, Priority
+from leasing.lifecycle import endings, provisioning
+from leasing.models import GuaranteedShare, Lease
+from leasing.teams.services import share_set
+from tests.factories import CardModelFactory, TeamFactory, make_node
+from tests.leasing.conftest import T0, ask, hours
+
+
+def active(lease):
+    provisioning.provision_step(lease_id=lease.pk)
+    lease.refresh_from_db()
+    return lease
+
+
+@pytest.fixture
+def eight(a100):
+    return make_node(a100, cards=8, domains=1, hostname="s8")
+
+
+def test_idle_share_is_lent_then_taken_back_within_its_time(
+    frozen, ops, lena, bob, vision, nlp, a100, eight, sent_tasks
+):
+    share_set(user=ops, team=vision, card_model=a100, cards=4, within_minutes=3)
+    # nlp fills the pool while vision does not use its share: the first four cards are not
+    # owed to anyone, the next four are vision's, lent.
+    own = active(ask(bob, nlp, a100, count=4, duration=hours(8)))
+    lent = active(ask(bob, nlp, a100, count=4, duration=hours(8)))
+    assert (own.lent, lent.lent) == (False, True)
+
+    mine = ask(lena, vision, a100, count=4, duration=hours(2))
+    assert mine.status == LeaseStatus.QUEUED
+    lent.refresh_from_db()
+    own.refresh_from_db()
+    # Taken back within the share's 3 minutes (shorter than the site's 10-minute grace),
+    # from the lease on loan; the lease inside nlp's own room is untouched.
+    assert lent.preempt_at == T0 + timedelta(minutes=3)
+    assert lent.preempted_for_id == mine.pk
+    assert own.preempt_at is None
+    mine.refresh_from_db()
+    assert mine.estimated_start == T0 + timedelta(minutes=3)
+    event = lent.events.get(kind="preemption_scheduled")
+    assert event.data["reclaim"] is True
+
+    frozen.move_to(T0 + timedelta(minutes=3))
+    assert endings.preemptions_due() == 1
+    lent.refresh_from_db()
+    mine.refresh_from_db()
+    assert lent.end_reason == EndReason.PREEMPTED
+    assert mine.status == LeaseStatus.PROVISIONING and mine.start_at == T0 + timedelta(minutes=3)
+
+
+def test_borrowed_work_goes_before_other_preemptible_work(
+    frozen, ops, lena, bob, vision, nlp, a100, eight
+):
+    # A preemptible lease placed before any share existed is not on loan.
+    cheap = active(ask(bob, nlp, a100, count=2, duration=hours(8), priority=Priority.PREEMPTIBLE))
+    share_set(user=ops, team=vision, card_model=a100, cards=2, within_minutes=5)
+    rest = active(ask(bob, nlp, a100, count=4, duration=hours(8)))
+    on_loan = active(ask(bob, nlp, a100, count=2, duration=hours(8)))
+    assert (cheap.lent, rest.lent, on_loan.lent) == (False, False, True)
+
+    mine = ask(lena, vision, a100, count=2, duration=hours(1))
+    assert mine.status == LeaseStatus.QUEUED
+    for lease in (cheap, rest, on_loan):
+        lease.refresh_from_db()
+    # The normal-priority lease on loan goes, not the preemptible one (the usual first choice).
+    assert on_loan.preempt_at == T0 + timedelta(minutes=5)
+    assert cheap.preempt_at is None and rest.preempt_at is None
+
+
+def test_past_its_share_a_team_waits_like_anyone(frozen, ops, lena, bob, vision, nlp, a100, eight):
+    share_set(user=ops, team=vision, card_model=a100, cards=2, within_minutes=5)
+    active(ask(lena, vision, a100, count=2, duration=hours(8)))
+    others = active(ask(bob, nlp, a100, count=6, duration=hours(8)))
+    more = ask(lena, vision, a100, count=2, duration=hours(1))
+    assert more.status == LeaseStatus.QUEUED
+    others.refresh_from_db()
+    assert others.lent is False and others.preempt_at is None
+    more.refresh_from_db()
+    assert more.estimated_start == T0 + hours(8)
+
+
+def test_a_family_share_counts_every_model_of_the_family(frozen, ops, lena, bob, vision, nlp):
+    small = CardModelFactory(slug="fam-a", name="Fam A", family="fam")
+    big = CardModelFactory(slug="fam-b", name="Fam B", family="fam")
+    make_node(small, cards=2, domains=1, hostname="fa")
+    make_node(big, cards=2, domains=1, hostname="fb")
+    share_set(user=ops, team=vision, family="fam", cards=2, within_minutes=4)
+    first = active(ask(bob, nlp, small, count=2, duration=hours(8)))
+    second = active(ask(bob, nlp, big, count=2, duration=hours(8)))
+    assert (first.lent, second.lent) == (False, True)
+    mine = ask(lena, vision, big, count=2, duration=hours(1))
+    second.refresh_from_db()
+    assert mine.status == LeaseStatus.QUEUED
+    assert second.preempt_at == T0 + timedelta(minutes=4)
+
+
+def test_share_rules(ops, lena, vision, nlp, a100, eight):
+    with pytest.raises(PermissionDenied):
+        share_set(user=lena, team=vision, card_model=a100, cards=2, within_minutes=5)
+    share_set(user=ops, team=vision, card_model=a100, cards=6, within_minutes=5)
+    with pytest.raises(ValidationError, match="only 8 are in service"):
+        share_set(user=ops, team=nlp, card_model=a100, cards=3, within_minutes=5)
+    with pytest.raises(ValidationError):
+        share_set(user=ops, team=nlp, card_model=a100, family="x", cards=1, within_minutes=5)
+    with pytest.raises(ValidationError):
+        share_set(user=ops, team=nlp, family="no-such-family", cards=1, within_minutes=5)
+    # Setting it again changes it, never a second row.
+    share_set(user=ops, team=vision, card_model=a100, cards=5, within_minutes=2)
+    assert GuaranteedShare.objects.get(team=vision).cards == 5
+
+
+def test_without_shares_nothing_is_lent(frozen, bob, nlp, a100, eight):
+    TeamFactory(slug="other")
+    lease = active(ask(bob, nlp, a100, count=8, duration=hours(1)))
+    assert Lease.objects.get(pk=lease.pk).lent is False

@@ -42,6 +42,7 @@ class EstimateView(APIView):
             start_at=v.get("start_at"),
             priority=v["priority"],
             team_id=priced_team_id(request.user),
+            start_policy=v.get("start_policy") or "",
         )
         return Response(RecommendationSerializer(rec, context={"request": request}).data)
 

@@ -32,6 +32,7 @@ from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
 from leasing.billing import prices
 from leasing.choices import Priority, Purpose
 from leasing.scheduler.availability import card_models_with_counts
+from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.preview import lease_preview
 from portal.models import Membership
 
@@ -72,6 +73,7 @@ class Option:
     starts_now: bool  # free at the wanted start: now, or start_at for a reservation
     cost: Decimal
     explanation: str
+    off_peak: bool = False  # starts in an off-peak window (its tariff applies)
 
     @property
     def memory_gb(self) -> float:
@@ -137,8 +139,12 @@ def recommend(
     now: datetime | None = None,
     limit: int = 5,
     team_id: int | None = None,
+    start_policy: str = "",
 ) -> Recommendation:
-    """Card models for *profile* over *duration*, best first; reads only, writes nothing."""
+    """Card models for *profile* over *duration*, best first; reads only, writes nothing.
+
+    With an off-peak *start_policy* each option starts where the policy allows (the queue
+    pass's rule) and is priced at the tariff in force then (the one price book)."""
 
     if duration <= timedelta(0):
         raise ValueError("duration must be positive")
@@ -166,6 +172,8 @@ def recommend(
             candidates.append((model, count or 1))
 
     wanted = start_at if start_at and start_at > now else now
+    if start_policy:
+        wanted = offpeak_start_for(start_policy, start=wanted, duration=duration)
     books = prices.PriceBooks(team_id=team_id or 0, until=wanted + duration + PRICE_HORIZON)
     books.preload(m for m, _count in candidates)
     candidates.sort(
@@ -179,6 +187,7 @@ def recommend(
             start_at=start_at,
             same_node=True,
             priority=priority,
+            start_policy=start_policy,
             now=now,
         )
         if start is None:
@@ -201,6 +210,7 @@ def recommend(
                 now,
                 start_at,
                 cost=_cost(books, model, count, start, duration, priority),
+                off_peak=books.for_model(model.pk).tariff_at(start) is not None,
             )
         )
     rec.options.sort(key=_rank)
@@ -265,6 +275,7 @@ def _option(
     start_at: datetime | None,
     *,
     cost: Decimal,
+    off_peak: bool = False,
 ) -> Option:
     per_card = est.per_card_bytes(count) / GB
     headroom = 1 - per_card / float(model.memory_gb)
@@ -284,13 +295,15 @@ def _option(
         details.append(_("free now"))
     else:
         details.append(_("free from %(time)s") % {"time": _when(start, now)})
+    if off_peak:
+        details.append(_("starts off-peak (off-peak price)"))
     details.append(_("¥%(cost)s for %(hours)s h") % {"cost": cost, "hours": _hours(duration)})
     explanation = _("%(count)s × %(model)s: %(details)s") % {
         "count": count,
         "model": model.name,
         "details": _("; ").join(details),
     }
-    return Option(model, count, per_card, start, starts_now, cost, explanation)
+    return Option(model, count, per_card, start, starts_now, cost, explanation, off_peak)
 
 
 def _shape(count: int, memory_gb, fast: bool) -> str:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
@@ -25,6 +26,7 @@ from leasing.advisor.estimator import (
 )
 from leasing.advisor.recommend import priced_team_id, recommend
 from leasing.advisor.serializers import request_url
+from leasing.choices import StartPolicy
 
 # What the page shows before the user has said anything.
 INITIAL = {
@@ -88,6 +90,15 @@ class EstimateForm(forms.Form):
         min_value=1,
         max_value=settings.CARDPOOL["MAX_LEASE_MINUTES"] // 60,
     )
+    start_policy = forms.ChoiceField(
+        label=_("When"),
+        required=False,
+        choices=[
+            ("", _("As soon as possible")),
+            (StartPolicy.NEXT_OFF_PEAK, _("In the next off-peak window (cheaper)")),
+            (StartPolicy.OFF_PEAK_ONLY, _("Only inside an off-peak window (start and end)")),
+        ],
+    )
 
     def clean(self):
         data = super().clean()
@@ -116,17 +127,23 @@ def estimate(request):
     """GET: the profile form; with a profile, the breakdown and the ranked options."""
     form = EstimateForm(request.GET if "task" in request.GET else INITIAL)
     context: dict = {"form": form}
+    rec = None
     if form.is_valid():
-        rec = recommend(
-            profile=form.cleaned_data["profile"],
-            duration=timedelta(hours=form.cleaned_data["duration"]),
-            team_id=priced_team_id(request.user),
-        )
+        try:
+            rec = recommend(
+                profile=form.cleaned_data["profile"],
+                duration=timedelta(hours=form.cleaned_data["duration"]),
+                team_id=priced_team_id(request.user),
+                start_policy=form.cleaned_data.get("start_policy") or "",
+            )
+        except ValidationError as exc:
+            context["problems"] = exc.messages
+    if rec is not None:
         context.update(
             rec=rec,
             options=[(option, request_url(rec, option)) for option in rec.options],
         )
-    else:
+    elif not form.is_valid():
         context["problems"] = [
             f"{form.fields[name].label}: {error}" if name in form.fields else error
             for name, errors in form.errors.items()

@@ -29,7 +29,6 @@ from leasing.lifecycle.validation import (
     capacity_errors,
     checkpoint_validate,
     lease_validate_request,
-    offpeak_start_for,
 )
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
@@ -39,6 +38,7 @@ from leasing.models import (
 )
 from leasing.scheduler import fastpath, shares
 from leasing.scheduler.availability import card_models_with_counts
+from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.preview import lease_preview
 from leasing.scheduler.run import (
     replan,

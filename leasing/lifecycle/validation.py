@@ -16,10 +16,7 @@ from inventory.models import Card, CardModel
 from leasing.choices import (
     Priority,
     Purpose,
-    StartPolicy,
 )
-from leasing.models import OffPeakWindow
-from leasing.periods import offpeak_start
 from portal.models import Membership, Team
 from portal.permissions import is_operator
 
@@ -181,33 +178,3 @@ def checkpoint_validate(checkpoint: Checkpoint | None) -> Checkpoint | None:
     if errors:
         raise ValidationError(errors)
     return Checkpoint(signal, command, checkpoint.seconds, checkpoint.requeue)
-
-
-def offpeak_start_for(policy: str, *, start: datetime, duration: timedelta) -> datetime:
-    """Where a request with start *policy* begins: the first off-peak moment from *start*
-    (``next_off_peak``), or the first from which the whole *duration* is off-peak
-    (``off_peak_only``). A ValidationError when no window is set or none fits."""
-    if policy not in StartPolicy.values:
-        raise ValidationError({"start_policy": [_("Unknown start policy %(p)s.") % {"p": policy}]})
-    if not policy:
-        return start
-    spans = OffPeakWindow.spans()
-    if not spans:
-        raise ValidationError(
-            {"start_policy": [_("No off-peak windows are set; ask for a start time instead.")]}
-        )
-    found = offpeak_start(
-        start, spans, fits=duration if policy == StartPolicy.OFF_PEAK_ONLY else None
-    )
-    if found is None:
-        raise ValidationError(
-            {
-                "start_policy": [
-                    _(
-                        "No off-peak window in the next two weeks is long enough for this "
-                        "lease; ask for less time or start at any time."
-                    )
-                ]
-            }
-        )
-    return found

@@ -29,6 +29,7 @@ from leasing.lifecycle import (
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.scheduler import preview
+from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.teams.approvals import may_decide
 from portal.input import local_next
 from portal.permissions import is_operator
@@ -133,9 +134,7 @@ def lease_preview(request):
                 same_node=d["same_node"],
                 now=timezone.now(),
             )
-            validation.offpeak_start_for(
-                d["start_policy"], start=timezone.now(), duration=d["duration_td"]
-            )
+            offpeak_start_for(d["start_policy"], start=timezone.now(), duration=d["duration_td"])
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
         else:

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+
 from leasing.choices import LeaseStatus, StartPolicy
 from leasing.models import Lease, OffPeakWindow
 from leasing.periods import Span, offpeak_start
@@ -46,3 +49,33 @@ class OffPeakHold:
             start_at=moved, end_at=moved + duration
         )
         return moved
+
+
+def offpeak_start_for(policy: str, *, start: datetime, duration: timedelta) -> datetime:
+    """Where a request with start *policy* begins: the first off-peak moment from *start*
+    (``next_off_peak``), or the first from which the whole *duration* is off-peak
+    (``off_peak_only``). A ValidationError when no window is set or none fits."""
+    if policy not in StartPolicy.values:
+        raise ValidationError({"start_policy": [_("Unknown start policy %(p)s.") % {"p": policy}]})
+    if not policy:
+        return start
+    spans = OffPeakWindow.spans()
+    if not spans:
+        raise ValidationError(
+            {"start_policy": [_("No off-peak windows are set; ask for a start time instead.")]}
+        )
+    found = offpeak_start(
+        start, spans, fits=duration if policy == StartPolicy.OFF_PEAK_ONLY else None
+    )
+    if found is None:
+        raise ValidationError(
+            {
+                "start_policy": [
+                    _(
+                        "No off-peak window in the next two weeks is long enough for this "
+                        "lease; ask for less time or start at any time."
+                    )
+                ]
+            }
+        )
+    return found

@@ -225,3 +225,27 @@ def test_form_books_an_off_peak_lease(nights, frozen, bob, nlp, a100, two, clien
     assert response.status_code == 302
     lease = nlp.leases.get()
     assert lease.start_at == sh(1, 22) and lease.start_policy == "off_peak_only"
+
+
+def test_the_estimator_starts_and_prices_off_peak(nights, frozen, bob, nlp, two, api):
+    from leasing.advisor.estimator import TaskProfile
+    from leasing.advisor.recommend import recommend
+
+    profile = TaskProfile(task="inference", params_b=1)
+    now = recommend(profile=profile, duration=hours(2))
+    night = recommend(profile=profile, duration=hours(2), start_policy=StartPolicy.NEXT_OFF_PEAK)
+    assert [o.start for o in night.options] == [sh(1, 22)]
+    assert night.options[0].off_peak and not now.options[0].off_peak
+    assert night.options[0].cost == now.options[0].cost * NIGHT
+    api.force_authenticate(bob)
+    body = api.post(
+        "/api/v1/estimate/",
+        {
+            "profile": {"task": "inference", "params_b": 1},
+            "duration_minutes": 120,
+            "start_policy": "off_peak_only",
+        },
+        format="json",
+    ).json()
+    assert body["options"][0]["off_peak"] is True
+    assert body["options"][0]["start"].startswith("2026-12-01T22:00")

@@ -198,8 +198,9 @@ def test_the_request_link_prefills_the_form(frozen):
 def test_queries_are_bounded_however_many_models_fit(frozen, django_assert_max_num_queries):
     slugs = list(CardModel.objects.values_list("slug", flat=True))
     pool(*slugs, cards=2)
-    # one for the models, two for their price books (list and team prices), three per preview
-    with django_assert_max_num_queries(3 + 3 * MAX_PREVIEWS):
+    # one for the models, three for their price books (list and team prices, off-peak
+    # windows), three per preview
+    with django_assert_max_num_queries(4 + 3 * MAX_PREVIEWS):
         rec = recommend(profile=TaskProfile(task="inference", params_b=1), duration=hours(1))
     assert len(rec.options) == 5
 

@@ -275,7 +275,7 @@ def lease_requeue(lease: Lease, *, now: datetime) -> Lease | None:
         event_record(lease.pk, kind="requeue_refused", at=now, message="; ".join(messages))
         logger.info("lease %s: not requeued: %s", lease.pk, messages)
         return None
-    event_record(lease.pk, kind="requeued", at=now, data={"lease": new.pk})
+    event_record(lease.pk, kind="resumed_by", at=now, data={"lease": new.pk})
     event_record(new.pk, kind="resumes", at=now, data={"lease": lease.pk})
     return new
 

@@ -83,7 +83,7 @@ def test_preempted_lease_is_signalled_and_requeued_with_the_same_profile(
     assert resumed.description == "train"
     # It resumes with the time the old lease had left: 6 h − 1 h 15 min.
     assert resumed.duration == hours(6) - hours(1) - timedelta(minutes=15)
-    assert job.events.get(kind="requeued").data == {"lease": resumed.pk}
+    assert job.events.get(kind="resumed_by").data == {"lease": resumed.pk}
     urgent.refresh_from_db()
     assert urgent.status == LeaseStatus.PROVISIONING
     assert resumed.estimated_start == urgent.end_at
@@ -234,3 +234,22 @@ def test_agent_runs_the_command_with_the_leases_devices(tmp_path: Path):
     )
     assert ok and "exited 0" in detail
     assert out.read_text().strip() == "1,2"
+
+
+def test_lease_pages_link_the_preempted_and_the_resumed_lease(
+    frozen, lena, bob, vision, nlp, a100, four, client
+):
+    job = active(ask(bob, nlp, a100, count=4, priority=Priority.PREEMPTIBLE, checkpoint=SAVE))
+    ask(lena, vision, a100, count=4, priority=Priority.HIGH)
+    job.refresh_from_db()
+    frozen.move_to(job.preempt_at)
+    endings.preemptions_due()
+    resumed = Lease.objects.get(resumes=job)
+    client.force_login(bob)
+    old_page = client.get(f"/leases/{job.pk}/").content.decode()
+    assert f'href="/leases/{resumed.pk}/"' in old_page and 'data-note="resumed-by"' in old_page
+    assert "SIGUSR1" in old_page
+    assert "保存需 900 秒" in old_page  # bob reads the portal in Chinese
+    new_page = client.get(f"/leases/{resumed.pk}/").content.decode()
+    assert f'href="/leases/{job.pk}/"' in new_page and 'data-note="resumes"' in new_page
+    assert "继续被抢占的" in new_page

@@ -122,3 +122,11 @@ def test_without_shares_nothing_is_lent(frozen, bob, nlp, a100, eight):
     TeamFactory(slug="other")
     lease = active(ask(bob, nlp, a100, count=8, duration=hours(1)))
     assert Lease.objects.get(pk=lease.pk).lent is False
+
+
+def test_the_team_page_shows_its_share(ops, lena, vision, a100, eight, client):
+    share_set(user=ops, team=vision, card_model=a100, cards=4, within_minutes=3)
+    client.force_login(lena)
+    page = client.get(f"/teams/{vision.slug}/").content.decode()
+    assert f'data-share="{a100.slug}"' in page
+    assert "A100 test 共 4 张卡，3 分钟内归您使用" in page  # lena reads Chinese

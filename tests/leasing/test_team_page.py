@@ -32,8 +32,9 @@ def test_lead_sees_quota_use_holders_and_chart(
     lease = ask(alice, vision, a100, count=2, duration=hours(3))
     provisioning.provision_step(lease_id=lease.pk)
     frozen.shift(hours(1))
-    # +1 the allocations (charges follow the cards held), +1 the changes waiting for the lead
-    with django_assert_max_num_queries(22):
+    # +1 the allocations (charges follow the cards held), +1 the changes waiting for the lead,
+    # +1 the guaranteed shares
+    with django_assert_max_num_queries(23):
         page = as_lena.get("/teams/vision/").content.decode()
     row = page[page.index('data-quota-row="a100-test"') :]
     row = row[: row.index("</tr>")]

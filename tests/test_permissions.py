@@ -314,6 +314,9 @@ ROWS = [
     # Node agents only (Authorization: Node <token>): no person's session or token works.
     r("api-telemetry", "POST", "/api/v1/telemetry/", (401,) * 6,
       data={"samples": [{"index": 0, "utilization_pct": 1}]}, api=True),
+    r("api-checkpoints", "GET", "/api/v1/checkpoints/", (401,) * 6, api=True),
+    r("api-checkpoint-delivered", "POST", "/api/v1/checkpoints/{alice_lease}/", (401,) * 6,
+      data={"ok": True}, api=True),
     r("api-estimate", "POST", "/api/v1/estimate/", API_ALL_IN,
       data={"profile": {"task": "qlora", "params_b": 7}, "duration_minutes": 60}, api=True,
       probe="leases"),

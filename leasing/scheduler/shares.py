@@ -23,6 +23,7 @@ from inventory.models import CardModel
 from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.models import GuaranteedShare, Lease
 from leasing.scheduler.availability import available_cards
+from leasing.scheduler.planner import Request
 
 
 @dataclass(frozen=True)
@@ -118,3 +119,30 @@ def borrowed_work_q(share: Share) -> Q:
     """Leases a share's team may take back first: other teams' work on loan (``lent`` from a
     share, or ``borrowed`` past their own quota)."""
     return (Q(lent=True) | Q(borrowed=True)) & ~Q(team_id=share.team_id)
+
+
+def entitled_first(card_model_id: int, queue: list[Request]) -> list[Request]:
+    """The queue with the waiting leases that are within their team's guaranteed share moved
+    to the front (in their service order), so the cards a reclaim frees go to the team that
+    is owed them, not to whoever waited longer; the rest keep their order. Unchanged when the
+    model has no shares (one query)."""
+    shares = {s.team_id: s for s in shares_covering(card_model_id)}
+    if not shares or not queue:
+        return queue
+    teams = dict(
+        Lease.objects.filter(
+            pk__in=[r.lease_id for r in queue], team_id__in=list(shares)
+        ).values_list("pk", "team_id")
+    )
+    if not teams:
+        return queue
+    used = {team: held(team, shares[team].model_ids) for team in set(teams.values())}
+    first, rest = [], []
+    for request in queue:
+        team = teams.get(request.lease_id)
+        if team is not None and used[team] + request.count <= shares[team].cards:
+            used[team] += request.count
+            first.append(request)
+        else:
+            rest.append(request)
+    return first + rest if first else queue

@@ -4,7 +4,12 @@ them, and taken back — borrowed work first — within the share's stated time 
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from hypothesis import HealthCheck, example, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from leasing.choices import EndReason, LeaseStatus, Priority
 from leasing.lifecycle import endings, provisioning
@@ -130,3 +135,91 @@ def test_the_team_page_shows_its_share(ops, lena, vision, a100, eight, client):
     page = client.get(f"/teams/{vision.slug}/").content.decode()
     assert f'data-share="{a100.slug}"' in page
     assert "A100 test 共 4 张卡，3 分钟内归您使用" in page  # lena reads Chinese
+
+
+# --- the guarantee as a property --------------------------------------------------------------
+
+ASK = st.tuples(
+    st.just("ask"),
+    st.integers(1, 4),
+    st.sampled_from([Priority.NORMAL, Priority.PREEMPTIBLE]),
+    st.integers(1, 8),
+)
+OTHERS = st.lists(
+    st.one_of(
+        ASK,
+        ASK,
+        ASK,  # mostly asks: the pool fills and a queue forms
+        st.tuples(st.just("release"), st.integers(0, 20)),
+        st.tuples(st.just("wait"), st.integers(1, 90)),
+    ),
+    min_size=2,
+    max_size=12,
+)
+FILLED = [("ask", 4, Priority.NORMAL, 8), ("ask", 4, Priority.NORMAL, 8)]
+QUEUED_AHEAD = [*FILLED, ("ask", 2, Priority.NORMAL, 1)]
+
+
+@given(others=OTHERS, mine=st.integers(1, 4))
+@example(others=FILLED, mine=4)
+@example(others=QUEUED_AHEAD, mine=2)
+@hsettings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+def test_a_team_within_its_share_always_starts_within_the_stated_time(
+    db, others, mine, django_user_model
+):
+    """Whatever other teams did before (filled the pool, queued more, released some), a team
+    asking within its guaranteed share starts within the share's stated time, and only work
+    on loan or preemptible work was taken back for it."""
+    from leasing.lifecycle.changes import lease_release
+    from leasing.scheduler.run import queue_advance
+    from portal.models import Membership
+    from tests.factories import MembershipFactory, UserFactory
+
+    with transaction.atomic(), time_machine.travel(T0, tick=False) as clock:
+        model = CardModelFactory(slug="prop-a100", name="Prop A100")
+        make_node(model, cards=8, domains=1, hostname="prop8")
+        owner, other = TeamFactory(slug="owner"), TeamFactory(slug="other")
+        me, them = UserFactory(username="me"), UserFactory(username="them")
+        MembershipFactory(user=me, team=owner, role=Membership.Role.MEMBER)
+        MembershipFactory(user=them, team=other, role=Membership.Role.MEMBER)
+        admin = UserFactory(username="op", profile__is_operator=True)
+        share_set(user=admin, team=owner, card_model=model, cards=4, within_minutes=5)
+        now = T0
+        theirs = []
+        for step in others:
+            if step[0] == "ask":
+                _kind, count, priority, length = step
+                theirs.append(
+                    ask(them, other, model, count=count, duration=hours(length), priority=priority)
+                )
+            elif step[0] == "release" and theirs:
+                lease = Lease.objects.get(pk=theirs[step[1] % len(theirs)].pk)
+                if lease.status in (LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE):
+                    lease_release(lease=lease, user=them)
+            elif step[0] == "wait":
+                now += timedelta(minutes=step[1])
+                clock.move_to(now)
+                endings.preemptions_due()
+                queue_advance(card_model_ids=[model.pk])
+        untouchable = set(
+            Lease.objects.filter(
+                team=other, lent=False, borrowed=False, priority=Priority.NORMAL
+            ).values_list("pk", flat=True)
+        )
+        asked = ask(me, owner, model, count=mine, duration=hours(1))
+        clock.move_to(now + timedelta(minutes=5))
+        endings.preemptions_due()
+        queue_advance(card_model_ids=[model.pk])
+        asked.refresh_from_db()
+        assert asked.status == LeaseStatus.PROVISIONING, (asked.status, asked.estimated_start)
+        taken = set(
+            Lease.objects.filter(end_reason=EndReason.PREEMPTED).values_list("pk", flat=True)
+        ) | set(Lease.objects.filter(preempt_at__isnull=False).values_list("pk", flat=True))
+        assert not (taken & untouchable)
+        transaction.set_rollback(True)

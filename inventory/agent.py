@@ -4,7 +4,7 @@ post them to the portal's ``POST /api/v1/telemetry/``.
 
 Standard library only (``pynvml`` from the ``nvidia-ml-py`` package is used when present), so
 this one file can be copied to a node and run with ``python3 agent.py``: that is why it is one
-module of some 575 lines rather than a package (it must stand alone on a node). The parsers are pure
+module of some 700 lines rather than a package (it must stand alone on a node). The parsers are pure
 functions; the portal's DCGM pull (``inventory.telemetry``) uses the same one.
 
 Sources, in order: NVML (``pynvml``), ``nvidia-smi``, ``npu-smi info`` (Huawei Ascend);

@@ -192,3 +192,31 @@ def share_remove(*, user, share: GuaranteedShare) -> None:
         lock_team(share.team_id)
         audit(actor=user, action="share_remove", target=str(share))
         share.delete()
+
+
+def share_replace(*, user, team: Team, shares: list[dict]) -> list[GuaranteedShare]:
+    """Replace all of a team's guaranteed shares at once (the API's PUT); operators only.
+    Each is ``{"card_model": CardModel | None, "family": str, "cards", "within_minutes"}``;
+    shares not given are removed. All or nothing."""
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators give guaranteed shares."))
+    scopes = [
+        (s.get("card_model").pk if s.get("card_model") else None, s.get("family") or "")
+        for s in shares
+    ]
+    if len(set(scopes)) != len(scopes):
+        raise ValidationError(_("Two shares for the same card model or family; give each once."))
+    with transaction.atomic():
+        kept = [
+            share_set(
+                user=user,
+                team=team,
+                card_model=s.get("card_model"),
+                family=s.get("family") or "",
+                cards=s["cards"],
+                within_minutes=s["within_minutes"],
+            )
+            for s in shares
+        ]
+        GuaranteedShare.objects.filter(team=team).exclude(pk__in=[k.pk for k in kept]).delete()
+    return kept

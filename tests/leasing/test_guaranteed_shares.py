@@ -223,3 +223,21 @@ def test_a_team_within_its_share_always_starts_within_the_stated_time(
         ) | set(Lease.objects.filter(preempt_at__isnull=False).values_list("pk", flat=True))
         assert not (taken & untouchable)
         transaction.set_rollback(True)
+
+
+def test_operators_replace_a_teams_shares_through_the_api(ops, lena, vision, a100, eight, api):
+    api.force_authenticate(ops)
+    url = f"/api/v1/teams/{vision.slug}/shares/"
+    put = api.put(url, [{"card_model": a100.slug, "cards": 4, "within_minutes": 5}], format="json")
+    assert put.status_code == 200, put.content
+    assert put.json() == [{"card_model": a100.slug, "family": "", "cards": 4, "within_minutes": 5}]
+    too_many = api.put(
+        url, [{"card_model": a100.slug, "cards": 9, "within_minutes": 5}], format="json"
+    )
+    assert too_many.status_code == 400 and "在役的只有 8 张" in too_many.json()["cards"][0]
+    assert GuaranteedShare.objects.get(team=vision).cards == 4  # all or nothing
+    assert api.put(url, [], format="json").json() == []
+    assert not GuaranteedShare.objects.exists()
+    api.force_authenticate(lena)
+    assert api.get(url).status_code == 200
+    assert api.put(url, [], format="json").status_code == 403

@@ -313,7 +313,11 @@ def lease_request(
             borrowed=verdict.borrowed,
             lent=bool(placed)
             and shares.lent_after_placement(
-                team_id=team.pk, card_model_id=card_model.pk, now=now, placing=len(placed)
+                team_id=team.pk,
+                card_model_id=card_model.pk,
+                now=now,
+                placing=len(placed),
+                family=card_model.family,
             ),
             approval_reason=verdict.reason,
             approval_breaches=[b.stored() for b in verdict.member_breaches],

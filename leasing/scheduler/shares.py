@@ -37,15 +37,24 @@ class Share:
     model_ids: frozenset[int]
 
 
-def shares_covering(card_model_id: int) -> list[Share]:
+def shares_covering(card_model_id: int, *, family: str | None = None) -> list[Share]:
     """The shares that a lease of *card_model_id* counts against (the model's own, and its
-    family's)."""
-    # One query when no share exists (the request path asks this for every placement).
-    family_of = CardModel.objects.filter(pk=card_model_id).exclude(family="").values("family")
+    family's). Give the model's *family* when known: one simple query when no share exists
+    (the request path asks this for every placement)."""
+    if family is None:
+        family = (
+            CardModel.objects.filter(pk=card_model_id).values_list("family", flat=True).first()
+            or ""
+        )
+    scope = (
+        Q(card_model_id=card_model_id) | Q(family=family)
+        if family
+        else Q(card_model_id=card_model_id)
+    )
     rows = list(
-        GuaranteedShare.objects.filter(
-            Q(card_model_id=card_model_id) | Q(family__in=family_of)
-        ).values_list("team_id", "cards", "within_minutes", "card_model_id", "family")
+        GuaranteedShare.objects.filter(scope).values_list(
+            "team_id", "cards", "within_minutes", "card_model_id", "family"
+        )
     )
     if not rows:
         return []
@@ -75,14 +84,19 @@ def unused(share: Share) -> int:
 
 
 def lent_after_placement(
-    *, team_id: int, card_model_id: int, now: datetime, placing: int = 0
+    *,
+    team_id: int,
+    card_model_id: int,
+    now: datetime,
+    placing: int = 0,
+    family: str | None = None,
 ) -> bool:
     """Whether a lease of *team_id* placed on *card_model_id* sits on cards that other teams'
     unused shares need: fewer cards are free now (less *placing*, cards chosen but not yet
     written) than those shares still guarantee. Such a lease is ``lent`` and is taken back
     first when a share's team asks."""
     by_scope: dict[frozenset[int], int] = defaultdict(int)
-    for share in shares_covering(card_model_id):
+    for share in shares_covering(card_model_id, family=family):
         if share.team_id != team_id:
             by_scope[share.model_ids] += unused(share)
     for model_ids, owed in by_scope.items():

@@ -26,7 +26,9 @@ from leasing.transitions import event_record
 PREEMPTIBLE_RANK = PRIORITY_RANK[Priority.PREEMPTIBLE]
 
 
-def preemption_plan(card_model_id: int, *, now: datetime) -> int:
+def preemption_plan(
+    card_model_id: int, *, now: datetime, covering: list[shares.Share] | None = None
+) -> int:
     """Make room for waiting work that is owed it. First a team's guaranteed share: the first
     waiting lease within its team's share (``shares.reclaim_for``) takes back borrowed work
     first (other teams' leases on loan from a share or borrowed past their quota), then
@@ -40,9 +42,10 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
     checkpoint signal or command gets it through its backend after commit. A
     non-preemptible lease that is not on loan is never touched.
 
-    Runs inside the queue pass (the model is locked). Returns the number of leases marked.
+    Runs inside the queue pass (the model is locked); *covering* is the model's guaranteed
+    shares when the pass has read them. Returns the number of leases marked.
     """
-    reclaim = shares.reclaim_for(card_model_id, now=now)
+    reclaim = shares.reclaim_for(card_model_id, now=now, covering=covering)
     if reclaim is not None:
         waiting, share = reclaim
         mine = ~Q(team_id=share.team_id)

@@ -53,9 +53,10 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
         return result
     # Make room for a higher class first, so the plan below already sees the victims'
     # end (their grace period) and gives the waiting lease an honest estimate.
-    preemption_plan(card_model_id, now=now)
+    covering = shares.shares_covering(card_model_id)  # guaranteed shares: one statement
+    preemption_plan(card_model_id, now=now, covering=covering)
     # A team within its guaranteed share is served first: the cards a reclaim frees are its.
-    queue = shares.entitled_first(card_model_id, queue)
+    queue = shares.entitled_first(card_model_id, queue, covering=covering)
     cards = card_slots(card_model_id, now=now)
     timeline = timeline_for(card_model_id, now=now)
     decisions = planner.plan_queue(cards, timeline, queue)

@@ -41,16 +41,13 @@ def shares_covering(card_model_id: int, *, family: str | None = None) -> list[Sh
     """The shares that a lease of *card_model_id* counts against (the model's own, and its
     family's). Give the model's *family* when known: one simple query when no share exists
     (the request path asks this for every placement)."""
-    if family is None:
-        family = (
-            CardModel.objects.filter(pk=card_model_id).values_list("family", flat=True).first()
-            or ""
-        )
-    scope = (
-        Q(card_model_id=card_model_id) | Q(family=family)
-        if family
-        else Q(card_model_id=card_model_id)
-    )
+    if family is None:  # the model's family, in the same statement
+        family_of = CardModel.objects.filter(pk=card_model_id).exclude(family="")
+        scope = Q(card_model_id=card_model_id) | Q(family__in=family_of.values("family"))
+    elif family:
+        scope = Q(card_model_id=card_model_id) | Q(family=family)
+    else:
+        scope = Q(card_model_id=card_model_id)
     rows = list(
         GuaranteedShare.objects.filter(scope).values_list(
             "team_id", "cards", "within_minutes", "card_model_id", "family"
@@ -106,11 +103,16 @@ def lent_after_placement(
     return False
 
 
-def reclaim_for(card_model_id: int, *, now: datetime) -> tuple[Lease, Share] | None:
+def reclaim_for(
+    card_model_id: int, *, now: datetime, covering: list[Share] | None = None
+) -> tuple[Lease, Share] | None:
     """The first waiting lease of the model (service order) that is within its team's
     guaranteed share — the team's running leases plus this one fit the share — and may start
-    now; with the share that entitles it. None when nobody waiting is owed cards."""
-    shares = {s.team_id: s for s in shares_covering(card_model_id)}
+    now; with the share that entitles it. None when nobody waiting is owed cards.
+    *covering*: the model's shares, when the caller has them."""
+    if covering is None:
+        covering = shares_covering(card_model_id)
+    shares = {s.team_id: s for s in covering}
     if not shares:
         return None
     for lease in (
@@ -135,12 +137,16 @@ def borrowed_work_q(share: Share) -> Q:
     return (Q(lent=True) | Q(borrowed=True)) & ~Q(team_id=share.team_id)
 
 
-def entitled_first(card_model_id: int, queue: list[Request]) -> list[Request]:
+def entitled_first(
+    card_model_id: int, queue: list[Request], *, covering: list[Share] | None = None
+) -> list[Request]:
     """The queue with the waiting leases that are within their team's guaranteed share moved
     to the front (in their service order), so the cards a reclaim frees go to the team that
     is owed them, not to whoever waited longer; the rest keep their order. Unchanged when the
-    model has no shares (one query)."""
-    shares = {s.team_id: s for s in shares_covering(card_model_id)}
+    model has no shares. *covering*: the model's shares, when the caller has them."""
+    if covering is None:
+        covering = shares_covering(card_model_id)
+    shares = {s.team_id: s for s in covering}
     if not shares or not queue:
         return queue
     teams = dict(

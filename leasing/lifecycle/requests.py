@@ -189,7 +189,7 @@ def lease_request(
     A *checkpoint* says how the job saves its state when preempted (a signal or a command,
     the seconds it needs) and whether a new lease should resume it (``requeue``); *resumes*
     links such a new lease to the preempted one. A *start_policy* asks for the next off-peak
-    window (or only off-peak time): the start moves to it (``offpeak.start_for``).
+    window (or only off-peak time): the start moves to it (``scheduler.offpeak``).
 
     Admission and placement happen in this transaction: the lease comes back
     ``provisioning`` (cards held, a worker hands them over), ``scheduled`` (an advance

@@ -244,7 +244,7 @@ def preemptions_due(*, now: datetime | None = None) -> int:
 
 def lease_requeue(lease: Lease, *, now: datetime) -> Lease | None:
     """A preempted lease asked to be requeued: a new request with the same profile (model,
-    cards, placement, priority, purpose, checkpoint) for the time it still had, linked to it
+    cards, placement, priority, purpose, checkpoint, start policy) for the time it still had, linked to it
     (``resumes``). It passes admission like any request; when it is refused (a quota), the
     holder is told why on the old lease's timeline and nothing is queued."""
     left = lease.end_at - (lease.ended_at or now)
@@ -267,6 +267,7 @@ def lease_requeue(lease: Lease, *, now: datetime) -> Lease | None:
                 lease.checkpoint_seconds,
                 requeue=True,
             ),
+            start_policy=lease.start_policy,
             resumes=lease,
             now=now,
         )

@@ -249,3 +249,37 @@ def test_the_estimator_starts_and_prices_off_peak(nights, frozen, bob, nlp, two,
     ).json()
     assert body["options"][0]["off_peak"] is True
     assert body["options"][0]["start"].startswith("2026-12-01T22:00")
+
+
+def test_api_requests_off_peak_and_reports_split_it(nights, frozen, bob, nlp, a100, two, api, fin):
+    api.force_authenticate(bob)
+    made = api.post(
+        "/api/v1/leases/",
+        {
+            "card_model": a100.slug,
+            "count": 2,
+            "duration_minutes": 240,
+            "start_policy": "next_off_peak",
+        },
+        format="json",
+    )
+    assert made.status_code == 201, made.content
+    body = made.json()
+    assert body["start_policy"] == "next_off_peak" and body["status"] == "scheduled"
+    assert body["start_at"] == "2026-12-01T22:00:00+08:00"
+    bad = api.post(
+        "/api/v1/leases/",
+        {"card_model": a100.slug, "count": 1, "duration_minutes": 60, "start_policy": "cheap"},
+        format="json",
+    )
+    assert bad.status_code == 400 and "start_policy" in bad.json()
+
+    frozen.move_to(sh(2, 2, 30))
+    queue_advance(card_model_ids=[a100.pk])
+    api.force_authenticate(fin)
+    csv = api.get(
+        "/api/v1/reports/usage/?start=2026-12-01&end=2026-12-02&group_by=tariff&format=csv"
+    )
+    assert csv.status_code == 200
+    text = b"".join(csv.streaming_content).decode() if csv.streaming else csv.content.decode()
+    assert "Off-peak" in text or "低峰" in text

@@ -9,6 +9,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from inventory.models import Node
@@ -342,6 +343,26 @@ def _call(lease: Lease, action: str, attempt: int, fn):
         raise
     BackendCall.objects.filter(pk=call.pk).update(finished_at=timezone.now(), ok=True)
     return result
+
+
+def checkpoints_unsent(*, now: datetime, older_than: datetime, batch: int) -> list[int]:
+    """Leases still in their preemption grace that declared a checkpoint, marked before
+    *older_than*, with no checkpoint attempt recorded: their task was lost (the sweep sends
+    it again)."""
+    return list(
+        Lease.objects.filter(status__in=RUNNING_STATES, preempt_at__gt=now)
+        .exclude(checkpoint_signal="", checkpoint_command="")
+        .filter(
+            Exists(
+                LeaseEvent.objects.filter(
+                    lease=OuterRef("pk"), kind="preemption_scheduled", at__lt=older_than
+                )
+            )
+        )
+        .exclude(Exists(BackendCall.objects.filter(lease=OuterRef("pk"), action="checkpoint")))
+        .order_by("preempt_at")
+        .values_list("pk", flat=True)[:batch]
+    )
 
 
 def checkpoint_step(*, lease_id: int, attempt: int = 1) -> bool:

@@ -179,6 +179,10 @@ def sweep() -> dict:
     for lease_id in provisioning.changes_pending(older_than=stale, batch=BATCH):
         enqueue("leasing.tasks.change_lease", lease_id)
         done["rechanged"] += 1
+    done["recheckpointed"] = 0
+    for lease_id in provisioning.checkpoints_unsent(now=now, older_than=stale, batch=BATCH):
+        enqueue("leasing.tasks.checkpoint_lease", lease_id)
+        done["recheckpointed"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)

@@ -253,3 +253,20 @@ def test_lease_pages_link_the_preempted_and_the_resumed_lease(
     new_page = client.get(f"/leases/{resumed.pk}/").content.decode()
     assert f'href="/leases/{job.pk}/"' in new_page and 'data-note="resumes"' in new_page
     assert "继续被抢占的" in new_page
+
+
+def test_the_sweep_sends_a_lost_checkpoint_again(
+    frozen, lena, bob, vision, nlp, a100, four, sent_tasks
+):
+    from leasing.lifecycle import tasks as lease_tasks
+
+    job = active(ask(bob, nlp, a100, count=4, priority=Priority.PREEMPTIBLE, checkpoint=SAVE))
+    ask(lena, vision, a100, count=4, priority=Priority.HIGH)  # its on-commit send is lost here
+    frozen.shift(timedelta(minutes=2))
+    sent_tasks.clear()
+    done = lease_tasks.sweep()
+    assert done["recheckpointed"] == 1
+    assert ("leasing.tasks.checkpoint_lease", (job.pk,)) in [(t.name, t.args) for t in sent_tasks]
+    provisioning.checkpoint_step(lease_id=job.pk)
+    sent_tasks.clear()
+    assert lease_tasks.sweep()["recheckpointed"] == 0  # delivered: not sent again

@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
 from leasing.choices import Priority, Purpose
+from leasing.lifecycle.validation import priorities_for
 from leasing.models import REQUEST_KEY_MAX
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
@@ -85,6 +86,9 @@ class LeaseRequestForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.filter(memberships__user=user).order_by("slug")
+        # Only the classes this person may ask for (the service refuses the others).
+        allowed = priorities_for(user)
+        self.fields["priority"].choices = [c for c in Priority.choices if c[0] in allowed]
 
     def clean(self):
         data = super().clean()

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.filters import CardModelFilterSet
 from inventory.models import CardModel
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
@@ -22,6 +20,12 @@ from leasing.choices import (
     LeaseStatus,
     Priority,
     Purpose,
+)
+from leasing.lifecycle.request_steps import (
+    admission,
+    borrow_refusal,
+    clean_requirements,
+    validated_model,
 )
 from leasing.lifecycle.validation import (
     capacity_errors,
@@ -34,13 +38,10 @@ from leasing.models import (
     LeaseEvent,
 )
 from leasing.scheduler import fastpath
-from leasing.scheduler.availability import card_models_with_counts
-from leasing.scheduler.preview import lease_preview
 from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
-from leasing.teams.admission import Ask, Verdict, admit
 from leasing.transitions import event_record, hand_over, notify_after_commit
 from portal.models import Team
 from portal.permissions import is_operator
@@ -83,82 +84,6 @@ def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Le
     return lease
 
 
-# What a request by requirements may name: the catalogue's filters, the same FilterSet.
-REQUIREMENT_KEYS = set(CardModelFilterSet.base_filters)
-
-
-def lease_choose_model(
-    *,
-    requirements: dict,
-    count: int,
-    duration: timedelta,
-    start_at: datetime | None = None,
-    same_node: bool = True,
-    priority: str = Priority.NORMAL,
-    now: datetime | None = None,
-) -> CardModel:
-    """The card model meeting *requirements* that would start soonest (then the cheapest).
-
-    *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
-    figure for it) and ``interconnect``.
-    """
-    now = now or timezone.now()
-    unknown = set(requirements) - REQUIREMENT_KEYS
-    if unknown:
-        raise ValidationError(
-            {
-                "requirements": [
-                    _("Unknown requirement(s): %(keys)s; use %(known)s.")
-                    % {
-                        "keys": ", ".join(sorted(unknown)),
-                        "known": ", ".join(sorted(REQUIREMENT_KEYS)),
-                    }
-                ]
-            }
-        )
-    meeting = CardModelFilterSet(
-        {key: value for key, value in requirements.items() if value not in (None, "")},
-        queryset=card_models_with_counts(now),
-    )
-    if not meeting.is_valid():
-        problems = "; ".join(
-            f"{key}: {' '.join(str(m).rstrip('.') for m in messages)}"
-            for key, messages in meeting.errors.items()
-        )
-        raise ValidationError(
-            {"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]}
-        )
-    candidates = list(meeting.qs.filter(total__gte=count))
-    best: tuple | None = None
-    for model in candidates:
-        start = lease_preview(
-            card_model=model,
-            count=count,
-            duration=duration,
-            start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            now=now,
-        )
-        if start is None:
-            continue
-        key = (start, model.price_per_hour, -model.memory_gb, model.pk)
-        if best is None or key < best[0]:
-            best = (key, model)
-    if best is None:
-        raise ValidationError(
-            {
-                "requirements": [
-                    _(
-                        "No card model in the pool meets these requirements for %(count)s card(s); loosen them or ask for fewer."
-                    )
-                    % {"count": count}
-                ]
-            }
-        )
-    return best[1]
-
-
 def lease_request(
     *,
     user,
@@ -195,50 +120,19 @@ def lease_request(
         if previous is not None:
             return previous
     start = start_at if start_at is not None and start_at > now else now
-    requirements = {
-        k: float(v) if isinstance(v, Decimal) else v
-        for k, v in (requirements or {}).items()
-        if v not in (None, "")
-    }
-    if card_model is None:
-        if not requirements:
-            raise ValidationError(
-                {"card_model": [_("Name a card model, or give requirements a model must meet.")]}
-            )
-        # Who may ask, and for what shape, before looking for a model.
-        lease_validate_request(
-            user=user,
-            team=team,
-            card_model=None,
-            count=count,
-            duration=duration,
-            start_at=start_at or now,
-            priority=priority,
-            purpose=purpose,
-            same_node=same_node,
-            now=now,
-        )
-        card_model = lease_choose_model(
-            requirements=requirements,
-            count=count,
-            duration=duration,
-            start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            now=now,
-        )
-    lease_validate_request(
+    requirements = clean_requirements(requirements)
+    card_model = validated_model(
         user=user,
         team=team,
         card_model=card_model,
+        requirements=requirements,
         count=count,
         duration=duration,
-        start_at=start_at or now,
+        start_at=start_at,
         priority=priority,
         purpose=purpose,
         same_node=same_node,
         now=now,
-        check_capacity=False,  # below, unless the request is placed at once
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
@@ -258,22 +152,16 @@ def lease_request(
             errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
         ):
             raise ValidationError(errors)
-        verdict = (
-            admit(
-                Ask(
-                    team=team,
-                    user=user,
-                    card_model=card_model,
-                    count=count,
-                    start=start,
-                    end=start + duration,
-                    length=duration,
-                    priority=priority,
-                ),
-                override_reason=override_reason,
-            )
-            if has_rules
-            else Verdict()
+        verdict = admission(
+            user=user,
+            team=team,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+            priority=priority,
+            has_rules=has_rules,
+            override_reason=override_reason,
         )
         if verdict.status != LeaseStatus.QUEUED:
             placed = None  # waits for the lead's approval first
@@ -367,17 +255,7 @@ def lease_request(
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()
             ):
                 # Borrowing is for idle cards only: a borrowed lease never waits in the queue.
-                raise ValidationError(
-                    {
-                        "priority": [
-                            _(
-                                "Your team's concurrent quota is used up and no idle %(model)s cards are free now to "
-                                "borrow; try again later or ask for fewer cards."
-                            )
-                            % {"model": card_model.name}
-                        ]
-                    }
-                )
+                raise ValidationError(borrow_refusal(card_model))
         if has_rules and verdict.status != LeaseStatus.PENDING_APPROVAL:
             transaction.on_commit(
                 lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)

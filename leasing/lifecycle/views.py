@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -20,15 +18,14 @@ from leasing.lifecycle import (
     change_decisions,
     changes,
     releases,
+    request_steps,
     requests,
     resize,
     selectors,
     utilisation,
-    validation,
 )
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
-from leasing.scheduler import preview
 from leasing.teams.approvals import may_decide
 from portal.input import local_next
 from portal.permissions import is_operator
@@ -105,56 +102,43 @@ def lease_new(request):
 
 @login_required
 def lease_preview(request):
-    """htmx: would this request start now, or when? Computed, never written."""
+    """htmx: what submitting this form would do now (refused and why, waits for the lead,
+    free now, or when): ``lease_request_check``, the submit's own steps, nothing written."""
     form = LeaseRequestForm(request.GET or request.POST, user=request.user)
     context = {"form": form}
     if form.is_valid():
         d = form.cleaned_data
         try:
-            model = d["card_model"] or requests.lease_choose_model(
+            outlook = request_steps.lease_request_check(
+                user=request.user,
+                team=d["team"],
+                card_model=d["card_model"],
                 requirements=d["requirements"],
                 count=d["count"],
                 duration=d["duration_td"],
                 start_at=d["start_at"],
-                same_node=d["same_node"],
-                priority=d["priority"],
-            )
-            validation.lease_validate_request(
-                user=request.user,
-                team=d["team"],
-                card_model=model,
-                count=d["count"],
-                duration=d["duration_td"],
-                start_at=d["start_at"] or timezone.now(),
                 priority=d["priority"],
                 purpose=d["purpose"],
                 same_node=d["same_node"],
-                now=timezone.now(),
             )
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
         else:
-            start = preview.lease_preview(
-                card_model=model,
-                count=d["count"],
-                duration=d["duration_td"],
-                start_at=d["start_at"],
-                same_node=d["same_node"],
-                priority=d["priority"],
-            )
+            start = outlook.start
             context.update(
+                outlook=outlook,
+                outcome=outlook.outcome,
                 start=start,
-                now=timezone.now(),
-                card_model=model,
+                card_model=outlook.card_model,
                 chosen=d["card_model"] is None,
                 count=d["count"],
-                starts_now=start is not None and start <= timezone.now() + timedelta(seconds=5),
+                reasons=[b.message for b in outlook.verdict.member_breaches],
                 cost=prices.estimate(
-                    card_model=model,
+                    card_model=outlook.card_model,
                     team_id=d["team"].pk if d["team"] else None,
                     count=d["count"],
-                    start=start or timezone.now(),
-                    end=(start or timezone.now()) + d["duration_td"],
+                    start=start or outlook.now,
+                    end=(start or outlook.now) + d["duration_td"],
                     priority=d["priority"],
                 ),
             )

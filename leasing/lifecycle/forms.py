@@ -165,6 +165,13 @@ def lease_request_initial(request) -> dict:
             continue
         if value is not None:
             initial[name] = value
+    if request.GET.get("start") == "later":  # a slot picked on the calendar or the timeline
+        try:
+            at = LeaseRequestForm.base_fields["start_at"].clean(request.GET.get("start_at"))
+        except ValidationError:
+            at = None
+        if at is not None:
+            initial.update(start="later", start_at=at)
     if request.GET.get("unit") in UNITS:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:

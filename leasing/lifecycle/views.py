@@ -1,6 +1,9 @@
-"""Browser pages for leases: request (with a live preview), my leases, one lease, the calendar."""
+"""Browser pages for leases: request (with a live preview), my leases, one lease, the calendar
+and the pool timeline."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,6 +20,7 @@ from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
     change_decisions,
     changes,
+    pool_timeline,
     releases,
     request_steps,
     requests,
@@ -314,21 +318,50 @@ def calendar(request, slug: str | None = None):
         return HttpResponseBadRequest(_("days must be a whole number between 1 and 14"))
     context = {"models": models, "card_model": card_model, "days": days}
     if card_model is not None:
-        start = timezone.localtime().replace(minute=0, second=0, microsecond=0)
-        start = start.replace(hour=start.hour - start.hour % 3)
+        # Every row is one local day from 00:00, so a column is the same three hours in
+        # every row (the header's); slots already over are shown as past.
+        now = timezone.now()
+        start = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
         cal = selectors.availability_calendar(card_model, start=start, days=days)
         rows: dict = {}
         for slot in cal["slots"]:
             local = timezone.localtime(slot["start"])
+            past = slot["end"] <= now
             rows.setdefault(local.date(), []).append(
-                {**slot, "level": _level(slot["free"], cal["usable"])}
+                {
+                    **slot,
+                    "past": past,
+                    "level": "past" if past else _level(slot["free"], cal["usable"]),
+                    "book_at": None if past or slot["start"] <= now else local,
+                }
             )
         context.update(
             calendar=cal,
             rows=rows,
-            hours=[timezone.localtime(s["start"]).strftime("%H:%M") for s in cal["slots"][:8]],
+            hours=[f"{h:02d}:00" for h in range(0, 24, 3)],
         )
     return render(request, "leasing/calendar.html", context)
+
+
+@login_required
+def timeline(request, slug: str | None = None):
+    """The pool's timeline (Gantt) of one card model; a free stretch opens the request form."""
+    models = CardModel.objects.filter(cards__isnull=False).distinct().order_by("vendor", "name")
+    card_model = get_object_or_404(CardModel, slug=slug) if slug else models.first()
+    try:
+        days = max(1, min(14, int(request.GET.get("days", 3))))
+    except ValueError:
+        return HttpResponseBadRequest(_("days must be a whole number between 1 and 14"))
+    context = {"models": models, "card_model": card_model, "days": days}
+    if card_model is not None:
+        now = timezone.now().replace(second=0, microsecond=0)
+        data = pool_timeline.pool_timeline(
+            card_model, user=request.user, start=now, end=now + timedelta(days=days)
+        )
+        context.update(
+            timeline=data, chart=pool_timeline.timeline_chart(data) if data["rows"] else ""
+        )
+    return render(request, "leasing/timeline.html", context)
 
 
 def _level(free: int, usable: int) -> str:

@@ -224,7 +224,7 @@ def lease_request(
                     at=now,
                     actor=user,
                     message=override_reason,
-                    data={"breaches": [b.message for b in verdict.overridden]},
+                    data={"breaches": [b.stored() for b in verdict.overridden]},
                 )
             )
         if placed:
@@ -246,7 +246,13 @@ def lease_request(
             )
             hand_over([lease.pk])
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
-            event_record(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
+            # The limits as parameters, worded for whoever reads the timeline.
+            event_record(
+                lease.pk,
+                kind="needs_approval",
+                at=now,
+                data={"breaches": lease.approval_breaches},
+            )
             notify_after_commit(lease.pk, "approval_requested")
         else:
             replan(card_model.pk, now=now)

@@ -40,7 +40,7 @@ def waits_for_lena(frozen, alice, lena, vision, a100, small_pool):
 
 def test_the_lead_reads_the_request_in_her_language(waits_for_lena, lena):
     (note,) = Notification.objects.filter(user=lena)
-    assert note.title == "alice asks for approval: lease %s" % waits_for_lena.pk  # her email
+    assert note.title == f"alice asks for approval: lease {waits_for_lena.pk}"  # her email
     assert "may hold at most 1 cards" in note.body
     with translation.override("zh-hans"):  # the same notice read on a Chinese page
         title, body = notice_text(note)

@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
-from leasing.billing import prices
+from leasing.billing import accrued, prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
     change_decisions,
@@ -30,6 +30,7 @@ from leasing.lifecycle import (
 )
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
+from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
 from portal.input import local_next
 from portal.permissions import is_operator
@@ -168,6 +169,7 @@ def lease_detail(request, pk: int):
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
+        "cost": accrued.lease_cost(lease, now=timezone.now()),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
             .distinct()
@@ -248,7 +250,7 @@ def _waits_for_lead(request, lease) -> bool:
     messages.info(
         request,
         _("This change is above your limits, so it waits for your team lead's approval: %(why)s")
-        % {"why": change.reason},
+        % {"why": breaches_text(change.breaches) or change.reason},
     )
     return True
 

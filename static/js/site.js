@@ -11,6 +11,36 @@
     }
   });
 
+  // <form data-confirm="Release the 6 cards now?" data-confirm-ok="Release">: a destructive
+  // action asks first, in the page's own dialog (#confirm-dialog in base.html); the form is
+  // sent only when the person confirms. The button that was pressed is sent along.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var dialog = document.getElementById("confirm-dialog");
+    if (!form.dataset || !form.dataset.confirm || form.dataset.confirmed || !dialog || !dialog.showModal) {
+      return;
+    }
+    event.preventDefault();
+    var submitter = event.submitter || null;
+    var ok = dialog.querySelector("[data-confirm-ok]");
+    dialog.querySelector("#confirm-dialog-text").textContent = form.dataset.confirm;
+    if (form.dataset.confirmOk) {
+      ok.textContent = form.dataset.confirmOk;
+    }
+    dialog.returnValue = "";
+    dialog.onclose = function () {
+      if (dialog.returnValue === "confirm") {
+        form.dataset.confirmed = "1";
+        if (form.requestSubmit) {
+          form.requestSubmit(submitter);
+        } else {
+          form.submit();
+        }
+      }
+    };
+    dialog.showModal();
+  });
+
   // <a data-print>: print the page.
   document.addEventListener("click", function (event) {
     var link = event.target.closest && event.target.closest("[data-print]");

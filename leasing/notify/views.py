@@ -229,3 +229,9 @@ def webhook_send_test(request, pk: int):
         % {"name": hook.name},
     )
     return redirect("notifications:settings")
+
+
+@login_required
+def notification_bell(request):
+    """The header's bell alone (htmx polls it, so the unread count follows new notices)."""
+    return render(request, "leasing/_notification_bell.html")

@@ -33,6 +33,6 @@ def test_chart_locale_follows_the_page_language(client, alice):
 def test_no_page_links_plotly_itself(client, alice):
     """plotly.js is never a <script> of a page: charts.js fetches it when a chart is there."""
     client.force_login(alice)
-    for url in ("/", "/leases/", "/pool/", "/catalogue/"):
+    for url in ("/", "/leases/", "/pool/", "/inventory/"):
         page = client.get(url).content.decode()
         assert '<script src="/static/vendor/plotly' not in page, url

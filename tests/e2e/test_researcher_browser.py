@@ -147,6 +147,11 @@ def test_researcher_asks_watches_pays_releases_and_reserves(worker, live_server,
         assert any("plotly-basic" in src for src in loaded)
         assert any("locale-zh-cn" in src for src in loaded) == (language == "zh-hans")
         expect(chart.locator(".ytick")).to_have_count(4)  # one row per card
+        # A free stretch (the second trace's bars) opens the form for a reservation.
+        free_bar = chart.locator("g.trace.bars").nth(1).locator("path").first
+        with page.expect_navigation():
+            free_bar.click(force=True)
+        assert re.search(rf"/leases/new/\?card_model={model.slug}", page.url)
 
         # The calendar: every row from 00:00; a free slot opens the form as a reservation.
         page.goto(f"/leases/calendar/{model.slug}/")

@@ -143,6 +143,7 @@ def timeline_chart(timeline: dict) -> str:
     fig.update_xaxes(
         type="date",
         range=[charts.local_time(timeline["start"]), charts.local_time(timeline["end"])],
+        tickformat="%H:%M<br>%m-%d",  # the same in every language
         gridcolor=charts.GRID,
     )
     fig.update_yaxes(

@@ -41,7 +41,8 @@ def test_seed_demo_is_idempotent_and_complete(db, settings):
     users = {u.username: u for u in get_user_model().objects.select_related("profile")}
     assert users["fin"].profile.is_finance and users["ops"].profile.is_operator
     assert all(
-        users[name].check_password("pw-demo") for name in ("alice", "lena", "bob", "chen", "fin", "ops")
+        users[name].check_password("pw-demo")
+        for name in ("alice", "lena", "bob", "chen", "fin", "ops")
     )
     assert Lease.objects.exists()
     from leasing.models import MemberLimit, Quota

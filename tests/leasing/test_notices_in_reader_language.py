@@ -102,3 +102,24 @@ def test_idle_and_budget_notices_are_worded_for_the_reader(
     assert "80% of the 2026-12 budget" in note.title and note.data["message"] == "budget"
     with translation.override("zh-hans"):
         assert "80%" in notice_text(note)[0] and "budget" not in notice_text(note)[0]
+
+
+def test_every_event_kind_written_has_a_label():
+    """The timeline never shows a raw event key: every kind the code writes (and the end
+    reasons, which lease_end_now writes as kinds) has a label in _event_kind.html."""
+    import re
+    from pathlib import Path
+
+    from leasing.choices import EndReason
+
+    root = Path(__file__).resolve().parents[2]
+    written = set()
+    for path in (root / "leasing").rglob("*.py"):
+        written |= set(re.findall(r'kind="([a-z_]+)"', path.read_text()))
+    written -= {"resize", "extend", "approve"}  # admission's Ask.kind, not events
+    written |= set(EndReason.values) | {
+        f"change_{s}" for s in ("approved", "rejected", "withdrawn", "lapsed")
+    }
+    template = (root / "templates/leasing/_event_kind.html").read_text()
+    labelled = set(re.findall(r'kind == "([a-z_]+)"', template))
+    assert written - labelled <= {"expired", "released"}  # those end as "expire" / "release"

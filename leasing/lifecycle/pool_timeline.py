@@ -55,13 +55,23 @@ def _reserve_url(card_model: CardModel, start: datetime, now: datetime) -> str:
     return f"{reverse('leasing:new')}?{urlencode(query)}"
 
 
-def pool_timeline(card_model: CardModel, *, user, start: datetime, end: datetime) -> dict:
-    """Rows (cards that can take a lease, by node and index), booked bars and free bars over
-    [start, end). A free stretch starts on the hour (or now), so the form gets a time a
-    person would type."""
+# A compute centre has hundreds of nodes of a model: the chart shows this many at a time.
+NODES_PER_PAGE = 8
+
+
+def pool_timeline(
+    card_model: CardModel, *, user, start: datetime, end: datetime, page: int = 1
+) -> dict:
+    """Rows (cards that can take a lease, by node and index; ``NODES_PER_PAGE`` nodes from
+    *page* on), booked bars and free bars over [start, end). A free stretch starts on the hour
+    (or now), so the form gets a time a person would type."""
+    usable = usable_cards(start).filter(card_model=card_model)
+    hostnames = sorted(set(usable.values_list("node__hostname", flat=True)))
+    pages = max(1, -(-len(hostnames) // NODES_PER_PAGE))
+    page = min(max(page, 1), pages)
+    shown = hostnames[(page - 1) * NODES_PER_PAGE : page * NODES_PER_PAGE]
     cards = list(
-        usable_cards(start)
-        .filter(card_model=card_model)
+        usable.filter(node__hostname__in=shown)
         .select_related("node")
         .order_by("node__hostname", "index")
     )
@@ -109,7 +119,16 @@ def pool_timeline(card_model: CardModel, *, user, start: datetime, end: datetime
                     )
                 )
             t = max(t, b_end)
-    return {"rows": rows, "booked": booked, "free": free, "start": start, "end": end}
+    return {
+        "rows": rows,
+        "booked": booked,
+        "free": free,
+        "start": start,
+        "end": end,
+        "page": page,
+        "pages": pages,
+        "nodes": len(hostnames),
+    }
 
 
 def _next_hour(t: datetime) -> datetime:

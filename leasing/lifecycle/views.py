@@ -352,13 +352,14 @@ def timeline(request, slug: str | None = None):
     card_model = get_object_or_404(CardModel, slug=slug) if slug else models.first()
     try:
         days = max(1, min(14, int(request.GET.get("days", 3))))
+        page = max(1, min(10_000, int(request.GET.get("page", 1))))
     except ValueError:
-        return HttpResponseBadRequest(_("days must be a whole number between 1 and 14"))
+        return HttpResponseBadRequest(_("days and page must be whole numbers"))
     context = {"models": models, "card_model": card_model, "days": days}
     if card_model is not None:
         now = timezone.now().replace(second=0, microsecond=0)
         data = pool_timeline.pool_timeline(
-            card_model, user=request.user, start=now, end=now + timedelta(days=days)
+            card_model, user=request.user, start=now, end=now + timedelta(days=days), page=page
         )
         context.update(
             timeline=data, chart=pool_timeline.timeline_chart(data) if data["rows"] else ""

@@ -94,3 +94,30 @@ def test_a_picked_slot_fills_in_the_request_form(frozen, client, alice, a100, sm
     assert 'value="now"' in bad and re.search(
         r'value="now"[^>]*checked|checked[^>]*value="now"', bad
     )
+
+
+def test_a_big_pool_is_shown_a_few_nodes_at_a_time(
+    frozen, client, alice, a100, django_assert_max_num_queries
+):
+    from tests.factories import make_node
+
+    for i in range(pool_timeline.NODES_PER_PAGE + 3):
+        make_node(a100, cards=2, domains=1, hostname=f"big{i:02d}")
+    first = pool_timeline.pool_timeline(a100, user=alice, start=T0, end=T0 + timedelta(days=1))
+    assert (first["pages"], first["nodes"], len(first["rows"])) == (2, 11, 16)
+    last = pool_timeline.pool_timeline(
+        a100, user=alice, start=T0, end=T0 + timedelta(days=1), page=9
+    )
+    assert last["page"] == 2 and last["rows"] == [
+        "big08 #0",
+        "big08 #1",
+        "big09 #0",
+        "big09 #1",
+        "big10 #0",
+        "big10 #1",
+    ]
+    client.force_login(alice)
+    with django_assert_max_num_queries(16):
+        page = client.get("/leases/timeline/a100-test/?page=2").content.decode()
+    assert 'data-pages="2"' in page and "big10 #1" in page and "big00 #0" not in page
+    assert client.get("/leases/timeline/a100-test/?page=x").status_code == 400

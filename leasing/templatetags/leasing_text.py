@@ -36,6 +36,8 @@ def _facts(kind: str, data: dict) -> str:
             if data.get("reason") == "preempted":
                 text += " · " + _("taken back for a higher-priority request")
             return text
+        if kind == "ended" and data.get("by_hand"):
+            return _("Released by hand by an operator.")
         if kind == "card_replaced" and "to_card" in data:
             return _("card %(old)s → %(new)s") % {"old": data["from_card"], "new": data["to_card"]}
     except (KeyError, TypeError):

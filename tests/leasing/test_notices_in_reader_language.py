@@ -123,3 +123,17 @@ def test_every_event_kind_written_has_a_label():
     template = (root / "templates/leasing/_event_kind.html").read_text()
     labelled = set(re.findall(r'kind == "([a-z_]+)"', template))
     assert written - labelled <= {"expired", "released"}  # those end as "expire" / "release"
+
+
+def test_timeline_notes_are_worded_from_parameters(db):
+    from leasing.models import LeaseEvent
+    from leasing.templatetags.leasing_text import event_note
+
+    by_hand = LeaseEvent(kind="ended", data={"by_hand": True}, message="scancel'd")
+    resized = LeaseEvent(kind="resized", data={"from": 6, "to": 4, "reason": "preempted"})
+    with translation.override("en"):
+        assert event_note(by_hand) == "Released by hand by an operator.\nscancel'd"
+        assert event_note(resized).startswith("6 → 4 cards · taken back")
+    with translation.override("zh-hans"):
+        assert "Released" not in event_note(by_hand) and "scancel'd" in event_note(by_hand)
+        assert event_note(resized).startswith("6 → 4 张卡")

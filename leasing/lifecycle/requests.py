@@ -183,8 +183,7 @@ def lease_request(
             description=description,
             submitted_at=now,
             borrowed=verdict.borrowed,
-            approval_reason=verdict.reason,
-            approval_breaches=[b.stored() for b in verdict.member_breaches],
+            approval_breaches=[b.stored() for b in verdict.member_breaches],  # worded per reader
             request_key=request_key,
         )
         if request_key:

@@ -137,7 +137,7 @@ ROWS = [
       (L, 404, M, 404, 404, 404), probe="tokens", writes="alice"),
     # --- pages: notifications and webhooks ------------------------------------------------
     r("notifications:list", "GET", "/notifications/", ALL_IN, sees=OWN_NOTES),
-    r("notifications:bell", "GET", "/notifications/bell/", ALL_IN),
+    r("notifications:bell", "GET", "/notifications/bell/", (286, 200, 200, 200, 200, 200)),
     r("notifications:read", "POST", "/notifications/{alice_note}/read/",
       (L, 404, M, 404, 404, 404), probe="notes", writes="alice"),
     r("notifications:read_all", "POST", "/notifications/read-all/", (L, M, M, M, M, M),

@@ -245,3 +245,6 @@ def test_the_bell_is_polled_and_counts_new_notices(client, alice):
     notify(user=alice, kind="lease_active", title="t")
     bell = client.get("/notifications/bell/", HTTP_HX_REQUEST="true").content.decode()
     assert 'data-unread="1"' in bell and "<html" not in bell
+    client.logout()  # signed out meanwhile: htmx is told to stop polling, nothing to swap in
+    gone = client.get("/notifications/bell/", HTTP_HX_REQUEST="true")
+    assert gone.status_code == 286 and gone.content == b""

@@ -120,6 +120,11 @@ def test_researcher_asks_watches_pays_releases_and_reserves(worker, live_server,
         lease_pk = int(re.search(r"/leases/(\d+)/$", page.url).group(1))
         expect(page.locator("#lease-live [data-status=active]")).to_be_visible()
         expect(page.locator("[data-cost=so-far]")).to_contain_text("¥")
+        # The access command has a copy button (in the page's language), also after the poll.
+        copy = page.locator("#lease-live button.copy-button").first
+        expect(copy).to_have_text(in_language(language, "Copy"))
+        page.wait_for_timeout(2500)  # a status poll swaps #lease-live in again
+        expect(page.locator("#lease-live button.copy-button")).to_have_count(1)
         expect(page.locator("[data-cost=to-end]")).to_contain_text("¥")
 
         # Releasing asks first: declined, nothing happens; confirmed, the cards go back.

@@ -310,10 +310,16 @@ def lease_release_resolve(request, pk: int):
     return _act(request, pk, resolve)
 
 
+def _usual_model(request, models):
+    """The model of the person's latest lease (what they most likely look for), else the first."""
+    latest = selectors.latest_card_model_id(request.user)
+    return (models.filter(pk=latest).first() if latest else None) or models.first()
+
+
 @login_required
 def calendar(request, slug: str | None = None):
     models = CardModel.objects.filter(cards__isnull=False).distinct().order_by("vendor", "name")
-    card_model = get_object_or_404(CardModel, slug=slug) if slug else models.first()
+    card_model = get_object_or_404(CardModel, slug=slug) if slug else _usual_model(request, models)
     try:
         days = max(1, min(14, int(request.GET.get("days", 7))))
     except ValueError:
@@ -349,7 +355,7 @@ def calendar(request, slug: str | None = None):
 def timeline(request, slug: str | None = None):
     """The pool's timeline (Gantt) of one card model; a free stretch opens the request form."""
     models = CardModel.objects.filter(cards__isnull=False).distinct().order_by("vendor", "name")
-    card_model = get_object_or_404(CardModel, slug=slug) if slug else models.first()
+    card_model = get_object_or_404(CardModel, slug=slug) if slug else _usual_model(request, models)
     try:
         days = max(1, min(14, int(request.GET.get("days", 3))))
         page = max(1, min(10_000, int(request.GET.get("page", 1))))

@@ -121,3 +121,14 @@ def test_a_big_pool_is_shown_a_few_nodes_at_a_time(
         page = client.get("/leases/timeline/a100-test/?page=2").content.decode()
     assert 'data-pages="2"' in page and "big10 #1" in page and "big00 #0" not in page
     assert client.get("/leases/timeline/a100-test/?page=x").status_code == 400
+
+
+def test_calendar_and_timeline_open_on_the_model_of_ones_latest_lease(reservation, client, alice):
+    from tests.factories import CardModelFactory, make_node
+
+    first = CardModelFactory(slug="aaa-first", name="AAA first", vendor="amd")
+    make_node(first, cards=1, domains=1, hostname="aaa-node")
+    client.force_login(alice)
+    for url in ("/leases/calendar/", "/leases/timeline/"):
+        page = client.get(url).content.decode()
+        assert '<option value="a100-test" selected>' in page, url

@@ -52,9 +52,20 @@ class CardModelFilterSet(django_filters.FilterSet):
         empty_label=_("Any interconnect"),
     )
 
+    pool = django_filters.ChoiceFilter(
+        label=_("Show"),
+        choices=[("in", _("Models in this pool")), ("all", _("Every model in the catalogue"))],
+        method="filter_pool",
+        empty_label=None,
+    )
+
     class Meta:
         model = CardModel
         fields: list[str] = []
+
+    def filter_pool(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        """``in``: models this pool has cards of (the queryset counts them as ``total``)."""
+        return queryset.filter(total__gt=0) if value == "in" else queryset
 
     def filter_precision(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         """Models whose spec sheet lists a figure for the precision."""

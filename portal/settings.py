@@ -303,7 +303,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the plotly package
+    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.css, from the vendored plotly.js bundle
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -137,6 +137,7 @@ ROWS = [
       (L, 404, M, 404, 404, 404), probe="tokens", writes="alice"),
     # --- pages: notifications and webhooks ------------------------------------------------
     r("notifications:list", "GET", "/notifications/", ALL_IN, sees=OWN_NOTES),
+    r("notifications:bell", "GET", "/notifications/bell/", (286, 200, 200, 200, 200, 200)),
     r("notifications:read", "POST", "/notifications/{alice_note}/read/",
       (L, 404, M, 404, 404, 404), probe="notes", writes="alice"),
     r("notifications:read_all", "POST", "/notifications/read-all/", (L, M, M, M, M, M),
@@ -200,6 +201,8 @@ ROWS = [
     r("leasing:preview", "GET", "/leases/preview/?" + PREVIEW, ALL_IN),
     r("leasing:calendar", "GET", "/leases/calendar/", ALL_IN),
     r("leasing:calendar_model", "GET", "/leases/calendar/{model}/", ALL_IN),
+    r("leasing:timeline", "GET", "/leases/timeline/", ALL_IN),
+    r("leasing:timeline_model", "GET", "/leases/timeline/{model}/", ALL_IN),
     r("leasing:detail", "GET", "/leases/{alice_lease}/", (L, 404, 200, 200, 200, 200)),
     r("leasing:detail", "GET", "/leases/{bob_lease}/", (L, 200, 404, 404, 200, 200)),
     r("telemetry:lease_utilisation", "GET", "/leases/{alice_lease}/utilisation/", (L, 404, 200, 200, 200, 200)),

@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
 from leasing.choices import Priority, Purpose, StartPolicy
-from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint
+from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint, priorities_for
 from leasing.models import REQUEST_KEY_MAX
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
@@ -103,6 +103,9 @@ class LeaseRequestForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.filter(memberships__user=user).order_by("slug")
+        # Only the classes this person may ask for (the service refuses the others).
+        allowed = priorities_for(user)
+        self.fields["priority"].choices = [c for c in Priority.choices if c[0] in allowed]
 
     def clean(self):
         data = super().clean()
@@ -185,6 +188,13 @@ def lease_request_initial(request) -> dict:
             continue
         if value is not None:
             initial[name] = value
+    if request.GET.get("start") == "later":  # a slot picked on the calendar or the timeline
+        try:
+            at = LeaseRequestForm.base_fields["start_at"].clean(request.GET.get("start_at"))
+        except ValidationError:
+            at = None
+        if at is not None:
+            initial.update(start="later", start_at=at)
     if request.GET.get("unit") in UNITS:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:

@@ -150,6 +150,7 @@ def lease_finish_release(
     frm: tuple[str, ...] = (LeaseStatus.RELEASING,),
     actor=None,
     message: str = "",
+    data: dict | None = None,
 ) -> bool:
     """The backend has taken the cards back: releasing (or, *frm* the operator's
     ``lifecycle.releases``, a failed release cleaned up by hand) → ended, with the reason
@@ -175,6 +176,7 @@ def lease_finish_release(
             at=now,
             actor=actor,
             message=message,
+            data=data,
         )
         if ended and release_failed_before:
             # Its cards were held back while the release had failed: they are free only now.

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.filters import CardModelFilterSet
 from inventory.models import CardModel
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
@@ -23,6 +21,12 @@ from leasing.choices import (
     Priority,
     Purpose,
     StartPolicy,
+)
+from leasing.lifecycle.request_steps import (
+    admission,
+    borrow_refusal,
+    clean_requirements,
+    validated_model,
 )
 from leasing.lifecycle.validation import (
     Checkpoint,
@@ -37,14 +41,11 @@ from leasing.models import (
     LeaseEvent,
 )
 from leasing.scheduler import fastpath, shares
-from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.offpeak import offpeak_start_for
-from leasing.scheduler.preview import lease_preview
 from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
-from leasing.teams.admission import Ask, Verdict, admit
 from leasing.transitions import event_record, hand_over, notify_after_commit
 from portal.models import Team
 from portal.permissions import is_operator
@@ -85,82 +86,6 @@ def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Le
         )
     lease.replayed = True
     return lease
-
-
-# What a request by requirements may name: the catalogue's filters, the same FilterSet.
-REQUIREMENT_KEYS = set(CardModelFilterSet.base_filters)
-
-
-def lease_choose_model(
-    *,
-    requirements: dict,
-    count: int,
-    duration: timedelta,
-    start_at: datetime | None = None,
-    same_node: bool = True,
-    priority: str = Priority.NORMAL,
-    now: datetime | None = None,
-) -> CardModel:
-    """The card model meeting *requirements* that would start soonest (then the cheapest).
-
-    *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
-    figure for it) and ``interconnect``.
-    """
-    now = now or timezone.now()
-    unknown = set(requirements) - REQUIREMENT_KEYS
-    if unknown:
-        raise ValidationError(
-            {
-                "requirements": [
-                    _("Unknown requirement(s): %(keys)s; use %(known)s.")
-                    % {
-                        "keys": ", ".join(sorted(unknown)),
-                        "known": ", ".join(sorted(REQUIREMENT_KEYS)),
-                    }
-                ]
-            }
-        )
-    meeting = CardModelFilterSet(
-        {key: value for key, value in requirements.items() if value not in (None, "")},
-        queryset=card_models_with_counts(now),
-    )
-    if not meeting.is_valid():
-        problems = "; ".join(
-            f"{key}: {' '.join(str(m).rstrip('.') for m in messages)}"
-            for key, messages in meeting.errors.items()
-        )
-        raise ValidationError(
-            {"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]}
-        )
-    candidates = list(meeting.qs.filter(total__gte=count))
-    best: tuple | None = None
-    for model in candidates:
-        start = lease_preview(
-            card_model=model,
-            count=count,
-            duration=duration,
-            start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            now=now,
-        )
-        if start is None:
-            continue
-        key = (start, model.price_per_hour, -model.memory_gb, model.pk)
-        if best is None or key < best[0]:
-            best = (key, model)
-    if best is None:
-        raise ValidationError(
-            {
-                "requirements": [
-                    _(
-                        "No card model in the pool meets these requirements for %(count)s card(s); loosen them or ask for fewer."
-                    )
-                    % {"count": count}
-                ]
-            }
-        )
-    return best[1]
 
 
 def lease_request(
@@ -211,50 +136,19 @@ def lease_request(
     if start_policy:
         start = offpeak_start_for(start_policy, start=start, duration=duration)
         start_at = start
-    requirements = {
-        k: float(v) if isinstance(v, Decimal) else v
-        for k, v in (requirements or {}).items()
-        if v not in (None, "")
-    }
-    if card_model is None:
-        if not requirements:
-            raise ValidationError(
-                {"card_model": [_("Name a card model, or give requirements a model must meet.")]}
-            )
-        # Who may ask, and for what shape, before looking for a model.
-        lease_validate_request(
-            user=user,
-            team=team,
-            card_model=None,
-            count=count,
-            duration=duration,
-            start_at=start_at or now,
-            priority=priority,
-            purpose=purpose,
-            same_node=same_node,
-            now=now,
-        )
-        card_model = lease_choose_model(
-            requirements=requirements,
-            count=count,
-            duration=duration,
-            start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            now=now,
-        )
-    lease_validate_request(
+    requirements = clean_requirements(requirements)
+    card_model = validated_model(
         user=user,
         team=team,
         card_model=card_model,
+        requirements=requirements,
         count=count,
         duration=duration,
-        start_at=start_at or now,
+        start_at=start_at,
         priority=priority,
         purpose=purpose,
         same_node=same_node,
         now=now,
-        check_capacity=False,  # below, unless the request is placed at once
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
@@ -274,22 +168,16 @@ def lease_request(
             errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
         ):
             raise ValidationError(errors)
-        verdict = (
-            admit(
-                Ask(
-                    team=team,
-                    user=user,
-                    card_model=card_model,
-                    count=count,
-                    start=start,
-                    end=start + duration,
-                    length=duration,
-                    priority=priority,
-                ),
-                override_reason=override_reason,
-            )
-            if has_rules
-            else Verdict()
+        verdict = admission(
+            user=user,
+            team=team,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+            priority=priority,
+            has_rules=has_rules,
+            override_reason=override_reason,
         )
         if verdict.status != LeaseStatus.QUEUED:
             placed = None  # waits for the lead's approval first
@@ -319,8 +207,7 @@ def lease_request(
                 placing=len(placed),
                 family=card_model.family,
             ),
-            approval_reason=verdict.reason,
-            approval_breaches=[b.stored() for b in verdict.member_breaches],
+            approval_breaches=[b.stored() for b in verdict.member_breaches],  # worded per reader
             request_key=request_key,
             checkpoint_signal=checkpoint.signal if checkpoint else "",
             checkpoint_command=checkpoint.command if checkpoint else "",
@@ -366,7 +253,7 @@ def lease_request(
                     at=now,
                     actor=user,
                     message=override_reason,
-                    data={"breaches": [b.message for b in verdict.overridden]},
+                    data={"breaches": [b.stored() for b in verdict.overridden]},
                 )
             )
         if placed:
@@ -388,7 +275,13 @@ def lease_request(
             )
             hand_over([lease.pk])
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
-            event_record(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
+            # The limits as parameters, worded for whoever reads the timeline.
+            event_record(
+                lease.pk,
+                kind="needs_approval",
+                at=now,
+                data={"breaches": lease.approval_breaches},
+            )
             notify_after_commit(lease.pk, "approval_requested")
         else:
             replan(card_model.pk, now=now)
@@ -397,17 +290,7 @@ def lease_request(
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()
             ):
                 # Borrowing is for idle cards only: a borrowed lease never waits in the queue.
-                raise ValidationError(
-                    {
-                        "priority": [
-                            _(
-                                "Your team's concurrent quota is used up and no idle %(model)s cards are free now to "
-                                "borrow; try again later or ask for fewer cards."
-                            )
-                            % {"model": card_model.name}
-                        ]
-                    }
-                )
+                raise ValidationError(borrow_refusal(card_model))
         if has_rules and verdict.status != LeaseStatus.PENDING_APPROVAL:
             transaction.on_commit(
                 lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)

@@ -39,6 +39,22 @@ def pool_capacity(card_model: CardModel) -> tuple[int, int]:
     return agg["total"] or 0, agg["most"] or 0
 
 
+def priorities_for(user, *, membership: Membership | None = None, team: Team | None = None):
+    """The priority classes *user* may ask for, for *team* (its membership if known; with
+    neither, in any of their teams): critical for operators, high for leads too. The request
+    form offers only these; ``lease_validate_request`` refuses the others."""
+    if is_operator(user):
+        return list(Priority.values)
+    if membership is not None:
+        is_lead = membership.role == Membership.Role.LEAD
+    else:
+        memberships = Membership.objects.filter(user=user, role=Membership.Role.LEAD)
+        is_lead = (memberships.filter(team=team) if team else memberships).exists()
+    return [
+        p for p in Priority.values if p != Priority.CRITICAL and (is_lead or p != Priority.HIGH)
+    ]
+
+
 def lease_validate_request(
     *,
     user,
@@ -92,12 +108,10 @@ def lease_validate_request(
             _("Unknown priority; choose one of: %(choices)s.")
             % {"choices": ", ".join(Priority.values)}
         )
-    elif priority in (Priority.CRITICAL, Priority.HIGH):
-        is_lead = membership is not None and membership.role == Membership.Role.LEAD
-        if priority == Priority.CRITICAL and not is_operator(user):
+    elif priority not in priorities_for(user, membership=membership):
+        if priority == Priority.CRITICAL:
             raise PermissionDenied(_("Only operators may ask for critical priority."))
-        if priority == Priority.HIGH and not (is_lead or is_operator(user)):
-            raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
+        raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
     if purpose not in Purpose.values:
         errors.setdefault("purpose", []).append(
             _("Unknown purpose; choose one of: %(choices)s.")

@@ -351,6 +351,7 @@ def _merge(old: CardHourly | None, group: dict) -> CardHourly:
         memory_used_max_mb=_maximum(old and old.memory_used_max_mb, group["mem_max"]),
         temperature_max_c=_maximum(old and old.temperature_max_c, group["temp_max"]),
         power_avg_w=_weighted(old and old.power_avg_w, n0, group["power_sum"], group["power_n"]),
+        power_max_w=_maximum(old and old.power_max_w, group["power_max"]),
     )
 
 
@@ -378,6 +379,7 @@ def _summarise_chunk(cutoff: datetime, size: int) -> int:
             temp_max=Max("temperature_c"),
             power_n=Count("power_w"),
             power_sum=Sum("power_w"),
+            power_max=Max("power_w"),
         )
         .order_by()
     )
@@ -400,6 +402,7 @@ def _summarise_chunk(cutoff: datetime, size: int) -> int:
             "memory_used_max_mb",
             "temperature_max_c",
             "power_avg_w",
+            "power_max_w",
         ],
     )
     CardSample.objects.filter(pk__in=ids).delete()

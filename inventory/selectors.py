@@ -126,30 +126,59 @@ def _downsample(points: list[tuple[datetime, float]], most: int) -> list[tuple[d
     ]
 
 
+# Each reading and the hourly roll-up that stands for it once the raw samples are gone.
+HOURLY_OF = {
+    "utilization_pct": "utilization_avg",
+    "temperature_c": "temperature_max_c",
+    "power_w": "power_avg_w",
+    "memory_used_mb": "memory_used_max_mb",
+}
+
+
+def latest_readings(card_ids: list[int], since: datetime) -> dict[int, dict]:
+    """Each card's latest value of each reading since *since* (one query), and its time."""
+    latest: dict[int, dict] = {}
+    rows = (
+        CardSample.objects.filter(card_id__in=card_ids, at__gte=since)
+        .order_by("at")
+        .values_list("card_id", "at", *HOURLY_OF)
+    )
+    for card_id, at, *values in rows:
+        seen = latest.setdefault(card_id, {})
+        seen["at"] = at
+        for key, value in zip(HOURLY_OF, values, strict=True):
+            if value is not None:
+                seen[key] = value
+    return latest
+
+
 def card_series(
     windows: list[tuple[Card, datetime, datetime]],
     since: datetime,
     until: datetime,
     *,
     max_points: int = 360,
+    reading: str = "utilization_pct",
 ) -> list[dict]:
-    """Utilisation over time of each card in *windows* (card, from, to), for a chart: only
-    what was read inside each card's own window (not a previous holder's work).
+    """One reading (utilisation by default; ``HOURLY_OF`` lists the others) over time of each
+    card in *windows* (card, from, to), for a chart: only what was read inside each card's
+    own window (not a previous holder's work).
 
-    ``[{"card_id", "label", "points": [(at, utilization_pct), …]}]``, one entry per card in
-    node/index order; hourly averages where raw samples are gone, raw samples otherwise,
-    averaged down to at most *max_points* per card. Two queries.
+    ``[{"card_id", "label", "points": [(at, value), …]}]``, one entry per card in
+    node/index order; the hourly roll-up (``HOURLY_OF``) where raw samples are gone, raw
+    samples otherwise, averaged down to at most *max_points* per card. Two queries.
     """
     ids = [card.pk for card, _s, _e in windows]
+    summary = HOURLY_OF[reading]
     hourly: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
     for card_id, hour, avg in CardHourly.objects.filter(
-        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until, utilization_avg__isnull=False
-    ).values_list("card_id", "hour", "utilization_avg"):
+        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until, **{f"{summary}__isnull": False}
+    ).values_list("card_id", "hour", summary):
         hourly[card_id].append((hour, avg))
     raw: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
     for card_id, at, util in CardSample.objects.filter(
-        card_id__in=ids, at__gte=since, at__lte=until, utilization_pct__isnull=False
-    ).values_list("card_id", "at", "utilization_pct"):
+        card_id__in=ids, at__gte=since, at__lte=until, **{f"{reading}__isnull": False}
+    ).values_list("card_id", "at", reading):
         raw[card_id].append((at, util))
     series = []
     for card, start, end in sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index)):

@@ -133,6 +133,8 @@ def card_readings(rules: list[AlertRule], now: datetime) -> dict[str, Verdict]:
         start = now - max(timedelta(minutes=rule.for_minutes), RECENT)
         windows[rule.kind] = start
         has = Q(**{f"{reading}__isnull": False})
+        if rule.kind == AlertKind.POWER_LIMIT:  # a card model without a TDP has no limit
+            has &= Q(card__card_model__tdp_w__isnull=False)
         k = rule.kind
         aggregates[f"{k}_n"] = Count("pk", filter=Q(at__gte=start) & has)
         aggregates[f"{k}_fine"] = Count("pk", filter=Q(at__gte=start) & fine)

@@ -101,7 +101,9 @@ def test_92_degrees_past_the_window_opens_one_alert_told_once_and_cooling_resolv
     assert alert.status == AlertStatus.RESOLVED and alert.resolved_at is not None
     card.refresh_from_db()
     assert card.health == Card.Health.OK
-    resolved = Notification.objects.filter(user=ops, kind="pool_alert", data__key__endswith="resolved")
+    resolved = Notification.objects.filter(
+        user=ops, kind="pool_alert", data__key__endswith="resolved"
+    )
     assert resolved.count() == 1
 
 
@@ -114,7 +116,9 @@ def test_a_card_with_too_few_readings_is_not_judged(frozen, ops, hot_pool):
     assert not alerts().exists()
 
 
-def test_a_silent_node_is_detected_within_its_minutes_and_recovers(frozen, ops, alice, vision, a100):
+def test_a_silent_node_is_detected_within_its_minutes_and_recovers(
+    frozen, ops, alice, vision, a100
+):
     node = make_node(a100, cards=2, hostname="gpu-quiet")
     lease = ask(alice, vision, a100, count=1, duration=hours(4))
     provisioning.provision_step(lease_id=lease.pk)
@@ -134,7 +138,9 @@ def test_a_silent_node_is_detected_within_its_minutes_and_recovers(frozen, ops, 
     assert told.count() == 1
     assert "stopped reporting" in notice_text(told.get())[1]
     health_evaluate()
-    assert told.count() == 1 and Notification.objects.filter(user=ops, kind="pool_alert").count() == 1
+    assert (
+        told.count() == 1 and Notification.objects.filter(user=ops, kind="pool_alert").count() == 1
+    )
 
     post(node, 0, utilization_pct=50)
     health_evaluate()

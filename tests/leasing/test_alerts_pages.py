@@ -36,7 +36,7 @@ def test_the_api_lists_filters_acknowledges_and_silences(api, ops, alerting):
     api.force_authenticate(ops)
     data = api.get("/api/v1/alerts/").json()
     assert {a["kind"] for a in data["results"]} == {"card_hot", "node_silent"}
-    hot = api.get("/api/v1/alerts/?kind=card_hot").json()["results"]
+    hot = api.get("/api/v1/alerts/?kind=card_hot", HTTP_ACCEPT_LANGUAGE="en").json()["results"]
     assert len(hot) == 1 and hot[0]["card"] == "gpu-hot#0" and hot[0]["value"] == 92
     assert "Card too hot" in hot[0]["title"]
     assert api.get("/api/v1/alerts/?status=nonsense").status_code == 400
@@ -100,7 +100,7 @@ def test_the_page_filters_and_acknowledges(client, ops, alerting, django_assert_
     alert = Alert.objects.get(kind=AlertKind.CARD_HOT)
     response = client.post(f"/alerts/{alert.pk}/acknowledge/", {"next": "/alerts/?status=open"})
     assert response.status_code == 302 and response["Location"] == "/alerts/?status=open"
-    page = client.get("/alerts/?status=acknowledged").content.decode()
+    page = client.get("/alerts/?status=acknowledged", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert f'data-alert="{alert.pk}"' in page and "by ops" in page
     client.post(f"/alerts/{alert.pk}/silence/", {"minutes": "240"})
     alert.refresh_from_db()

@@ -77,7 +77,7 @@ def test_92_degrees_past_the_window_opens_one_alert_told_once_and_cooling_resolv
     assert alert.status == AlertStatus.OPEN and alert.value == 92 and alert.card_id == card.pk
     notes = Notification.objects.filter(user=ops, kind="pool_alert")
     assert notes.count() == 1
-    assert "gpu-hot#0" in notes.get().title and "过热" in notes.get().title  # worded in Chinese
+    assert "gpu-hot#0" in notes.get().title and "温度过高" in notes.get().title  # worded in Chinese
     with translation.override("en"):
         title, body = notice_text(notes.get())
     assert "Card too hot" in title and "92 °C" in body

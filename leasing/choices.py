@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class LeaseStatus(models.TextChoices):
@@ -171,7 +172,7 @@ class AlertSeverity(models.TextChoices):
 
 
 class AlertStatus(models.TextChoices):
-    OPEN = "open", _("Open")
+    OPEN = "open", pgettext_lazy("alert", "Open")
     ACKNOWLEDGED = "acknowledged", _("Acknowledged")
     RESOLVED = "resolved", _("Resolved")
 

@@ -26,17 +26,22 @@ class AlertFilterSet(django_filters.FilterSet):
     severity = django_filters.ChoiceFilter(
         label=_("Severity"), choices=AlertSeverity.choices, empty_label=_("All")
     )
-    lasting = django_filters.BooleanFilter(label=_("Still lasting"), method="filter_lasting")
+    lasting = django_filters.ChoiceFilter(
+        label=_("Still lasting"),
+        choices=[("true", _("Yes")), ("false", _("No"))],
+        empty_label=_("All"),
+        method="filter_lasting",
+    )
 
     class Meta:
         model = Alert
         fields = ["status", "kind", "severity"]
 
-    def filter_lasting(self, queryset: QuerySet[Alert], name: str, value: bool | None):
-        if value is None:
+    def filter_lasting(self, queryset: QuerySet[Alert], name: str, value: str):
+        if not value:
             return queryset
         lasting = Q(status__in=LASTING_ALERT_STATES)
-        return queryset.filter(lasting if value else ~lasting)
+        return queryset.filter(lasting if value == "true" else ~lasting)
 
 
 def alerts_list() -> QuerySet[Alert]:

@@ -13,7 +13,7 @@ import time_machine
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.models import Card, Node
+from inventory.models import Card, CardModel, CardSample, Node
 from leasing.choices import EndReason, LeaseStatus
 from leasing.models import Allocation, Delivery, Lease, LeaseEvent, Notification
 from tests.factories import CardModelFactory, make_node
@@ -275,15 +275,36 @@ def test_grafana_dashboard_uses_only_metrics_we_emit(pool, token):
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["schemaVersion"] >= 36
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    # One card with fresh readings and a reporting node, so the health series are written.
+    card = Card.objects.select_related("node", "card_model").first()
+    CardModel.objects.filter(pk=card.card_model_id).update(tdp_w=700)
+    Node.objects.filter(pk=card.node_id).update(telemetry_seen_at=NOW)
+    CardSample.objects.create(
+        card=card, at=NOW, utilization_pct=50, temperature_c=70, power_w=400, memory_used_mb=9
+    )
     assert len(exprs) >= 6
-    referenced = {name for expr in exprs for name in re.findall(r"\bcardpool_[a-z_]+", expr)}
+    referenced = {
+        name for expr in exprs for name in re.findall(r"\b(?:cardpool|DCGM_FI)_[A-Za-z_]+", expr)
+    }
     emitted = {
         name for name, _labels in samples(scrape(Client(), HTTP_AUTHORIZATION=f"Bearer {TOKEN}"))
     }
     assert referenced, "the dashboard references no metric"
     assert referenced - emitted == set()
     titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
-    for topic in ("free cards", "leases", "queue", "request", "reclamation", "deliver"):
+    for topic in (
+        "free cards",
+        "leases",
+        "queue",
+        "request",
+        "reclamation",
+        "deliver",
+        "temperature",
+        "power",
+        "memory",
+        "telemetry age",
+        "alerts",
+    ):
         assert topic in titles
 
 

@@ -361,6 +361,9 @@ SPECTACULAR_SETTINGS = {
         "InterconnectEnum": "inventory.models.InterconnectKind",
         "VendorEnum": "inventory.models.Vendor",
         "PrecisionEnum": "inventory.models.Precision",
+        "AlertKindEnum": "leasing.choices.AlertKind",
+        "AlertSeverityEnum": "leasing.choices.AlertSeverity",
+        "AlertStatusEnum": "leasing.choices.AlertStatus",
     },
 }
 

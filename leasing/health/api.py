@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -84,6 +84,11 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         return Response(self.get_serializer(alert).data)
 
 
+KIND = OpenApiParameter(
+    "kind", str, OpenApiParameter.PATH, enum=AlertKind.values, description="The rule."
+)
+
+
 class AlertRuleViewSet(viewsets.ViewSet):
     """The rules with the thresholds in force (an operator's, else the defaults)."""
 
@@ -96,13 +101,13 @@ class AlertRuleViewSet(viewsets.ViewSet):
         rules = health_rules.rules_in_force().values()
         return Response(AlertRuleSerializer(rules, many=True).data)
 
-    @extend_schema(responses=AlertRuleSerializer)
+    @extend_schema(parameters=[KIND], responses=AlertRuleSerializer)
     def retrieve(self, request, kind=None):
         if kind not in AlertKind.values:
             raise NotFound
         return Response(AlertRuleSerializer(health_rules.rules_in_force()[kind]).data)
 
-    @extend_schema(request=AlertRuleInput, responses=AlertRuleSerializer)
+    @extend_schema(parameters=[KIND], request=AlertRuleInput, responses=AlertRuleSerializer)
     def update(self, request, kind=None):
         if kind not in AlertKind.values:
             raise NotFound

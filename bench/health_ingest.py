@@ -192,7 +192,7 @@ def main() -> int:
             with time_machine.travel(at, tick=False):
                 cpu0, db0, wall0 = time.process_time(), backend_cpu(backend), time.perf_counter()
                 post_all(at)
-                cpu1, db1, wall1 = time.process_time(), backend_cpu(backend), time.perf_counter()
+                cpu1, db1 = time.process_time(), backend_cpu(backend)
                 result = health_evaluate(now=at)
                 cpu2, db2, wall2 = time.process_time(), backend_cpu(backend), time.perf_counter()
             if round_no:

@@ -272,6 +272,7 @@ class Node(models.Model):
         max_length=128,
         blank=True,
         editable=False,
+        db_index=True,  # looked up on every telemetry post
         help_text=_("SHA-256 of the token the node agent sends telemetry with."),
     )
     dcgm_url = models.URLField(

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0005_card_health_power_max'),
+        ('inventory', '0005_card_health_power_max_token_index'),
         ('leasing', '0015_allocation_periods'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -20,4 +20,9 @@ class Migration(migrations.Migration):
             name='power_max_w',
             field=models.FloatField(blank=True, null=True),
         ),
+        migrations.AlterField(
+            model_name='node',
+            name='agent_token_hash',
+            field=models.CharField(blank=True, db_index=True, editable=False, help_text='SHA-256 of the token the node agent sends telemetry with.', max_length=128, verbose_name='agent token (hash)'),
+        ),
     ]

@@ -166,6 +166,17 @@ def _tell_opened(alert: Alert, now: datetime) -> None:
     Alert.objects.filter(pk=alert.pk).update(notified=True)
 
 
+def _tell_safely(alert: Alert, now: datetime) -> None:
+    """``_tell_opened`` in its own transaction: notices that cannot be written leave the alert
+    standing un-notified, and the next pass tries again (one bad recipient never stops the
+    rules)."""
+    try:
+        with transaction.atomic():
+            _tell_opened(alert, now)
+    except Exception:
+        logger.exception("alert %s: notices not written; the next pass retries", alert.pk)
+
+
 def _resolve(alert: Alert, now: datetime, *, by=None) -> bool:
     """Lasting → resolved (compare-and-set); operators told once, unless silenced."""
     with transaction.atomic():
@@ -212,12 +223,7 @@ def health_evaluate(*, now: datetime | None = None) -> dict[str, int]:
             continue
         result["opened"] += 1
         if silence is None:
-            try:
-                with transaction.atomic():
-                    _tell_opened(alert, now)
-            except Exception:
-                # The alert stands; the next pass sees it un-notified and tries again.
-                logger.exception("alert %s: notices not written", alert.pk)
+            _tell_safely(alert, now)
     changed = []
     for (kind, subject), alert in lasting.items():
         verdict = found.get(kind)
@@ -236,12 +242,12 @@ def health_evaluate(*, now: datetime | None = None) -> dict[str, int]:
         ):
             result["resolved"] += _resolve(alert, now)
         elif not alert.notified and not (alert.silenced_until and alert.silenced_until > now):
-            _tell_opened(alert, now)
+            _tell_safely(alert, now)
     Alert.objects.bulk_update(changed, ["value", "peak", "last_seen_at"], batch_size=500)
     result["updated"] = len(changed)
     for alert in changed:
         if not alert.notified and not (alert.silenced_until and alert.silenced_until > now):
-            _tell_opened(alert, now)
+            _tell_safely(alert, now)
     result.update(cards_health_sync())
     return result
 

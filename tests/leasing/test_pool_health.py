@@ -326,3 +326,24 @@ def test_hourly_rollup_keeps_peak_power(frozen, hot_pool):
     row = CardHourly.objects.get()
     assert row.power_max_w == 690 and row.power_avg_w == 495 and row.temperature_max_c == 88
     assert not CardSample.objects.exists()
+
+
+def test_notices_that_cannot_be_written_are_retried_by_the_next_pass(
+    frozen, ops, hot_pool, monkeypatch
+):
+    from leasing.health import services as health_services
+
+    real = health_services.notice_to
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("mail queue full")
+
+    monkeypatch.setattr(health_services, "notice_to", broken)
+    run_for(frozen, hot_pool, 6, temperature_c=92)
+    alert = alerts().get()
+    assert not alert.notified and Card.objects.get(node=hot_pool).health == Card.Health.HOT
+    monkeypatch.setattr(health_services, "notice_to", real)
+    run_for(frozen, hot_pool, 0.5, temperature_c=92)
+    alert.refresh_from_db()
+    assert alert.notified
+    assert Notification.objects.filter(user=ops, kind="pool_alert").count() == 1

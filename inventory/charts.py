@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from django.utils.translation import gettext as _
 
 from inventory.models import Card
-from inventory.selectors import card_series
+from inventory.selectors import card_series_many
 from portal import charts
 
 
@@ -50,11 +50,12 @@ def readings_charts(
     readings: tuple[str, ...] = ("temperature_c", "power_w", "memory_used_mb"),
 ) -> list[dict]:
     """``[{"reading", "title", "chart"}]`` for each reading some card reported (two queries
-    a reading)."""
+    in all)."""
     out = []
     titles = reading_titles()
+    every = card_series_many(windows, since, until, readings)
     for reading in readings:
-        series = card_series(windows, since, until, reading=reading)
+        series = every[reading]
         if any(card["points"] for card in series):
             out.append(
                 {

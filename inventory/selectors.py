@@ -168,28 +168,49 @@ def card_series(
     node/index order; the hourly roll-up (``HOURLY_OF``) where raw samples are gone, raw
     samples otherwise, averaged down to at most *max_points* per card. Two queries.
     """
+    return card_series_many(windows, since, until, (reading,), max_points=max_points)[reading]
+
+
+def card_series_many(
+    windows: list[tuple[Card, datetime, datetime]],
+    since: datetime,
+    until: datetime,
+    readings: tuple[str, ...],
+    *,
+    max_points: int = 360,
+) -> dict[str, list[dict]]:
+    """``card_series`` for several readings at once: ``{reading: series}``. Two queries in
+    all, however many readings."""
     ids = [card.pk for card, _s, _e in windows]
-    summary = HOURLY_OF[reading]
-    hourly: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for card_id, hour, avg in CardHourly.objects.filter(
-        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until, **{f"{summary}__isnull": False}
-    ).values_list("card_id", "hour", summary):
-        hourly[card_id].append((hour, avg))
-    raw: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for card_id, at, util in CardSample.objects.filter(
-        card_id__in=ids, at__gte=since, at__lte=until, **{f"{reading}__isnull": False}
-    ).values_list("card_id", "at", reading):
-        raw[card_id].append((at, util))
-    series = []
-    for card, start, end in sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index)):
-        # Only what was read inside this window: not a previous holder's work.
-        own = [p for p in hourly[card.pk] if start - HOUR < p[0] < end]
-        own += [p for p in raw[card.pk] if start <= p[0] <= end]
-        series.append(
-            {
-                "card_id": card.pk,
-                "label": f"{card.node.hostname}#{card.index}",
-                "points": _downsample(sorted(own), max_points),
-            }
-        )
-    return series
+    summaries = [HOURLY_OF[reading] for reading in readings]
+    hourly: dict[str, dict[int, list]] = {reading: defaultdict(list) for reading in readings}
+    for card_id, hour, *values in CardHourly.objects.filter(
+        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until
+    ).values_list("card_id", "hour", *summaries):
+        for reading, value in zip(readings, values, strict=True):
+            if value is not None:
+                hourly[reading][card_id].append((hour, value))
+    raw: dict[str, dict[int, list]] = {reading: defaultdict(list) for reading in readings}
+    for card_id, at, *values in CardSample.objects.filter(
+        card_id__in=ids, at__gte=since, at__lte=until
+    ).values_list("card_id", "at", *readings):
+        for reading, value in zip(readings, values, strict=True):
+            if value is not None:
+                raw[reading][card_id].append((at, value))
+    ordered = sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index))
+    out: dict[str, list[dict]] = {}
+    for reading in readings:
+        series = []
+        for card, start, end in ordered:
+            # Only what was read inside this window: not a previous holder's work.
+            own = [p for p in hourly[reading][card.pk] if start - HOUR < p[0] < end]
+            own += [p for p in raw[reading][card.pk] if start <= p[0] <= end]
+            series.append(
+                {
+                    "card_id": card.pk,
+                    "label": f"{card.node.hostname}#{card.index}",
+                    "points": _downsample(sorted(own), max_points),
+                }
+            )
+        out[reading] = series
+    return out

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, FloatField, Max, Min, Q, Value
+from django.db.models import Count, F, FloatField, Max, Q, Value
 from django.db.models.functions import Cast
 
 from inventory.models import CardSample, Node
@@ -25,10 +25,11 @@ from leasing.models import AlertRule, Allocation, LeaseEvent
 
 # How recent the readings that clear an alert (and give its current value) must be: two
 # agent rounds. An alert resolves only when every reading of that span is below the line.
-RECENT = timedelta(minutes=1)
-# Readings must reach back to the start of a rule's window within this much (one agent round
-# late is fine) before the rule counts the window as covered.
-GRACE = timedelta(seconds=45)
+RECENT = timedelta(minutes=2)
+# How far before a rule's window the reading that covers its start may lie: a window counts
+# as covered when the last reading at or before its start is known (within this) and says
+# "over the line" too, whatever the source's interval (30 s agents, 60 s exporters).
+MAX_GAP = timedelta(minutes=5)
 # The failure rate needs this many finished leases in its window before it means anything.
 MIN_FINISHED = 5
 POOL = "pool"
@@ -118,9 +119,10 @@ def _card_conditions(rule: AlertRule) -> tuple[str, Q, Q] | None:
 def card_readings(rules: list[AlertRule], now: datetime) -> dict[str, Verdict]:
     """Temperature, power and memory rules over the recent samples, in one query.
 
-    A card breaches a rule when its readings cover the rule's window (the first within GRACE
-    of its start) and every one of them is over the line; it is clear when it has readings
-    in the last RECENT and none of them is over.
+    A card breaches a rule when it has been over the line for the rule's minutes: no reading
+    in the window is fine, the last reading at or before the window's start (within MAX_GAP)
+    is over the line, and the card still reports over the line (a reading within RECENT). It
+    is clear when it has readings within RECENT and none of them is over.
     """
     verdicts: dict[str, Verdict] = {rule.kind: Verdict(clear=set()) for rule in rules}
     if not rules:
@@ -130,19 +132,20 @@ def card_readings(rules: list[AlertRule], now: datetime) -> dict[str, Verdict]:
     windows = {}
     for rule in rules:
         reading, bad, fine = _card_conditions(rule)  # type: ignore[misc]
-        start = now - max(timedelta(minutes=rule.for_minutes), RECENT)
+        start = now - timedelta(minutes=rule.for_minutes)
         windows[rule.kind] = start
         has = Q(**{f"{reading}__isnull": False})
         if rule.kind == AlertKind.POWER_LIMIT:  # a card model without a TDP has no limit
             has &= Q(card__card_model__tdp_w__isnull=False)
         k = rule.kind
-        aggregates[f"{k}_n"] = Count("pk", filter=Q(at__gte=start) & has)
-        aggregates[f"{k}_fine"] = Count("pk", filter=Q(at__gte=start) & fine)
-        aggregates[f"{k}_first"] = Min("at", filter=Q(at__gte=start) & has)
-        aggregates[f"{k}_recent_bad"] = Count("pk", filter=Q(at__gte=recent) & bad)
+        before = Q(at__lte=start, at__gte=start - MAX_GAP)
+        aggregates[f"{k}_fine"] = Count("pk", filter=Q(at__gt=start) & fine)
+        aggregates[f"{k}_bad_before"] = Max("at", filter=before & bad & has)
+        aggregates[f"{k}_fine_before"] = Max("at", filter=before & fine)
+        aggregates[f"{k}_recent_bad"] = Count("pk", filter=Q(at__gte=recent) & bad & has)
         aggregates[f"{k}_recent_n"] = Count("pk", filter=Q(at__gte=recent) & has)
         aggregates[f"{k}_value"] = Max(reading, filter=Q(at__gte=recent))
-    since = min(windows.values())
+    since = min(windows.values()) - MAX_GAP
     rows = (
         CardSample.objects.filter(at__gte=since, at__lte=now)
         .values("card_id", "card__node_id")
@@ -154,10 +157,11 @@ def card_readings(rules: list[AlertRule], now: datetime) -> dict[str, Verdict]:
         subject = card_subject(card_id)
         for rule in rules:
             k = rule.kind
-            covered = row[f"{k}_first"] is not None and row[f"{k}_first"] <= (
-                now - timedelta(minutes=rule.for_minutes) + GRACE
+            bad_before, fine_before = row[f"{k}_bad_before"], row[f"{k}_fine_before"]
+            started_bad = bad_before is not None and (
+                fine_before is None or bad_before > fine_before
             )
-            if row[f"{k}_n"] and not row[f"{k}_fine"] and covered:
+            if started_bad and not row[f"{k}_fine"] and row[f"{k}_recent_bad"]:
                 verdicts[k].breaches[subject] = Finding(
                     subject, row[f"{k}_value"], card_id=card_id, node_id=row["card__node_id"]
                 )
@@ -206,8 +210,8 @@ def failure_rate(rule: AlertRule, now: datetime) -> Verdict:
 
 def card_idle(rule: AlertRule, now: datetime) -> Verdict:
     """Cards held by an active lease for longer than the rule's window whose utilisation
-    stayed at or below the threshold throughout it (readings covering the window: a silent
-    agent is not an idle card)."""
+    stayed at or below the threshold throughout it (the last reading before the window idle
+    too, and one within RECENT: a silent agent is not an idle card)."""
     window = timedelta(minutes=max(rule.for_minutes, 1))
     start = now - window
     held = Allocation.objects.filter(
@@ -219,18 +223,26 @@ def card_idle(rule: AlertRule, now: datetime) -> Verdict:
     verdict = Verdict()
     if not leases:
         return verdict
+    busy = Q(utilization_pct__gt=rule.threshold)
+    idle = Q(utilization_pct__lte=rule.threshold)
     rows = (
-        CardSample.objects.filter(card_id__in=held.values("card_id"), at__gte=start, at__lte=now)
+        CardSample.objects.filter(
+            card_id__in=held.values("card_id"), at__gte=start - MAX_GAP, at__lte=now
+        )
         .values("card_id", "card__node_id")
         .annotate(
-            n=Count("utilization_pct"),
-            peak=Max("utilization_pct"),
-            first=Min("at", filter=Q(utilization_pct__isnull=False)),
+            busy=Count("pk", filter=Q(at__gt=start) & busy),
+            recent=Count("pk", filter=Q(at__gte=now - RECENT) & idle),
+            idle_before=Max("at", filter=Q(at__lte=start) & idle),
+            busy_before=Max("at", filter=Q(at__lte=start) & busy),
+            peak=Max("utilization_pct", filter=Q(at__gt=start)),
         )
         .order_by()
     )
     for row in rows:
-        if row["n"] and row["peak"] <= rule.threshold and row["first"] <= start + GRACE:
+        idle_before, busy_before = row["idle_before"], row["busy_before"]
+        covered = idle_before is not None and (busy_before is None or idle_before > busy_before)
+        if covered and not row["busy"] and row["recent"]:
             card_id, lease_id = row["card_id"], leases.get(row["card_id"])
             subject = f"lease:{lease_id}:card:{card_id}"
             verdict.breaches[subject] = Finding(

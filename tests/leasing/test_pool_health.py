@@ -92,11 +92,14 @@ def test_92_degrees_past_the_window_opens_one_alert_told_once_and_cooling_resolv
     assert alert.last_seen_at == T0 + minutes(9.5)
     assert Notification.objects.filter(user=ops, kind="pool_alert").count() == 1
 
-    # One cool reading among hot ones does not resolve it; a minute of cool readings does.
+    # One cool reading among hot ones does not resolve it; two minutes of cool readings do.
     run_for(frozen, hot_pool, 0.5, temperature_c=80)
     alert.refresh_from_db()
     assert alert.status == AlertStatus.OPEN
     run_for(frozen, hot_pool, 1.5, temperature_c=70)
+    alert.refresh_from_db()
+    assert alert.status == AlertStatus.OPEN
+    run_for(frozen, hot_pool, 0.5, temperature_c=70)
     alert.refresh_from_db()
     assert alert.status == AlertStatus.RESOLVED and alert.resolved_at is not None
     card.refresh_from_db()
@@ -174,7 +177,7 @@ def test_a_hot_card_is_not_placed_and_the_waiting_lease_says_why(frozen, ops, al
     assert Notification.objects.filter(user=alice, kind="lease_stalled").count() == 1
 
     # It cools down: the next queue pass places the lease.
-    run_for(frozen, node, 1.5, temperature_c=60)
+    run_for(frozen, node, 2.5, temperature_c=60)
     queue_advance(card_model_ids=[a100.pk])
     waiting.refresh_from_db()
     assert waiting.status == LeaseStatus.PROVISIONING and waiting.stall_reason == ""
@@ -232,7 +235,7 @@ def test_acknowledge_and_silence_are_recorded_and_silence_holds_through_a_flap(
 
     # It flaps: cools (resolves, nobody told), heats again (a new alert, nobody told).
     told = Notification.objects.filter(user=ops, kind="pool_alert").count()
-    run_for(frozen, hot_pool, 1.5, temperature_c=60)
+    run_for(frozen, hot_pool, 2.5, temperature_c=60)
     run_for(frozen, hot_pool, 6, temperature_c=92)
     assert alerts().filter(status=AlertStatus.RESOLVED).count() == 1
     again = alerts().get(status=AlertStatus.OPEN)
@@ -347,3 +350,13 @@ def test_notices_that_cannot_be_written_are_retried_by_the_next_pass(
     alert.refresh_from_db()
     assert alert.notified
     assert Notification.objects.filter(user=ops, kind="pool_alert").count() == 1
+
+
+def test_an_exporter_read_every_minute_is_judged_too(frozen, ops, hot_pool):
+    """A 60-second source: the window counts as covered by the reading before its start."""
+    run_for(frozen, hot_pool, 5, every=1, temperature_c=92)
+    assert not alerts().exists()
+    run_for(frozen, hot_pool, 1, every=1, temperature_c=92)
+    assert alerts().count() == 1
+    run_for(frozen, hot_pool, 3, every=1, temperature_c=70)
+    assert alerts().get().status == AlertStatus.RESOLVED

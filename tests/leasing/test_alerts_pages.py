@@ -124,3 +124,26 @@ def test_pool_node_and_catalogue_pages_show_what_is_kept_out(client, ops, alice,
     client.force_login(ops)
     pool = client.get("/pool/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert "2 alerts still open" in pool
+
+
+def test_the_lease_page_charts_temperature_power_and_memory(frozen, client, alice, vision, a100):
+    from leasing.lifecycle import provisioning
+    from tests.leasing.conftest import ask, hours
+
+    node = make_node(a100, cards=1, hostname="gpu-lease")
+    lease = ask(alice, vision, a100, count=1, duration=hours(4))
+    provisioning.provision_step(lease_id=lease.pk)
+    for _ in range(6):
+        frozen.shift(timedelta(minutes=1))
+        telemetry_record(
+            node=node,
+            samples=[
+                {"index": 0, "utilization_pct": 90, "temperature_c": 81, "power_w": 350},
+            ],
+        )
+    client.force_login(alice)
+    page = client.get(f"/leases/{lease.pk}/utilisation/", HTTP_ACCEPT_LANGUAGE="en")
+    html = page.content.decode()
+    assert 'id="utilisation-chart"' in html
+    assert 'data-reading="temperature_c"' in html and 'data-reading="power_w"' in html
+    assert 'data-reading="memory_used_mb"' not in html  # no memory readings: no empty chart

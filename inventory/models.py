@@ -201,7 +201,9 @@ class CardModel(models.Model):
 # --- the one "usable card" rule --------------------------------------------------------
 # A card can hold a lease over [start, end) when it is healthy and its node takes leases
 # then: active, or draining with the drain at or after the end (after the start when the
-# end is not known: the planner then cuts the window at the drain). Placement, the fast
+# end is not known: the planner then cuts the window at the drain), and whose readings are
+# sound (``Card.health``: not hot past the operators' threshold, its node not silent; set by
+# the pool-health rules in ``leasing.health``). Placement, the fast
 # path, the catalogue's free counts, the pool page and /metrics all use this one rule.
 
 
@@ -219,8 +221,12 @@ class CardQuerySet(models.QuerySet):
         return self.exclude(status=Card.Status.RETIRED)
 
     def usable(self, start: datetime, end: datetime | None = None) -> CardQuerySet:
-        """Cards that can hold a lease over [start, end): healthy, on a node taking leases."""
-        return self.filter(status=Card.Status.OK).filter(node_takes_leases_q(start, end))
+        """Cards that can hold a lease over [start, end): healthy (not faulty, and neither
+        running hot nor on a node that stopped reporting: ``Card.health``), on a node taking
+        leases."""
+        return self.filter(status=Card.Status.OK, health=Card.Health.OK).filter(
+            node_takes_leases_q(start, end)
+        )
 
 
 class Node(models.Model):
@@ -266,6 +272,7 @@ class Node(models.Model):
         max_length=128,
         blank=True,
         editable=False,
+        db_index=True,  # looked up on every telemetry post
         help_text=_("SHA-256 of the token the node agent sends telemetry with."),
     )
     dcgm_url = models.URLField(
@@ -330,8 +337,20 @@ class Card(models.Model):
         default=0,
         help_text=_("Cards sharing an NVLink/HCCS island in the node share a domain number."),
     )
+
+    class Health(models.TextChoices):
+        """What the card's readings say (set by the pool-health rules, never by hand): a card
+        that is not ``ok`` takes no new lease until it recovers."""
+
+        OK = "ok", _("Readings normal")
+        HOT = "hot", _("Too hot")
+        UNKNOWN = "unknown", _("Node silent")
+
     status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.OK)
     health_note = models.CharField(_("health"), max_length=200, blank=True)
+    health = models.CharField(
+        _("readings"), max_length=16, choices=Health.choices, default=Health.OK, editable=False
+    )
 
     objects = CardQuerySet.as_manager()
 
@@ -379,6 +398,7 @@ class CardHourly(models.Model):
     memory_used_max_mb = models.FloatField(null=True, blank=True)
     temperature_max_c = models.FloatField(null=True, blank=True)
     power_avg_w = models.FloatField(null=True, blank=True)
+    power_max_w = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

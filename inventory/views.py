@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -13,8 +14,10 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
+from inventory.charts import readings_charts
 from inventory.filters import PRECISION_FIELDS, CardModelFilterSet, NodeFilterSet
 from inventory.models import Card, Node, Precision
+from inventory.selectors import latest_readings
 from leasing.scheduler.availability import (
     card_models_with_counts,
     node_cards_by_domain,
@@ -226,6 +229,11 @@ def node_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+READINGS_HOURS = 24  # the node page's charts
+READINGS_FRESH = timedelta(minutes=5)  # a card's "now" readings on its tile
+CHARTED_READINGS = ("temperature_c", "power_w", "memory_used_mb")
+
+
 @login_required
 def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
     """A node and its cards grouped by interconnect domain, each free or in use now."""
@@ -234,7 +242,8 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
     takes_leases = node.takes_leases(now)
     domains = []
     totals = {"cards": 0, "available": 0, "busy": 0}
-    for number, cards in node_cards_by_domain(node, now):
+    domains_cards = node_cards_by_domain(node, now)
+    for number, cards in domains_cards:
         in_service = [c for c in cards if c.status != Card.Status.RETIRED]
         domain = {
             "number": number,
@@ -248,8 +257,23 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
         totals["cards"] += domain["total"]
         totals["available"] += domain["available"]
         totals["busy"] += domain["busy"]
+    all_cards = [card for _number, cards in domains_cards for card in cards]
+    latest = latest_readings([c.pk for c in all_cards], now - READINGS_FRESH)
+    for card in all_cards:
+        card.latest = latest.get(card.pk)
+    since = now - timedelta(hours=READINGS_HOURS)
+    windows = [(card, since, now) for card in all_cards if card.status != Card.Status.RETIRED]
     return render(
         request,
         "inventory/node.html",
-        {"node": node, "domains": domains, "totals": totals, "takes_leases": takes_leases},
+        {
+            "node": node,
+            "domains": domains,
+            "totals": totals,
+            "takes_leases": takes_leases,
+            "kept_out": sum(c.health != Card.Health.OK for c in all_cards),
+            "readings": readings_charts(
+                windows, since, now, ("utilization_pct", *CHARTED_READINGS)
+            ),
+        },
     )

@@ -3,8 +3,11 @@
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from leasing.health import services as health_services
 from leasing.lifecycle import changes, releases
 from leasing.models import (
+    Alert,
+    AlertRule,
     Allocation,
     BackendCall,
     Delivery,
@@ -224,6 +227,41 @@ class DeliveryAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "channel"]
     list_select_related = ["notification", "webhook"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    """Operators' thresholds; a rule without a row runs with its defaults."""
+
+    list_display = ("kind", "threshold", "for_minutes", "severity", "enabled", "updated_at")
+
+    def save_model(self, request, obj, form, change):
+        try:
+            health_services.alert_rule_set(
+                user=request.user,
+                kind=obj.kind,
+                threshold=obj.threshold,
+                for_minutes=obj.for_minutes,
+                severity=obj.severity,
+                enabled=obj.enabled,
+            )
+        except (PermissionDenied, ValidationError) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    """The alerts' record (acknowledge and silence on the alerts page or the API)."""
+
+    list_display = ("kind", "subject", "severity", "status", "opened_at", "resolved_at")
+    list_filter = ("status", "kind", "severity")
+    readonly_fields = [f.name for f in Alert._meta.fields]
 
     def has_add_permission(self, request):
         return False

@@ -7,6 +7,7 @@ from inventory import api as inventory_api
 from inventory import api_telemetry
 from leasing.advisor import api as advisor_api
 from leasing.billing import api as billing_api
+from leasing.health import api as health_api
 from leasing.lifecycle import api as lease_api
 from leasing.lifecycle import api_agent
 from leasing.notify import api as notify_api
@@ -18,6 +19,7 @@ inventory_api.register(router)
 lease_api.register(router)
 team_api.register(router)
 notify_api.register(router)
+health_api.register(router)
 
 urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),

@@ -361,6 +361,9 @@ SPECTACULAR_SETTINGS = {
         "InterconnectEnum": "inventory.models.InterconnectKind",
         "VendorEnum": "inventory.models.Vendor",
         "PrecisionEnum": "inventory.models.Precision",
+        "AlertKindEnum": "leasing.choices.AlertKind",
+        "AlertSeverityEnum": "leasing.choices.AlertSeverity",
+        "AlertStatusEnum": "leasing.choices.AlertStatus",
     },
 }
 
@@ -396,7 +399,12 @@ CELERY_TASK_ALWAYS_EAGER = (
 CELERY_TIMEZONE = TIME_ZONE
 # Task modules live in the leasing packages; each task's name is pinned to the one it had
 # before the move (``leasing.tasks.tick`` …), and callers send work by that name.
-CELERY_IMPORTS = ("leasing.lifecycle.tasks", "leasing.notify.tasks", "leasing.billing.tasks")
+CELERY_IMPORTS = (
+    "leasing.lifecycle.tasks",
+    "leasing.notify.tasks",
+    "leasing.billing.tasks",
+    "leasing.health.tasks",
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A down broker must fail a publish fast (leasing.enqueue logs it; the sweeps re-find the
 # work): one quick retry (a pooled connection that died with a Redis restart), short timeouts.
@@ -532,6 +540,8 @@ CARDPOOL = {
     "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
     # Seconds between pulls from the nodes' DCGM exporters.
     "TELEMETRY_PULL_SECONDS": env_int("CARDPOOL_TELEMETRY_PULL_SECONDS", 30),
+    # Seconds between passes of the pool-health rules (alerts; hot or silent cards kept out).
+    "HEALTH_SECONDS": env_int("CARDPOOL_HEALTH_SECONDS", 30),
     # Bearer token Prometheus scrapes /metrics with (empty: operators' sessions only).
     "METRICS_TOKEN": env("CARDPOOL_METRICS_TOKEN", ""),
     # Preemptible leases pay this fraction of the price (0…1; checked in leasing.billing.prices).
@@ -559,6 +569,11 @@ CELERY_BEAT_SCHEDULE = {
     "inventory-summarise-telemetry": {
         "task": "inventory.tasks.summarise_telemetry",
         "schedule": 3600.0,
+    },
+    "health-evaluate": {
+        "task": "leasing.tasks_health.evaluate_health",
+        "schedule": float(CARDPOOL["HEALTH_SECONDS"]),
+        "options": {"expires": float(CARDPOOL["HEALTH_SECONDS"])},  # a late pass is redundant
     },
     "notifications-deliveries-sweep": {
         "task": "leasing.tasks_notify.deliveries_sweep",

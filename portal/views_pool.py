@@ -37,6 +37,7 @@ from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel, node_takes_leases_q
 from leasing.choices import WAITING_STATES, LeaseStatus
+from leasing.health import selectors as health_selectors
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner, snapshot
@@ -344,6 +345,7 @@ def pool(request):
     waits = queue_waits(now, ids)
     users = top_users(now, request.user)
     context = {
+        "health": health_selectors.health_summary(now),
         "utilisation": [
             utilisation_chart(names[i], x, held[i], totals.get(i, 0), down.get(i, 0)) for i in ids
         ],

@@ -38,6 +38,8 @@ from leasing.lifecycle import changes as lease_changes
 from leasing.lifecycle import provisioning
 from leasing.lifecycle import requests as lease_requests
 from leasing.models import (
+    Alert,
+    AlertRule,
     Delivery,
     Lease,
     LeaseChange,
@@ -327,6 +329,26 @@ ROWS = [
     r("api-reports-usage", "GET", "/api/v1/reports/usage/", (401, 403, 403, 200, 200, 200)),
     r("api-reports-usage", "GET", "/api/v1/reports/usage/?team=nlp&format=csv",
       (401, 403, 403, 400, 200, 200)),
+    # --- pool alerts: operators only (page and API) --------------------------------------
+    r("alerts:list", "GET", "/alerts/", (L, 403, 403, 403, 403, 200)),
+    r("alerts:acknowledge", "POST", "/alerts/{alert}/acknowledge/", (L, 403, 403, 403, 403, M),
+      probe="alerts", writes="ops"),
+    r("alerts:silence", "POST", "/alerts/{alert}/silence/", (L, 403, 403, 403, 403, M),
+      data={"minutes": "60"}, probe="alerts", writes="ops"),
+    r("alert-list", "GET", "/api/v1/alerts/", (401, 403, 403, 403, 403, 200)),
+    r("alert-detail", "GET", "/api/v1/alerts/{api_alert}/", (401, 403, 403, 403, 403, 200)),
+    r("alert-acknowledge", "POST", "/api/v1/alerts/{api_alert}/acknowledge/",
+      (401, 403, 403, 403, 403, 200), api=True, probe="alerts", writes="ops"),
+    r("alert-silence", "POST", "/api/v1/alerts/{api_alert}/silence/",
+      (401, 403, 403, 403, 403, 200), data={"minutes": 30}, api=True, probe="alerts",
+      writes="ops"),
+    r("alert-rule-list", "GET", "/api/v1/alert-rules/", (401, 403, 403, 403, 403, 200)),
+    r("alert-rule-detail", "GET", "/api/v1/alert-rules/card_hot/",
+      (401, 403, 403, 403, 403, 200)),
+    r("alert-rule-detail", "PUT", "/api/v1/alert-rules/card_hot/",
+      (401, 403, 403, 403, 403, 200),
+      data={"threshold": 90, "for_minutes": 5, "severity": "warning"}, api=True,
+      probe="alert_rules", writes="ops"),
     # --- API: notifications (each user's own; operators too see only theirs) ---------------
     r("notification-list", "GET", "/api/v1/notifications/", API_ALL_IN, sees=OWN_NOTES),
     r("notification-detail", "GET", "/api/v1/notifications/{alice_note}/",
@@ -375,6 +397,10 @@ STATE = {
     "notes": lambda: list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
     "prefs": lambda: list(NotificationPreference.objects.order_by("pk").values()),
     "webhooks": lambda: list(Webhook.objects.order_by("pk").values_list("pk", "name")),
+    "alerts": lambda: list(
+        Alert.objects.order_by("pk").values_list("pk", "status", "silenced_until")
+    ),
+    "alert_rules": lambda: list(AlertRule.objects.order_by("pk").values_list("kind", "threshold")),
     "deliveries": lambda: list(Delivery.objects.order_by("pk").values_list("pk")),
 }
 
@@ -465,6 +491,13 @@ def _build_world() -> World:
                 url="https://hooks.example.org/vision",
             ),
         }  # fmt: skip
+        alerts = {
+            key: Alert.objects.create(
+                kind="card_hot", severity="warning", subject=f"card:{card.pk}", card=card,
+                opened_at=T0, last_seen_at=T0, value=92,
+            )
+            for key, card in zip(("alert", "api_alert"), node.cards.order_by("index"), strict=False)
+        }  # fmt: skip
     assert pending.status == LeaseStatus.PENDING_APPROVAL
     assert alice_lease.status == bob_lease.status == LeaseStatus.ACTIVE
     return World(
@@ -474,7 +507,7 @@ def _build_world() -> World:
             "pending": pending.pk,
             "change": change.pk,
             "token": token.pk,
-            **{key: obj.pk for key, obj in (notes | hooks).items()},
+            **{key: obj.pk for key, obj in (notes | hooks | alerts).items()},
             "alice_membership": membership.pk,
             "vision_team": vision.pk,
             "model": model.slug,

@@ -18,7 +18,7 @@ from drf_spectacular.generators import EndpointEnumerator, SchemaGenerator
 from inventory import telemetry
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import requests as lease_requests
-from leasing.models import Lease, LeaseChange, Notification, Quota
+from leasing.models import Alert, Lease, LeaseChange, Notification, Quota
 from portal.input import StrictInputMixin
 from tests.factories import CardModelFactory, make_node
 
@@ -81,12 +81,20 @@ def seeded(alice, lena, ops, vision):
     note = Notification.objects.create(
         user=ops, kind="lease_active", title="t", created_at=timezone.now()
     )
+    alert = Alert.objects.create(
+        kind="card_hot",
+        severity="warning",
+        subject="card:1",
+        opened_at=timezone.now(),
+        last_seen_at=timezone.now(),
+    )
     return {
         "pk": {
             "approvals": waiting.pk,
             "lease-changes": change.pk,
             "leases": lease.pk,
             "notifications": note.pk,
+            "alerts": alert.pk,
         },
         "hostname": node.hostname,
         "uuid": str(node.cards.first().uuid),
@@ -103,6 +111,7 @@ def _fill(path: str, seeded: dict) -> str:
         .replace("{uuid}", seeded["uuid"])
         .replace("{slug}", seeded["slug"])
         .replace("{lease_id}", str(seeded["pk"]["leases"]))
+        .replace("{kind}", "card_hot")
     )
 
 

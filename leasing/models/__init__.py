@@ -6,6 +6,7 @@ Django finds every model through this package. Choices and state groups live in
 """
 
 from leasing.models.billing import OffPeakWindow, Price, PricePeriod, TeamPrice, UsageRecord
+from leasing.models.health import Alert, AlertRule
 from leasing.models.lease import (
     REQUEST_KEY_MAX,
     Allocation,
@@ -24,6 +25,8 @@ from leasing.models.notify import (
 from leasing.models.teams import GuaranteedShare, MemberLimit, Quota, QuotaLimits
 
 __all__ = [
+    "Alert",
+    "AlertRule",
     "REQUEST_KEY_MAX",
     "Allocation",
     "BackendCall",

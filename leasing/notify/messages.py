@@ -20,7 +20,7 @@ from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from leasing.choices import EndReason, StallReason
+from leasing.choices import AlertKind, AlertSeverity, EndReason, StallReason
 from leasing.models import Lease, Notification
 from leasing.notify.services import notify
 
@@ -93,6 +93,10 @@ def stall_text(reason: str, *, same_node: bool) -> tuple[str, str]:
         todo = _("Cancel it and ask for fewer cards or another model.")
     elif reason == StallReason.NO_NODE_BIG_ENOUGH:
         todo = _("Cancel it, ask for fewer cards, or allow the cards to be spread across nodes.")
+    elif reason == StallReason.UNHEALTHY:
+        todo = _(
+            "It starts on its own when the cards cool down or their node reports again; the operators have been alerted. Or cancel it and ask for another model."
+        )
     elif same_node:
         todo = _(
             "It starts on its own when cards come back into service; or cancel it, ask for fewer cards, or allow the cards to be spread across nodes."
@@ -306,10 +310,109 @@ def breaches_text(breaches) -> str:
     return "\n".join(lines)
 
 
+# --- pool health (leasing.health): to operators and to holders on the card -----------------
+
+
+def _subject(p: Mapping) -> str:
+    """What an alert is about, for the reader: a card, a node, a leased card, the pool."""
+    if p.get("card"):
+        return _("card %(card)s (%(model)s)") % {"card": p["card"], "model": p.get("model", "")}
+    if p.get("node"):
+        return _("node %(node)s") % {"node": p["node"]}
+    return _("the pool")
+
+
+def _reading(p: Mapping, key: str = "value") -> str:
+    """An alert's reading in its rule's unit."""
+    value = p.get(key)
+    if value is None:
+        return "—"
+    unit = {
+        "card_hot": " °C",
+        "power_limit": " W",
+        "memory_full": " MiB",
+        "failure_rate": " %",
+        "card_idle": " %",
+    }.get(p.get("rule", ""), "")
+    if p.get("rule") == "node_silent":
+        return _("silent for %(m)s minutes") % {"m": value}
+    return f"{value:g}{unit}" if isinstance(value, int | float) else f"{value}{unit}"
+
+
+def _rule_label(p: Mapping) -> str:
+    rule = p.get("rule", "")
+    return str(AlertKind(rule).label) if rule in AlertKind.values else rule
+
+
+def _alert_opened(p: Mapping) -> tuple[str, str]:
+    severity = p.get("severity", "")
+    label = str(AlertSeverity(severity).label) if severity in AlertSeverity.values else severity
+    title = _("%(severity)s: %(rule)s on %(subject)s") % {
+        "severity": label,
+        "rule": _rule_label(p),
+        "subject": _subject(p),
+    }
+    body = _("%(rule)s since %(at)s: %(reading)s (threshold %(threshold)s). %(advice)s") % {
+        "rule": _rule_label(p),
+        "at": _at(p.get("at")),
+        "reading": _reading(p),
+        "threshold": p.get("threshold_text", "—"),
+        "advice": ALERT_ADVICE.get(p.get("rule", ""), lambda: "")(),
+    }
+    return title, body
+
+
+ALERT_ADVICE = {
+    "card_hot": lambda: _(
+        "The card is kept out of new placements until it cools down; check the cooling, or mark it faulty to move its lease."
+    ),
+    "power_limit": lambda: _("The card may be throttling; check its power cap and cooling."),
+    "memory_full": lambda: _("The job on it may run out of memory."),
+    "node_silent": lambda: _(
+        "Its cards are marked unknown and take no new lease; check the node, then drain it or mark a card faulty to move its leases."
+    ),
+    "failure_rate": lambda: _("Look at the failed leases' reasons on the leases page."),
+    "card_idle": lambda: _("The holder may have forgotten the lease."),
+}
+
+
+def _alert_resolved(p: Mapping) -> tuple[str, str]:
+    title = _("Resolved: %(rule)s on %(subject)s") % {
+        "rule": _rule_label(p),
+        "subject": _subject(p),
+    }
+    return title, _("Back to normal at %(at)s.") % {"at": _at(p.get("resolved_at"))}
+
+
+def _holder_card_health(p: Mapping) -> tuple[str, str]:
+    rule = p.get("rule", "")
+    title = _("Lease %(id)s: %(rule)s on %(subject)s") % {
+        "id": p["id"],
+        "rule": _rule_label(p),
+        "subject": _subject(p),
+    }
+    if rule == "card_hot":
+        body = _(
+            "A card of your lease runs at %(reading)s. Hot cards slow themselves down to protect the hardware, so your job may run slower or unevenly. The operators have been alerted; save a checkpoint if you can."
+        ) % {"reading": _reading(p)}
+    elif rule == "power_limit":
+        body = _(
+            "A card of your lease is at its power limit (%(reading)s) and may be throttling: your job may run slower. The operators have been alerted."
+        ) % {"reading": _reading(p)}
+    else:
+        body = _(
+            "The node of your lease stopped reporting: its cards' state is unknown and your job may have stopped. The operators have been alerted and decide whether to move your lease or drain the node; save your work if you can."
+        )
+    return title, body
+
+
 MESSAGES: dict[str, Renderer] = {
     "lease": _lease,
     "idle": _idle,
     "budget": _budget,
+    "alert_opened": _alert_opened,
+    "alert_resolved": _alert_resolved,
+    "holder_card_health": _holder_card_health,
     "change": _change,
     "card_swapped": _card_swapped,
     "expiring": _expiring,
@@ -346,6 +449,11 @@ def render(message: str, params: Mapping, *, language: str, zone) -> tuple[str, 
         return MESSAGES[message](params)
 
 
+def render_params(message: str, params: Mapping) -> tuple[str, str]:
+    """A stored message worded in the active language and time zone (the reader's)."""
+    return MESSAGES[message](params)
+
+
 def notice_text(notification: Notification) -> tuple[str, str]:
     """The notice's title and body for the reader (the active language and time zone)."""
     data = notification.data or {}
@@ -369,17 +477,38 @@ def notice_send(
 ) -> Notification:
     """Tell the lease's holder (once per *key*): stored as *message* + *params*, rendered in
     the holder's language and time zone for email and webhooks."""
-    clean = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in params.items()}
-    title, body = render(
-        message, clean, language=holder_language(lease.user), zone=holder_zone(lease.user)
+    return notice_to(
+        lease.user,
+        kind=kind,
+        message=message,
+        params=params,
+        key=key,
+        url=f"/leases/{lease.pk}/{anchor}",
+        lease=lease,
     )
+
+
+def notice_to(
+    user,
+    *,
+    kind: str,
+    message: str,
+    params: Mapping,
+    key: str,
+    url: str = "",
+    lease: Lease | None = None,
+) -> Notification:
+    """Tell *user* (once per *key*): stored as *message* + *params*, rendered in the user's
+    language and time zone for email and webhooks, and again for whoever reads it."""
+    clean = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in params.items()}
+    title, body = render(message, clean, language=holder_language(user), zone=holder_zone(user))
     return notify(
-        user=lease.user,
+        user=user,
         kind=kind,
         title=title,
         body=body,
         lease=lease,
-        url=f"/leases/{lease.pk}/{anchor}",
+        url=url,
         data={"message": message, "params": clean},
         key=key,
     )

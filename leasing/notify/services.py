@@ -74,6 +74,8 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.APPROVAL_DECIDED,
         Kind.BUDGET_80,
         Kind.BUDGET_100,
+        Kind.POOL_ALERT,
+        Kind.CARD_HEALTH,
     }
 )
 # Events about a team rather than one person's lease: they go to its leads and team hooks.
@@ -90,6 +92,8 @@ SEVERITY = {
     Kind.LEASE_FAILED: "danger",
     Kind.PREEMPTION_WARNING: "danger",
     Kind.BUDGET_100: "danger",
+    Kind.POOL_ALERT: "danger",
+    Kind.CARD_HEALTH: "warning",
 }
 # Channels a user may switch per kind; in the portal is always on.
 OPTIONAL_CHANNELS = (Channel.EMAIL, Channel.WEBHOOK)

@@ -271,14 +271,18 @@ def _first_feasible(
     return None
 
 
-def never_fits_because(in_service: dict[int, int], request: Request) -> str:
+def never_fits_because(in_service: dict[int, int], request: Request, unhealthy: int = 0) -> str:
     """Why *request* can never be placed (``earliest`` gave it no start), as a
     ``choices.StallReason`` value. *in_service* counts the model's cards in service per node,
-    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones."""
+    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones.
+    *unhealthy* counts those kept out only by their readings (hot, node silent): they come
+    back on their own, so that is said first."""
     if sum(in_service.values()) < request.count:
         return "too_few_cards"
     if request.same_node and max(in_service.values(), default=0) < request.count:
         return "no_node_big_enough"
+    if unhealthy:
+        return "unhealthy"
     return "out_of_service"
 
 

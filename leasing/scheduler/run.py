@@ -71,6 +71,7 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
             policies[pk] = policy
     offpeak = OffPeakHold()
     in_service: dict[int, int] | None = None
+    unhealthy = 0
 
     starting: list[tuple[Request, Decision]] = []
     waiting: list[Lease] = []
@@ -114,7 +115,8 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
             if decision.start is None:
                 if in_service is None:
                     in_service = in_service_by_node(card_model_id)
-                stall = planner.never_fits_because(in_service, request)
+                    unhealthy = unhealthy_count(card_model_id)
+                stall = planner.never_fits_because(in_service, request, unhealthy)
             if shown.get(decision.lease_id) != (decision.start, stall):
                 waiting.append(
                     Lease(pk=decision.lease_id, estimated_start=decision.start, stall_reason=stall)
@@ -140,6 +142,15 @@ def in_service_by_node(card_model_id: int) -> dict[int, int]:
         .order_by()
     )
     return dict(rows)
+
+
+def unhealthy_count(card_model_id: int) -> int:
+    """The model's cards kept out of placement only by their readings (``Card.health``)."""
+    return (
+        Card.objects.filter(card_model_id=card_model_id, status=Card.Status.OK)
+        .exclude(health=Card.Health.OK)
+        .count()
+    )
 
 
 def stalled_tell(lease_ids: list[int]) -> None:

@@ -109,7 +109,8 @@ def counts(api, slug: str) -> tuple[int, int]:
         (NODES, 10),
         (f"{NODES}?region=big-1&model=big-model-1", 12),
         ("/inventory/models/big-model-2/", 8),
-        ("/inventory/nodes/big-0007.example.org/", 8),
+        # + the cards' latest readings and one pair for the 24-hour charts of every reading
+        ("/inventory/nodes/big-0007.example.org/", 11),
     ],
 )
 def test_pages_run_a_bounded_number_of_queries(

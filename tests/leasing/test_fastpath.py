@@ -30,6 +30,11 @@ def _random_pool(rng: random.Random, model) -> None:
     cards = list(Card.objects.filter(card_model=model).values_list("pk", flat=True))
     faulty = rng.sample(cards, k=len(cards) // 8)
     Card.objects.filter(pk__in=faulty).update(status=Card.Status.FAULTY)
+    # Cards the pool-health rules keep out (hot, or on a silent node): one rule for both ways.
+    unhealthy = rng.sample(cards, k=len(cards) // 8)
+    for pk in unhealthy:
+        health = rng.choice([Card.Health.HOT, Card.Health.UNKNOWN])
+        Card.objects.filter(pk=pk).update(health=health)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -72,6 +77,7 @@ def test_place_now_chooses_what_the_planner_chooses(frozen, alice, vision, a100,
             got = fastpath.place_now(a100.pk, count=count, start=T0, end=end)
             if got is not None:
                 assert got == expected, (count, minutes)
+                assert not Card.objects.filter(pk__in=got).exclude(health=Card.Health.OK).exists()
                 compared += 1
             else:
                 # Only what needs more than one interconnect domain goes to the full pass.

@@ -49,7 +49,7 @@ from leasing.models import (
 )
 from leasing.notify import services as notify_services
 from leasing.teams import services as team_services
-from portal.models import Membership, Profile
+from portal.models import Membership, Profile, Team
 from portal.tokens.models import ApiToken
 from portal.tokens.services import token_create
 from tests.factories import (
@@ -166,11 +166,19 @@ ROWS = [
     r("metrics", "GET", "/metrics", (401, 403, 403, 403, 403, 200)),
     # --- pages: teams ------------------------------------------------------------------
     r("team_list", "GET", "/teams/", ALL_IN, sees=TEAMS_SEEN),
-    r("team_detail", "GET", "/teams/vision/", (L, 404, 404, 200, 200, 200),
-      sees={"lena": "alice_lease pending", "fin": "alice_lease pending",
+    # Members see their own team's page (its use, who holds what); approvals are for managers.
+    r("team_detail", "GET", "/teams/vision/", (L, 404, 200, 200, 200, 200),
+      sees={"alice": "alice_lease", "lena": "alice_lease pending", "fin": "alice_lease pending",
             "ops": "alice_lease pending"}),
-    r("team_detail", "GET", "/teams/nlp/", (L, 404, 404, 404, 200, 200),
-      sees={"fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_detail", "GET", "/teams/nlp/", (L, 200, 404, 404, 200, 200),
+      sees={"bob": "bob_lease", "fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_member_add", "POST", "/teams/vision/members/", (L, 404, 404, M, M, M),
+      data={"member-username": "bob"}, probe="memberships", writes="lena ops"),
+    r("team_member_remove", "POST", "/teams/vision/members/{alice_membership}/remove/",
+      (L, 404, 404, M, M, M), probe="memberships", writes=""),  # alice holds cards: refused
+    r("team_idle_policy", "POST", "/teams/vision/idle/", (L, 404, 404, M, M, M),
+      data={"idle-idle_threshold_pct": "10", "idle-idle_minutes": "30",
+            "idle-idle_reclaim": "on"}, probe="teams", writes="lena ops"),
     r("team_set_limit", "POST", "/teams/vision/limits/", (L, 404, 404, M, M, M),
       data={"limit-member": "{alice_membership}", "limit-card_model": "",
             "limit-max_concurrent_cards": "3"},
@@ -360,6 +368,8 @@ STATE = {
     ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
     "users": lambda: list(get_user_model().objects.order_by("pk").values_list("pk", "username")),
+    "memberships": lambda: list(Membership.objects.order_by("pk").values_list("pk", "role")),
+    "teams": lambda: list(Team.objects.order_by("pk").values()),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
     "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
     "profiles": lambda: list(Profile.objects.order_by("pk").values_list("pk", "timezone")),

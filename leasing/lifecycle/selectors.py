@@ -194,6 +194,38 @@ def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:
     return leases
 
 
+LIST_SCOPES = ("mine", "team")
+
+
+def list_scopes(user) -> tuple[str, ...]:
+    """The lease list's switch: "mine" for everyone; "team" (every lease the user may see:
+    their teams' as a lead, all as finance or an operator) where that is more."""
+    if is_operator(user) or is_finance(user):
+        return LIST_SCOPES
+    if Membership.objects.filter(user=user, role=Membership.Role.LEAD).exists():
+        return LIST_SCOPES
+    return ("mine",)
+
+
+def leases_in_scope(user, scope: str) -> QuerySet[Lease]:
+    """The lease list for *scope* ("mine" or "team"), newest first, with their cards."""
+    if scope == "team" and scope in list_scopes(user):
+        return (
+            leases_visible_to(user)
+            .select_related("user")
+            .prefetch_related(
+                Prefetch(
+                    "allocations",
+                    queryset=Allocation.objects.select_related("card__node").order_by(
+                        "card__index"
+                    ),
+                )
+            )
+            .order_by("-submitted_at", "-pk")
+        )
+    return my_leases(user)
+
+
 def lease_detail(lease_id: int, user) -> Lease | None:
     return (
         leases_visible_to(user)

@@ -19,4 +19,12 @@
       window.print();
     }
   });
+
+  // <form data-confirm="Remove alice?">: a destructive form asks before it is sent.
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest && event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
+    }
+  });
 })();

@@ -2,6 +2,7 @@
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from leasing.lifecycle import changes, releases
 from leasing.models import (
@@ -85,19 +86,20 @@ class LeaseAdmin(admin.ModelAdmin):
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(
                     request,
-                    f"lease {lease.pk}: {' '.join(getattr(exc, 'messages', [str(exc)]))}",
+                    _("Lease %(id)s: %(why)s")
+                    % {"id": lease.pk, "why": " ".join(getattr(exc, "messages", [str(exc)]))},
                     messages.WARNING,
                 )
 
-    @admin.action(description="Release the selected leases now")
+    @admin.action(description=_("Release the selected leases now"))
     def release_selected(self, request, queryset):
         self._each(request, queryset, changes.lease_release)
 
-    @admin.action(description="Failed releases: send the release to the backend again")
+    @admin.action(description=_("Failed releases: send the release to the backend again"))
     def retry_failed_releases(self, request, queryset):
         self._each(request, queryset, releases.lease_release_retry)
 
-    @admin.action(description="Failed releases: mark released (the cards were freed by hand)")
+    @admin.action(description=_("Failed releases: mark released (the cards were freed by hand)"))
     def resolve_failed_releases(self, request, queryset):
         self._each(request, queryset, releases.lease_release_resolve)
 

@@ -33,6 +33,7 @@ from django.db import transaction
 from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import changes as lease_changes
 from leasing.lifecycle import provisioning
@@ -250,6 +251,13 @@ ROWS = [
     r("inventory:card_model", "GET", "/inventory/models/{model}/", ALL_IN),
     r("inventory:nodes", "GET", "/inventory/nodes/", ALL_IN),
     r("inventory:node", "GET", "/inventory/nodes/{node}/", ALL_IN),
+    # The node page's maintenance forms: operators only (others get the refusal as a message).
+    r("inventory:node_drain", "POST", "/inventory/nodes/{node}/drain/", (L, M, M, M, M, M),
+      data={"drain_at": "2099-01-01T00:00"}, probe="nodes", writes="ops"),
+    r("inventory:node_undrain", "POST", "/inventory/nodes/{node}/undrain/",
+      (L, M, M, M, M, M), probe="nodes"),  # the node is active: nothing to undrain
+    r("inventory:card_faulty", "POST", "/inventory/nodes/{node}/cards/0/faulty/",
+      (L, M, M, M, M, M), data={"note": "matrix"}, probe="cards", writes="ops"),
     # --- API: root, schema, token --------------------------------------------------------
     r("api-root", "GET", "/api/v1/", API_ALL_IN),
     r("api-schema", "GET", "/api/v1/schema/", API_ALL_IN),
@@ -368,6 +376,8 @@ STATE = {
     ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
     "users": lambda: list(get_user_model().objects.order_by("pk").values_list("pk", "username")),
+    "nodes": lambda: list(Node.objects.order_by("pk").values_list("pk", "status", "drain_at")),
+    "cards": lambda: list(Card.objects.order_by("pk").values_list("pk", "status")),
     "memberships": lambda: list(Membership.objects.order_by("pk").values_list("pk", "role")),
     "teams": lambda: list(Team.objects.order_by("pk").values()),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),

@@ -11,6 +11,7 @@ from django.utils import timezone
 from inventory.models import Card, CardModel, Node
 from leasing.choices import (
     ENDING_STATES,
+    HOLDING_STATES,
     OPEN_STATES,
     RUNNING_STATES,
     TERMINAL_STATES,
@@ -305,3 +306,19 @@ def availability_calendar(
         "usable": len(cards),
         "slots": slots,
     }
+
+
+def card_holders(node_id: int, now: datetime) -> dict[int, Lease]:
+    """The lease holding each card of a node now (card id → lease with user and team): the
+    node page's "who holds which card". One query."""
+    held = (
+        Allocation.objects.filter(
+            card__node_id=node_id,
+            start_at__lte=now,
+            end_at__gt=now,
+            lease__status__in=HOLDING_STATES,
+        )
+        .select_related("lease__user", "lease__team")
+        .order_by("card_id", "start_at")
+    )
+    return {a.card_id: a.lease for a in held}

@@ -130,6 +130,8 @@ class UsageRecord(models.Model):
     )
 
     class Meta:
+        verbose_name = _("usage record")
+        verbose_name_plural = _("usage records")
         ordering = ["start_at", "lease_id", "node_id"]
         constraints = [
             models.UniqueConstraint(

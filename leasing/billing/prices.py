@@ -24,6 +24,12 @@ from leasing.choices import Priority
 from leasing.models import Price, TeamPrice
 from leasing.periods import floor_minute
 
+
+def currency() -> str:
+    """The site's currency code (``CARDPOOL_CURRENCY``), named wherever money is shown."""
+    return settings.CARDPOOL_CURRENCY
+
+
 CENT = Decimal("0.01")
 PRICE_PLACES = Decimal("0.0001")
 HOUR_SECONDS = Decimal(3600)

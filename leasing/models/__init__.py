@@ -5,7 +5,7 @@ Django finds every model through this package. Choices and state groups live in
 ``leasing.choices``.
 """
 
-from leasing.models.billing import Price, PricePeriod, TeamPrice, UsageRecord
+from leasing.models.billing import Price, PricePeriod, Statement, TeamPrice, UsageRecord
 from leasing.models.lease import (
     REQUEST_KEY_MAX,
     Allocation,
@@ -38,6 +38,7 @@ __all__ = [
     "Price",
     "PricePeriod",
     "Quota",
+    "Statement",
     "QuotaLimits",
     "TeamPrice",
     "UsageRecord",

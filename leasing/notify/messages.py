@@ -208,6 +208,25 @@ def breaches_text(breaches) -> str:
     return "\n".join(lines)
 
 
+def _statement(p: Mapping) -> tuple[str, str]:
+    title = _("Statement %(number)s: %(team)s, %(month)s") % {
+        "number": p["number"],
+        "team": p["team"],
+        "month": p["month"],
+    }
+    body = _(
+        "%(team)s's statement for %(month)s is closed and issued as %(number)s: %(hours)s card-hours, %(cost)s %(currency)s. Open it on the reports page to print it or download it as XLSX."
+    ) % {
+        "team": p["team"],
+        "month": p["month"],
+        "number": p["number"],
+        "hours": p["hours"],
+        "cost": p["cost"],
+        "currency": p["currency"],
+    }
+    return title, body
+
+
 MESSAGES: dict[str, Renderer] = {
     "change": _change,
     "card_swapped": _card_swapped,
@@ -217,6 +236,7 @@ MESSAGES: dict[str, Renderer] = {
     "preemption_partial": _preemption_partial,
     "stalled": _stalled,
     "ended": _ended,
+    "statement": _statement,
 }
 
 

@@ -74,6 +74,7 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.APPROVAL_DECIDED,
         Kind.BUDGET_80,
         Kind.BUDGET_100,
+        Kind.STATEMENT_ISSUED,
     }
 )
 # Events about a team rather than one person's lease: they go to its leads and team hooks.

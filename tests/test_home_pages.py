@@ -83,7 +83,11 @@ def test_finance_sees_the_months_cost_and_last_months_statements(
     client, day, fin, django_assert_max_num_queries
 ):
     html = page(client, fin, 25, django_assert_max_num_queries)
-    assert html.index('id="home-finance"') < html.index('id="home-mine"')
+    assert html.index('id="home-finance"') < html.index("card-grid")
+    # In no team and holding nothing: no empty "my leases", no request button, no "join a
+    # team" hint; the role is named instead.
+    assert 'id="home-mine"' not in html and 'href="/leases/new/"' not in html.split("card-grid")[0]
+    assert 'data-role="finance"' in html and "ask a team lead" not in html
     assert "Cost in 2026-12 so far" in html
     cost = html.split('data-stat="cost"', 1)[1]
     assert 'class="stat__value">10.00<' in cost  # 1 card × 1 h × 10 CNY, accrued
@@ -92,7 +96,8 @@ def test_finance_sees_the_months_cost_and_last_months_statements(
 
 def test_an_operator_sees_pool_health_first(client, day, ops, django_assert_max_num_queries):
     html = page(client, ops, 25, django_assert_max_num_queries)
-    assert html.index('id="home-operator"') < html.index('id="home-mine"')
+    assert html.index('id="home-operator"') < html.index("card-grid")
+    assert 'id="home-mine"' not in html and 'data-role="operator"' in html
     assert 'data-node="home-02"' in html and 'data-node="home-01"' not in html
     nodes_out = html.split('data-stat="nodes-out"', 1)[1]
     assert 'class="stat__value">1<' in nodes_out

@@ -318,9 +318,10 @@ def test_operator_day(live_server, operator_day, language):
             lambda: Card.objects.filter(node=node).exclude(pk=card.pk).order_by("index").first()
         )
         form = page.locator(f'[data-card-faulty="{free.index}"]')
+        form.locator("summary").click()  # folded away until asked for
         form.locator("input[name=note]").fill("fan failure")
         with page.expect_navigation():
-            form.locator("button").click()
+            form.locator("button[type=submit]").click()
         expect(page.locator(".messages")).to_contain_text(said(language, "no lease held it"))
         expect(page.locator(f'[data-card-faulty="{free.index}"]')).to_have_count(0)
 

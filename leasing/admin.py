@@ -14,6 +14,7 @@ from leasing.models import (
     MemberLimit,
     Price,
     Quota,
+    Statement,
     TeamPrice,
     UsageRecord,
 )
@@ -200,4 +201,23 @@ class DeliveryAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Statement)
+class StatementAdmin(admin.ModelAdmin):
+    """Read-only: issued by billing.statements once a month is closed."""
+
+    list_display = ["number", "team", "month", "issued_at", "cost", "currency"]
+    list_filter = ["month", "team"]
+    list_select_related = ["team"]
+    search_fields = ["number", "team__name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

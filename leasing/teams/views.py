@@ -55,10 +55,11 @@ def team_list(request):
 
 
 def _chart_range(request, now) -> tuple[ChartRangeForm, date, date]:
-    """The chart's days from the query (?start=&end=), else this month so far."""
+    """The chart's days from the query (?start=&end=), else the last 30 days (not this month
+    so far: on the 1st that is a single bar)."""
     today = periods.local_date(now)
     form = ChartRangeForm(request.GET or None)
-    start, end = today.replace(day=1), today
+    start, end = today - timedelta(days=29), today
     if form.is_bound and form.is_valid():
         start = form.cleaned_data.get("start") or start
         end = form.cleaned_data.get("end") or end

@@ -107,8 +107,9 @@ def test_team_chart_covers_the_chosen_range(as_lena, frozen, alice, lena, vision
     as_lena.force_login(lena)  # the session of December has expired
     response = as_lena.get("/teams/vision/")
     assert response.status_code == 200, response
-    this_month = response.content.decode()
-    assert 'id="daily-chart-empty"' in this_month  # nothing in January
+    default = response.content.decode()
+    assert 'id="daily-chart-empty"' in default  # the last 30 days: nothing since 11 Dec
+    assert "2026-12-12 to 2027-01-10" in default
     december = as_lena.get("/teams/vision/?start=2026-12-01&end=2026-12-31").content.decode()
     assert 'id="daily-chart"' in december
     assert "2026-12-01 to 2026-12-31" in december

@@ -22,6 +22,7 @@ import polib
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.db import transaction
 from django.test import Client
 from django.utils import translation
 
@@ -223,12 +224,22 @@ def _more_to_read() -> None:
 
 @pytest.fixture(scope="module")
 def demo(django_db_setup, django_db_blocker):
+    """The demo world, once for the module, inside a transaction rolled back at its end (each
+    test's own transaction nests in it): later tests see the database as it was."""
     with django_db_blocker.unblock():
-        call_command("seed_demo")
-        _more_to_read()
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            call_command("seed_demo")
+            _more_to_read()
+        except BaseException:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+            raise
     yield
     with django_db_blocker.unblock():
-        call_command("flush", interactive=False)
+        transaction.set_rollback(True)
+        outer.__exit__(None, None, None)
 
 
 @pytest.mark.parametrize("username", ["alice", "lena", "fin", "ops"])

@@ -150,3 +150,18 @@ def test_lease_list_switches_between_mine_and_my_team(
     client.force_login(bob)  # a member: no switch, and ?scope=team shows only his own
     page = client.get("/leases/?scope=team").content.decode()
     assert 'id="scope-switch"' not in page and f'href="/leases/{lease.pk}/"' not in page
+
+
+def test_the_api_documents_and_takes_the_same_scope(
+    api, frozen, alice, lena, vision, a100, small_pool
+):
+    lease = ask(alice, vision, a100, count=1, duration=hours(2))
+    api.force_authenticate(lena)
+    mine = api.get("/api/v1/leases/").json()
+    assert lease.pk not in [item["id"] for item in mine["results"]]
+    team = api.get("/api/v1/leases/?scope=team").json()
+    assert lease.pk in [item["id"] for item in team["results"]]
+    schema = api.get("/api/v1/schema/?format=json").json()
+    params = schema["paths"]["/api/v1/leases/"]["get"]["parameters"]
+    scope = next(p for p in params if p["name"] == "scope")
+    assert sorted(scope["schema"]["enum"]) == ["all", "mine", "team"]

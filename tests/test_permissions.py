@@ -349,6 +349,13 @@ ROWS = [
     r("team-list", "GET", "/api/v1/teams/", API_ALL_IN, sees=TEAMS_SEEN),
     r("team-detail", "GET", "/api/v1/teams/vision/", (401, 404, 200, 200, 200, 200)),
     r("team-detail", "GET", "/api/v1/teams/nlp/", (401, 200, 404, 404, 200, 200)),
+    r("team-members", "GET", "/api/v1/teams/vision/members/", (401, 404, 200, 200, 200, 200)),
+    r("team-members", "POST", "/api/v1/teams/vision/members/",
+      (401, 404, 403, 201, 403, 201), data={"username": "bob"}, api=True,
+      probe="memberships", writes="lena ops"),
+    # alice holds cards on vision's account: nobody takes her out until they end.
+    r("team-member", "DELETE", "/api/v1/teams/vision/members/alice/",
+      (401, 404, 403, 400, 403, 400), probe="memberships"),
     r("team-quotas", "GET", "/api/v1/teams/vision/quotas/", (401, 404, 200, 200, 200, 200)),
     r("team-quotas", "GET", "/api/v1/teams/nlp/quotas/", (401, 200, 404, 404, 200, 200)),
     r("team-quotas", "PUT", "/api/v1/teams/vision/quotas/", (401, 404, 403, 403, 403, 200),

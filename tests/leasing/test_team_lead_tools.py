@@ -165,3 +165,23 @@ def test_the_api_documents_and_takes_the_same_scope(
     params = schema["paths"]["/api/v1/leases/"]["get"]["parameters"]
     scope = next(p for p in params if p["name"] == "scope")
     assert sorted(scope["schema"]["enum"]) == ["all", "mine", "team"]
+
+
+def test_members_through_the_api(api, frozen, lena, alice, bob, vision):
+    api.force_authenticate(lena)
+    api.credentials(HTTP_ACCEPT_LANGUAGE="en")
+    listed = api.get("/api/v1/teams/vision/members/").json()
+    assert [(m["username"], m["role"]) for m in listed] == [("lena", "lead"), ("alice", "member")]
+    added = api.post("/api/v1/teams/vision/members/", {"username": "bob"}, format="json")
+    assert added.status_code == 201 and "bob" in [m["username"] for m in added.json()]
+    again = api.post("/api/v1/teams/vision/members/", {"username": "bob"}, format="json")
+    assert again.status_code == 400 and "bob is in the team already." in str(again.json())
+    unknown = api.post("/api/v1/teams/vision/members/", {"username": "zed"}, format="json")
+    assert unknown.status_code == 400 and "username" in unknown.json()
+    extra = api.post(
+        "/api/v1/teams/vision/members/", {"username": "bob", "role": "lead"}, format="json"
+    )
+    assert extra.status_code == 400 and "role" in str(extra.json())  # unknown field named
+    assert api.delete("/api/v1/teams/vision/members/bob/").status_code == 204
+    assert api.delete("/api/v1/teams/vision/members/bob/").status_code == 404
+    assert not Membership.objects.filter(team=vision, user=bob).exists()

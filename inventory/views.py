@@ -270,7 +270,6 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
                     )
                 }
             ),
-            "faulty_form": CardFaultyForm(),
             "can_undrain": node.status in (Node.Status.DRAINING, Node.Status.MAINTENANCE),
         },
     )

@@ -18,7 +18,7 @@ import time_machine
 from inventory.models import Vendor
 from leasing.billing import statements, usage
 from leasing.choices import Kind, Priority
-from leasing.models import Notification, Statement, UsageRecord
+from leasing.models import Delivery, Notification, Statement, UsageRecord
 from portal.models import Membership
 from tests.factories import UserFactory
 from tests.leasing import test_usage_reconcile as reconcile
@@ -153,6 +153,12 @@ def test_a_closed_month_gets_numbered_statements_sent_to_leads_and_finance(
         ("lena", "2026-11-0002"),  # vision's lead; nlp has none here
     ]
     assert not notes.filter(user=alice).exists()  # a member gets no statement
+    # By email too, by default (each reader may turn it off in their notification settings).
+    emailed = Delivery.objects.filter(notification__in=notes, channel="email")
+    assert set(emailed.values_list("notification__user__username", flat=True)) == {
+        u.username for u in (fin, finance_reader, lena) if u.email
+    }
+    assert emailed.exists()
     # Each reader in their own language.
     assert notes.get(user=fin, data__params__number="2026-11-0002").title.startswith(
         "Statement 2026-11-0002"

@@ -55,6 +55,20 @@ def said(language: str, message: str, **params) -> str:
     return text % params if params else text
 
 
+def confirmed(page, button) -> None:
+    """Press a destructive form's button and say yes when it asks: the browser's confirm
+    (accepted by the page's dialog handler) or the page's own #confirm-dialog."""
+    own_dialog = page.locator("#confirm-dialog").count() > 0
+    asked: list[str] = []
+    if not own_dialog:
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+    with page.expect_navigation():
+        button.click()
+        if own_dialog:
+            page.locator("#confirm-dialog [data-confirm-ok]").click()
+    assert own_dialog or asked, "the destructive form was sent without asking"
+
+
 def sign_in(page, username: str, language: str) -> None:
     page.goto("/accounts/login/")
     page.locator("input[name=login]").fill(username)
@@ -101,7 +115,6 @@ def test_lead_day(live_server, lead_day, language):
 
     held, waiting = lead_day["held"], lead_day["waiting"]
     with chromium_page(live_server) as page:
-        page.on("dialog", lambda dialog: dialog.accept())  # "Remove bob from the team?"
         sign_in(page, "lena", language)
 
         # Home: the request waiting for her comes first.
@@ -129,8 +142,7 @@ def test_lead_day(live_server, lead_day, language):
             said(language, "%(user)s joined the team.", user="bob")
         )
         expect(page.locator('#members [data-member="bob"]')).to_have_count(1)
-        with page.expect_navigation():
-            page.locator('#members [data-member="bob"] button[name=remove]').click()
+        confirmed(page, page.locator('#members [data-member="bob"] button[name=remove]'))
         expect(page.locator(".messages")).to_contain_text(
             said(language, "%(user)s left the team.", user="bob")
         )
@@ -274,7 +286,6 @@ def test_operator_day(live_server, operator_day, language):
 
     node, held, card = operator_day["node"], operator_day["held"], operator_day["card"]
     with chromium_page(live_server) as page:
-        page.on("dialog", lambda dialog: dialog.accept())  # drain and mark faulty ask first
         sign_in(page, "ops", language)
         page.goto("/")
         health = page.locator("#home-operator")
@@ -292,8 +303,7 @@ def test_operator_day(live_server, operator_day, language):
             second=0, microsecond=0
         )
         page.locator("#drain-form input[name=drain_at]").fill(f"{at:%Y-%m-%dT%H:%M}")
-        with page.expect_navigation():
-            page.locator("#drain-form button[name=drain]").click()
+        confirmed(page, page.locator("#drain-form button[name=drain]"))
         with translation.override(language):
             drains = translation.ngettext(
                 "Node %(node)s drains at %(at)s; %(n)s holder warned.",
@@ -320,8 +330,7 @@ def test_operator_day(live_server, operator_day, language):
         form = page.locator(f'[data-card-faulty="{free.index}"]')
         form.locator("summary").click()  # folded away until asked for
         form.locator("input[name=note]").fill("fan failure")
-        with page.expect_navigation():
-            form.locator("button[type=submit]").click()
+        confirmed(page, form.locator("button[type=submit]"))
         expect(page.locator(".messages")).to_contain_text(said(language, "no lease held it"))
         expect(page.locator(f'[data-card-faulty="{free.index}"]')).to_have_count(0)
 

@@ -378,6 +378,8 @@ class CardSample(models.Model):
     power_w = models.FloatField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("card sample")
+        verbose_name_plural = _("card samples")
         indexes = [models.Index(fields=["card", "at"], name="cardsample_card_at_idx")]
         constraints = [
             models.UniqueConstraint(fields=["card", "at"], name="cardsample_unique_card_at")
@@ -401,6 +403,8 @@ class CardHourly(models.Model):
     power_max_w = models.FloatField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("hourly card reading")
+        verbose_name_plural = _("hourly card readings")
         constraints = [
             models.UniqueConstraint(fields=["card", "hour"], name="cardhourly_unique_card_hour")
         ]

@@ -2,6 +2,7 @@
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from leasing.health import services as health_services
 from leasing.lifecycle import changes, releases
@@ -18,6 +19,7 @@ from leasing.models import (
     OffPeakWindow,
     Price,
     Quota,
+    Statement,
     TeamPrice,
     UsageRecord,
 )
@@ -90,19 +92,20 @@ class LeaseAdmin(admin.ModelAdmin):
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(
                     request,
-                    f"lease {lease.pk}: {' '.join(getattr(exc, 'messages', [str(exc)]))}",
+                    _("Lease %(id)s: %(why)s")
+                    % {"id": lease.pk, "why": " ".join(getattr(exc, "messages", [str(exc)]))},
                     messages.WARNING,
                 )
 
-    @admin.action(description="Release the selected leases now")
+    @admin.action(description=_("Release the selected leases now"))
     def release_selected(self, request, queryset):
         self._each(request, queryset, changes.lease_release)
 
-    @admin.action(description="Failed releases: send the release to the backend again")
+    @admin.action(description=_("Failed releases: send the release to the backend again"))
     def retry_failed_releases(self, request, queryset):
         self._each(request, queryset, releases.lease_release_retry)
 
-    @admin.action(description="Failed releases: mark released (the cards were freed by hand)")
+    @admin.action(description=_("Failed releases: mark released (the cards were freed by hand)"))
     def resolve_failed_releases(self, request, queryset):
         self._each(request, queryset, releases.lease_release_resolve)
 
@@ -267,4 +270,23 @@ class AlertAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Statement)
+class StatementAdmin(admin.ModelAdmin):
+    """Read-only: issued by billing.statements once a month is closed."""
+
+    list_display = ["number", "team", "month", "issued_at", "cost", "currency"]
+    list_filter = ["month", "team"]
+    list_select_related = ["team"]
+    search_fields = ["number", "team__name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

@@ -156,6 +156,7 @@ class Kind(models.TextChoices):
     BUDGET_100 = "budget_100", _("Team budget used up")
     POOL_ALERT = "pool_alert", _("Pool alert")
     CARD_HEALTH = "card_health", _("Card health")
+    STATEMENT_ISSUED = "statement_issued", _("Monthly statement issued")
 
 
 # --- pool health (leasing.health) ---------------------------------------------------------

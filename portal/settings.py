@@ -295,6 +295,10 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_I18N = True
 USE_TZ = True
 TIME_ZONE = env("CARDPOOL_TIME_ZONE", "Asia/Shanghai")
+# The currency every price and cost is in (ISO 4217): named in reports, exports, statements.
+CARDPOOL_CURRENCY = env("CARDPOOL_CURRENCY", "CNY")
+if not (len(CARDPOOL_CURRENCY) == 3 and CARDPOOL_CURRENCY.isalpha()):
+    raise ImproperlyConfigured(f"CARDPOOL_CURRENCY={CARDPOOL_CURRENCY!r}: use a code like CNY")
 
 # --- Static files: everything served by the portal itself, no CDN ----------------------
 STATIC_URL = "/static/"

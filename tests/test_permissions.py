@@ -33,6 +33,7 @@ from django.db import transaction
 from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import changes as lease_changes
 from leasing.lifecycle import provisioning
@@ -51,7 +52,7 @@ from leasing.models import (
 )
 from leasing.notify import services as notify_services
 from leasing.teams import services as team_services
-from portal.models import Membership, Profile
+from portal.models import Membership, Profile, Team
 from portal.tokens.models import ApiToken
 from portal.tokens.services import token_create
 from tests.factories import (
@@ -169,11 +170,19 @@ ROWS = [
     r("metrics", "GET", "/metrics", (401, 403, 403, 403, 403, 200)),
     # --- pages: teams ------------------------------------------------------------------
     r("team_list", "GET", "/teams/", ALL_IN, sees=TEAMS_SEEN),
-    r("team_detail", "GET", "/teams/vision/", (L, 404, 404, 200, 200, 200),
-      sees={"lena": "alice_lease pending", "fin": "alice_lease pending",
+    # Members see their own team's page (its use, who holds what); approvals are for managers.
+    r("team_detail", "GET", "/teams/vision/", (L, 404, 200, 200, 200, 200),
+      sees={"alice": "alice_lease", "lena": "alice_lease pending", "fin": "alice_lease pending",
             "ops": "alice_lease pending"}),
-    r("team_detail", "GET", "/teams/nlp/", (L, 404, 404, 404, 200, 200),
-      sees={"fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_detail", "GET", "/teams/nlp/", (L, 200, 404, 404, 200, 200),
+      sees={"bob": "bob_lease", "fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_member_add", "POST", "/teams/vision/members/", (L, 404, 404, M, M, M),
+      data={"member-username": "bob"}, probe="memberships", writes="lena ops"),
+    r("team_member_remove", "POST", "/teams/vision/members/{alice_membership}/remove/",
+      (L, 404, 404, M, M, M), probe="memberships", writes=""),  # alice holds cards: refused
+    r("team_idle_policy", "POST", "/teams/vision/idle/", (L, 404, 404, M, M, M),
+      data={"idle-idle_threshold_pct": "10", "idle-idle_minutes": "30",
+            "idle-idle_reclaim": "on"}, probe="teams", writes="lena ops"),
     r("team_set_limit", "POST", "/teams/vision/limits/", (L, 404, 404, M, M, M),
       data={"limit-member": "{alice_membership}", "limit-card_model": "",
             "limit-max_concurrent_cards": "3"},
@@ -247,6 +256,13 @@ ROWS = [
     r("inventory:card_model", "GET", "/inventory/models/{model}/", ALL_IN),
     r("inventory:nodes", "GET", "/inventory/nodes/", ALL_IN),
     r("inventory:node", "GET", "/inventory/nodes/{node}/", ALL_IN),
+    # The node page's maintenance forms: operators only (others get the refusal as a message).
+    r("inventory:node_drain", "POST", "/inventory/nodes/{node}/drain/", (L, M, M, M, M, M),
+      data={"drain_at": "2099-01-01T00:00"}, probe="nodes", writes="ops"),
+    r("inventory:node_undrain", "POST", "/inventory/nodes/{node}/undrain/",
+      (L, M, M, M, M, M), probe="nodes"),  # the node is active: nothing to undrain
+    r("inventory:card_faulty", "POST", "/inventory/nodes/{node}/cards/0/faulty/",
+      (L, M, M, M, M, M), data={"note": "matrix"}, probe="cards", writes="ops"),
     # --- API: root, schema, token --------------------------------------------------------
     r("api-root", "GET", "/api/v1/", API_ALL_IN),
     r("api-schema", "GET", "/api/v1/schema/", API_ALL_IN),
@@ -364,6 +380,13 @@ ROWS = [
     r("team-shares", "GET", "/api/v1/teams/vision/shares/", (401, 404, 200, 200, 200, 200)),
     r("team-shares", "PUT", "/api/v1/teams/vision/shares/", (401, 404, 403, 403, 403, 200),
       data=[], api=True),
+    r("team-members", "GET", "/api/v1/teams/vision/members/", (401, 404, 200, 200, 200, 200)),
+    r("team-members", "POST", "/api/v1/teams/vision/members/",
+      (401, 404, 403, 201, 403, 201), data={"username": "bob"}, api=True,
+      probe="memberships", writes="lena ops"),
+    # alice holds cards on vision's account: nobody takes her out until they end.
+    r("team-member", "DELETE", "/api/v1/teams/vision/members/alice/",
+      (401, 404, 403, 400, 403, 400), probe="memberships"),
     r("team-quotas", "GET", "/api/v1/teams/vision/quotas/", (401, 404, 200, 200, 200, 200)),
     r("team-quotas", "GET", "/api/v1/teams/nlp/quotas/", (401, 200, 404, 404, 200, 200)),
     r("team-quotas", "PUT", "/api/v1/teams/vision/quotas/", (401, 404, 403, 403, 403, 200),
@@ -391,6 +414,10 @@ STATE = {
     ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
     "users": lambda: list(get_user_model().objects.order_by("pk").values_list("pk", "username")),
+    "nodes": lambda: list(Node.objects.order_by("pk").values_list("pk", "status", "drain_at")),
+    "cards": lambda: list(Card.objects.order_by("pk").values_list("pk", "status")),
+    "memberships": lambda: list(Membership.objects.order_by("pk").values_list("pk", "role")),
+    "teams": lambda: list(Team.objects.order_by("pk").values()),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
     "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
     "profiles": lambda: list(Profile.objects.order_by("pk").values_list("pk", "timezone")),

@@ -25,6 +25,12 @@ from leasing.choices import Priority
 from leasing.models import OffPeakWindow, Price, TeamPrice
 from leasing.periods import Span, floor_minute, offpeak_cuts, offpeak_factor
 
+
+def currency() -> str:
+    """The site's currency code (``CARDPOOL_CURRENCY``), named wherever money is shown."""
+    return settings.CARDPOOL_CURRENCY
+
+
 CENT = Decimal("0.01")
 PRICE_PLACES = Decimal("0.0001")
 HOUR_SECONDS = Decimal(3600)

@@ -99,9 +99,26 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
                 Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
             )
         )
-        if self.action == "list" and self.request.query_params.get("scope") != "all":
+        if self.action == "list" and self.request.query_params.get("scope") not in ("all", "team"):
             leases = leases.filter(user=self.request.user)
         return leases.order_by("-submitted_at", "-pk")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "scope",
+                str,
+                enum=["mine", "team", "all"],
+                description=(
+                    "mine (the default): your own leases. team (or all): every lease you may "
+                    "see — your teams' as a lead, everyone's as finance or an operator; the "
+                    "same as the lease page's 'mine / my teams' switch."
+                ),
+            )
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(
         request=LeaseRequestSerializer,

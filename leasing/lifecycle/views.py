@@ -33,7 +33,7 @@ from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, le
 from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
 from portal.input import local_next
-from portal.permissions import is_operator
+from portal.permissions import is_finance, is_operator
 
 
 def _form_errors_from(exc: ValidationError, form) -> None:
@@ -59,10 +59,19 @@ def _form_errors_to_messages(request, form) -> None:
 
 @login_required
 def lease_list(request):
-    leases = selectors.with_pending_change(selectors.my_leases(request.user))
+    scopes = selectors.list_scopes(request.user)
+    scope = request.GET.get("scope", "mine")
+    if scope not in scopes:
+        scope = "mine"
+    leases = selectors.with_pending_change(selectors.leases_in_scope(request.user, scope))
     context = {
         "open_leases": selectors.with_truth(leases.filter(status__in=OPEN_STATES)),
         "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],
+        "scope": scope,
+        "scopes": scopes,
+        "scope_team_label": _("All leases")
+        if is_operator(request.user) or is_finance(request.user)
+        else _("My teams' leases"),
     }
     template = "leasing/_lease_rows.html" if request.htmx else "leasing/lease_list.html"
     return render(request, template, context)

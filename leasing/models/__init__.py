@@ -5,7 +5,14 @@ Django finds every model through this package. Choices and state groups live in
 ``leasing.choices``.
 """
 
-from leasing.models.billing import OffPeakWindow, Price, PricePeriod, TeamPrice, UsageRecord
+from leasing.models.billing import (
+    OffPeakWindow,
+    Price,
+    PricePeriod,
+    Statement,
+    TeamPrice,
+    UsageRecord,
+)
 from leasing.models.health import Alert, AlertRule
 from leasing.models.lease import (
     REQUEST_KEY_MAX,
@@ -43,6 +50,7 @@ __all__ = [
     "Price",
     "PricePeriod",
     "Quota",
+    "Statement",
     "QuotaLimits",
     "TeamPrice",
     "UsageRecord",

@@ -139,6 +139,8 @@ class UsageRecord(models.Model):
     )
 
     class Meta:
+        verbose_name = _("usage record")
+        verbose_name_plural = _("usage records")
         ordering = ["start_at", "lease_id", "node_id"]
         constraints = [
             models.UniqueConstraint(
@@ -215,3 +217,32 @@ class OffPeakWindow(models.Model):
                 "weekday", "start_hour", "end_hour", "price_factor"
             )
         ]
+
+
+class Statement(models.Model):
+    """A team's monthly statement once the month is closed: numbered, dated and sent.
+
+    Issued by ``leasing.billing.statements.statements_issue`` after ``usage_close_month``
+    has recorded every lease's part of the month; the lines are the month's usage records
+    (which never change after the close), the totals are kept as issued so a later check can
+    show that they still match. Numbers run per month: ``2026-11-0001``.
+    """
+
+    team = models.ForeignKey("portal.Team", on_delete=models.PROTECT, related_name="statements")
+    month = models.DateField(help_text="First day of the month (site time zone).")
+    number = models.CharField(_("statement number"), max_length=20, unique=True)
+    issued_at = models.DateTimeField(_("issued"))
+    card_minutes = models.PositiveBigIntegerField()
+    cost = models.DecimalField(max_digits=16, decimal_places=2)
+    currency = models.CharField(max_length=3)
+
+    class Meta:
+        verbose_name = _("statement")
+        verbose_name_plural = _("statements")
+        ordering = ["-month", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="statement_one_per_team_month")
+        ]
+
+    def __str__(self) -> str:
+        return self.number

@@ -303,6 +303,8 @@ class Allocation(models.Model):
     objects = AllocationQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("allocation")
+        verbose_name_plural = _("allocations")
         ordering = ["lease_id", "card__node__hostname", "card__index"]
         constraints = [
             models.CheckConstraint(
@@ -334,6 +336,8 @@ class LeaseEvent(models.Model):
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        verbose_name = _("lease event")
+        verbose_name_plural = _("lease events")
         ordering = ["at", "pk"]
 
     def __str__(self) -> str:
@@ -353,6 +357,8 @@ class BackendCall(models.Model):
     detail = models.TextField(blank=True)
 
     class Meta:
+        verbose_name = _("backend call")
+        verbose_name_plural = _("backend calls")
         ordering = ["started_at", "pk"]
 
     def __str__(self) -> str:

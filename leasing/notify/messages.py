@@ -362,6 +362,25 @@ def _alert_opened(p: Mapping) -> tuple[str, str]:
     return title, body
 
 
+def _statement(p: Mapping) -> tuple[str, str]:
+    title = _("Statement %(number)s: %(team)s, %(month)s") % {
+        "number": p["number"],
+        "team": p["team"],
+        "month": p["month"],
+    }
+    body = _(
+        "%(team)s's statement for %(month)s is closed and issued as %(number)s: %(hours)s card-hours, %(cost)s %(currency)s. Open it on the reports page to print it or download it as XLSX."
+    ) % {
+        "team": p["team"],
+        "month": p["month"],
+        "number": p["number"],
+        "hours": p["hours"],
+        "cost": p["cost"],
+        "currency": p["currency"],
+    }
+    return title, body
+
+
 ALERT_ADVICE = {
     "card_hot": lambda: _(
         "The card is kept out of new placements until it cools down; check the cooling, or mark it faulty to move its lease."
@@ -421,6 +440,7 @@ MESSAGES: dict[str, Renderer] = {
     "preemption_partial": _preemption_partial,
     "stalled": _stalled,
     "ended": _ended,
+    "statement": _statement,
 }
 
 

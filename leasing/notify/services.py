@@ -76,6 +76,7 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.BUDGET_100,
         Kind.POOL_ALERT,
         Kind.CARD_HEALTH,
+        Kind.STATEMENT_ISSUED,
     }
 )
 # Events about a team rather than one person's lease: they go to its leads and team hooks.

@@ -95,3 +95,15 @@ class QuotaUseSerializer(serializers.Serializer):
         help_text="Held up to now, at the bill's prices (the reports' recorded + accrued).",
     )
     cards_held_now = serializers.IntegerField(source="concurrent_now")
+
+
+class MemberSerializer(serializers.Serializer):
+    """A member of a team as the API shows one."""
+
+    username = serializers.CharField(source="user.username", read_only=True)
+    role = serializers.CharField(read_only=True)
+    joined_at = serializers.DateTimeField(read_only=True)
+
+
+class MemberAddSerializer(StrictSerializer):
+    username = serializers.CharField(max_length=150)

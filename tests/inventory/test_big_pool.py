@@ -109,8 +109,9 @@ def counts(api, slug: str) -> tuple[int, int]:
         (NODES, 10),
         (f"{NODES}?region=big-1&model=big-model-1", 12),
         ("/inventory/models/big-model-2/", 8),
-        # + the cards' latest readings and one pair for the 24-hour charts of every reading
-        ("/inventory/nodes/big-0007.example.org/", 11),
+        # + the cards' latest readings and one pair for the 24-hour charts of every reading,
+        # + who holds which card
+        ("/inventory/nodes/big-0007.example.org/", 12),
     ],
 )
 def test_pages_run_a_bounded_number_of_queries(

@@ -267,12 +267,6 @@ def test_no_raw_keys_on_any_page_nor_english_on_a_chinese_one(demo, db, username
     assert problems == [], "\n".join(first.values())
 
 
-@pytest.mark.xfail(
-    reason="a lease event's message (the approval reasons) is stored as text in the language "
-    "of whoever made the request; issue #20's researcher part (branch i20a) words it for the "
-    "reader",
-    strict=False,
-)
 def test_text_stored_in_another_language_is_worded_for_the_reader(db):
     """A request made in English, waiting for approval, read on its page in Chinese (people
     of its own: the module's demo world may still be there, with alice and lena)."""

@@ -6,6 +6,9 @@ time zone and language, for email and webhooks; the portal renders them again fo
 reads them (``notice_text``), in the reader's language and time zone. Nothing here decides
 when to tell anyone: the services that change a lease do, through ``warning_with_notice`` or a
 notice key, so each event is told once.
+
+Long (about 540 lines) because it is the catalogue: every kind's wording sits in one table,
+so adding a kind, or checking that every kind reads well in both languages, is one file.
 """
 
 from __future__ import annotations

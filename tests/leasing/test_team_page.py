@@ -33,8 +33,9 @@ def test_lead_sees_quota_use_holders_and_chart(
     provisioning.provision_step(lease_id=lease.pk)
     frozen.shift(hours(1))
     # +1 the allocations (charges follow the cards held), +1 the changes waiting for the lead,
-    # +1 the guaranteed shares, +3 the chart over its own range (leases, allocations, names)
-    with django_assert_max_num_queries(26):
+    # +1 the guaranteed shares, +3 the chart over its own range (leases, allocations, names),
+    # +1 the members' own limits shown to a member reading her team's page
+    with django_assert_max_num_queries(27):
         page = as_lena.get("/teams/vision/").content.decode()
     row = page[page.index('data-quota-row="a100-test"') :]
     row = row[: row.index("</tr>")]

@@ -11,8 +11,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from inventory.filters import PRECISION_FIELDS, CardFilterSet, CardModelFilterSet, NodeFilterSet
+from inventory.filters import CardFilterSet, CardModelFilterSet, NodeFilterSet
 from inventory.models import Card, CardModel, Node
+from inventory.requirements import PRECISION_FIELDS
 from leasing.lifecycle import maintenance
 from leasing.scheduler import availability
 from portal.input import DateTimeField, StrictSerializer

@@ -13,8 +13,9 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from inventory.filters import PRECISION_FIELDS, CardModelFilterSet, NodeFilterSet
+from inventory.filters import CardModelFilterSet, NodeFilterSet
 from inventory.models import Card, Node, Precision
+from inventory.requirements import PRECISION_FIELDS
 from leasing.scheduler.availability import (
     card_models_with_counts,
     node_cards_by_domain,

@@ -10,13 +10,39 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel, Precision
+from inventory.models import CardModel, Region
+from inventory.requirements import (
+    REQUIREMENTS,
+    VERSION_PATTERN,
+    Requirement,
+    requirement_errors,
+    stored,
+)
 from leasing.choices import Priority, Purpose
 from leasing.models import REQUEST_KEY_MAX
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
+
+
+def requirement_form_field(req: Requirement) -> forms.Field:
+    """The request form's shape of one requirement (``inventory.requirements``)."""
+    common = {"label": req.label, "required": False, "help_text": req.help_text}
+    if req.kind == "choice":
+        return forms.ChoiceField(choices=[("", "—"), *req.choices], **common)
+    if req.kind == "number":
+        return forms.DecimalField(min_value=0, max_digits=7, decimal_places=1, **common)
+    if req.kind == "version":
+        return forms.RegexField(
+            VERSION_PATTERN,
+            max_length=40,
+            error_messages={"invalid": _("Enter a version such as 12.2.")},
+            **common,
+        )
+    return forms.ModelChoiceField(
+        queryset=Region.objects.order_by("slug"), to_field_name="slug", empty_label="—", **common
+    )
 
 
 class LeaseRequestForm(forms.Form):
@@ -29,18 +55,8 @@ class LeaseRequestForm(forms.Form):
         required=False,
         empty_label=_("Any model meeting the requirements below"),
     )
-    min_memory_gb = forms.DecimalField(
-        label=_("Memory per card at least (GB)"),
-        required=False,
-        min_value=0,
-        max_digits=7,
-        decimal_places=1,
-    )
-    precision = forms.ChoiceField(
-        label=_("Must support precision"),
-        required=False,
-        choices=[("", "—"), *Precision.choices],
-    )
+    # The requirements, one field each, from the one declaration (inventory.requirements).
+    locals().update({req.name: requirement_form_field(req) for req in REQUIREMENTS})
     count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=MAX_CARDS, initial=1)
     duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
     unit = forms.ChoiceField(
@@ -88,19 +104,19 @@ class LeaseRequestForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        # Requirements matter only when no model is named (the fields are hidden then).
-        data["requirements"] = {
-            k: data[k]
-            for k in ("min_memory_gb", "precision")
-            if data.get(k) not in (None, "") and not data.get("card_model")
-        }
+        # With a model named, the model requirements must hold for it (the service says
+        # so) and the node requirements choose its cards; without, they choose the model.
+        data["requirements"] = stored({r.name: data.get(r.name) for r in REQUIREMENTS})
+        for name, message in requirement_errors(data["requirements"]).items():
+            self.add_error(name, message)
         if (
             not data.get("card_model")
             and not data["requirements"]
             and "card_model" not in self.errors
         ):
             self.add_error(
-                "card_model", _("Pick a card model, or give the memory or precision it must have.")
+                "card_model",
+                _("Pick a card model, or give what the cards must have (memory, stack…)."),
             )
         if data.get("duration") and data.get("unit") in UNITS:
             minutes = data["duration"] * UNITS[data["unit"]]

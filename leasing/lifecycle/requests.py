@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
@@ -15,6 +14,7 @@ from django.utils.translation import gettext as _
 
 from inventory.filters import CardModelFilterSet
 from inventory.models import CardModel
+from inventory.requirements import BY_NAME, nodes_meeting, requirement_errors, stored
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
@@ -87,6 +87,27 @@ def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Le
 REQUIREMENT_KEYS = set(CardModelFilterSet.base_filters)
 
 
+def model_meets(card_model: CardModel, requirements: dict) -> None:
+    """Raise ValidationError unless *card_model* meets the model requirements (a request
+    that names a model and a stack never gets cards of another stack)."""
+    for key, value in requirements.items():
+        req = BY_NAME.get(key)
+        if req is None or req.model_q is None:
+            continue
+        if not CardModel.objects.filter(req.model_q(value), pk=card_model.pk).exists():
+            raise ValidationError(
+                {
+                    key: [
+                        _(
+                            "%(model)s does not meet the requirement “%(label)s: %(value)s”; "
+                            "choose another card model or drop the requirement."
+                        )
+                        % {"model": card_model.name, "label": req.label, "value": value}
+                    ]
+                }
+            )
+
+
 def lease_choose_model(
     *,
     requirements: dict,
@@ -99,11 +120,13 @@ def lease_choose_model(
 ) -> CardModel:
     """The card model meeting *requirements* that would start soonest (then the cheapest).
 
-    *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
-    figure for it) and ``interconnect``.
+    *requirements* holds keys of ``inventory.requirements.REQUIREMENTS``: the model ones
+    choose the models, the node ones (region, network, stack version) the cards.
     """
     now = now or timezone.now()
     unknown = set(requirements) - REQUIREMENT_KEYS
+    if not unknown and (errors := requirement_errors(requirements)):
+        raise ValidationError(errors)
     if unknown:
         raise ValidationError(
             {
@@ -129,6 +152,7 @@ def lease_choose_model(
             {"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]}
         )
     candidates = list(meeting.qs.filter(total__gte=count))
+    nodes = nodes_meeting(requirements)
     best: tuple | None = None
     for model in candidates:
         start = lease_preview(
@@ -139,6 +163,7 @@ def lease_choose_model(
             same_node=same_node,
             priority=priority,
             now=now,
+            nodes=nodes,
         )
         if start is None:
             continue
@@ -195,11 +220,11 @@ def lease_request(
         if previous is not None:
             return previous
     start = start_at if start_at is not None and start_at > now else now
-    requirements = {
-        k: float(v) if isinstance(v, Decimal) else v
-        for k, v in (requirements or {}).items()
-        if v not in (None, "")
-    }
+    requirements = stored(requirements or {})
+    if problems := requirement_errors(requirements):
+        raise ValidationError(problems)
+    if card_model is not None and requirements:
+        model_meets(card_model, requirements)
     if card_model is None:
         if not requirements:
             raise ValidationError(
@@ -252,10 +277,20 @@ def lease_request(
         # Nobody waits for the model and the request is for now: place it in SQL, written as
         # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
         placed = None
+        nodes = nodes_meeting(requirements)
         if start == now and fastpath.queue_is_empty(card_model.pk):
-            placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
+            placed = fastpath.place_now(
+                card_model.pk, count=count, start=now, end=now + duration, nodes=nodes
+            )
         if not placed and (
-            errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
+            errors := capacity_errors(
+                {},
+                card_model=card_model,
+                count=count,
+                same_node=same_node,
+                nodes=nodes,
+                requirements=requirements,
+            )
         ):
             raise ValidationError(errors)
         verdict = (

@@ -7,7 +7,8 @@ from datetime import datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.models import CardModel, InterconnectKind, Precision, Vendor
+from inventory.models import CardModel, Region
+from inventory.requirements import REQUIREMENTS, VERSION_PATTERN, Requirement, requirement_errors
 from leasing.choices import Priority, Purpose
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
@@ -179,15 +180,35 @@ class LeaseSerializer(serializers.ModelSerializer):
         return LeaseChangeSerializer(change).data if change else None
 
 
-class RequirementsSerializer(StrictSerializer):
-    """Ask for any card model meeting these, instead of naming one."""
-
-    vendor = serializers.ChoiceField(choices=Vendor.choices, required=False)
-    min_memory_gb = serializers.DecimalField(
-        max_digits=7, decimal_places=1, min_value=0, required=False
+def requirement_serializer_field(req: Requirement) -> serializers.Field:
+    """The API's shape of one requirement (``inventory.requirements``)."""
+    common = {"required": False, "help_text": str(req.help_text)}
+    if req.kind == "choice":
+        return serializers.ChoiceField(choices=req.choices, **common)
+    if req.kind == "number":
+        return serializers.DecimalField(max_digits=7, decimal_places=1, min_value=0, **common)
+    if req.kind == "version":
+        return serializers.RegexField(VERSION_PATTERN, max_length=40, **common)
+    return serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=Region.objects.all(),
+        error_messages={"does_not_exist": "Unknown region “{value}”."},
+        **common,
     )
-    precision = serializers.ChoiceField(choices=Precision.choices, required=False)
-    interconnect = serializers.ChoiceField(choices=InterconnectKind.choices, required=False)
+
+
+class RequirementsSerializer(StrictSerializer):
+    """What the cards must have: with ``card_model`` the model must meet the model
+    requirements and the node requirements choose its cards; without, the best model meeting
+    them all is asked for. One field per entry of ``inventory.requirements.REQUIREMENTS``."""
+
+    locals().update({req.name: requirement_serializer_field(req) for req in REQUIREMENTS})
+
+    def validate(self, attrs):
+        errors = requirement_errors(attrs)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
 
 
 class LeaseRequestSerializer(StrictSerializer):
@@ -225,11 +246,9 @@ class LeaseRequestSerializer(StrictSerializer):
     )
 
     def validate(self, attrs):
-        if bool(attrs.get("card_model")) == bool(attrs.get("requirements")):
+        if not attrs.get("card_model") and not attrs.get("requirements"):
             raise serializers.ValidationError(
-                {
-                    "card_model": "Give either card_model (a slug) or requirements, not both and not neither."
-                }
+                {"card_model": "Give card_model (a slug), requirements, or both."}
             )
         return attrs
 

@@ -12,6 +12,7 @@ from django.db.models import Count, Max, Sum
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
+from inventory.requirements import NODE_KEYS
 from leasing.choices import (
     Priority,
     Purpose,
@@ -26,11 +27,16 @@ logger = logging.getLogger(__name__)
 START_NOW_TOLERANCE = timedelta(seconds=60)
 
 
-def pool_capacity(card_model: CardModel) -> tuple[int, int]:
-    """Cards of the model in service (not retired), and the most on any one node."""
+def pool_capacity(
+    card_model: CardModel, nodes: frozenset[int] | None = None
+) -> tuple[int, int]:
+    """Cards of the model in service (not retired), and the most on any one node (of
+    *nodes* only, when given)."""
+    cards = Card.objects.in_service().filter(card_model=card_model)
+    if nodes is not None:
+        cards = cards.filter(node_id__in=sorted(nodes))
     per_node = (
-        Card.objects.in_service()
-        .filter(card_model=card_model)
+        cards
         .values("node_id")
         .annotate(n=Count("pk"))
     )
@@ -109,11 +115,37 @@ def lease_validate_request(
 
 
 def capacity_errors(
-    errors: dict[str, list[str]], *, card_model: CardModel, count: int, same_node: bool
+    errors: dict[str, list[str]],
+    *,
+    card_model: CardModel,
+    count: int,
+    same_node: bool,
+    nodes: frozenset[int] | None = None,
+    requirements: dict | None = None,
 ) -> dict[str, list[str]]:
-    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*."""
-    total, most_on_node = pool_capacity(card_model)
-    if total == 0:
+    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*.
+
+    *nodes*: the nodes the request's *requirements* allow (region, network, stack version).
+    """
+    total, most_on_node = pool_capacity(card_model, nodes)
+    if nodes is not None and total < count:
+        wanted = ", ".join(
+            f"{k}={v}" for k, v in sorted((requirements or {}).items()) if k in NODE_KEYS
+        )
+        errors.setdefault("requirements", []).append(
+            _(
+                "Only %(total)s %(model)s cards are on nodes meeting %(wanted)s; ask for "
+                "%(total)s or fewer, or loosen the requirements."
+            )
+            % {"total": total, "model": card_model.name, "wanted": wanted}
+            if total
+            else _(
+                "No %(model)s cards are on nodes meeting %(wanted)s; choose another region, "
+                "network or stack version, or another card model."
+            )
+            % {"model": card_model.name, "wanted": wanted}
+        )
+    elif total == 0:
         errors.setdefault("card_model", []).append(
             _("The pool has no %(model)s cards yet; choose another card model.")
             % {"model": card_model.name}

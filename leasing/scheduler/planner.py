@@ -75,6 +75,16 @@ class Request:
     duration: timedelta
     not_before: datetime
     same_node: bool = True
+    # The nodes the lease may use (its region, network, stack version); None: any node.
+    nodes: frozenset[int] | None = None
+
+
+def cards_for(cards: Sequence[CardSlot], request: Request) -> Sequence[CardSlot]:
+    """The cards *request* may be placed on: all, or those on its nodes."""
+    if request.nodes is None:
+        return cards
+    nodes = request.nodes
+    return [card for card in cards if card.node_id in nodes]
 
 
 @dataclass(frozen=True)
@@ -292,7 +302,7 @@ def plan_queue(
     """
     decisions = []
     for request in queue:
-        decision = earliest(cards, timeline, request)
+        decision = earliest(cards_for(cards, request), timeline, request)
         if decision.start is not None:
             for card_id in decision.card_ids:
                 timeline.add(card_id, decision.start, decision.start + request.duration)

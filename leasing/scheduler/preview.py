@@ -22,8 +22,10 @@ def lease_preview(
     same_node: bool = True,
     priority: str = Priority.NORMAL,
     now: datetime | None = None,
+    nodes: frozenset[int] | None = None,
 ) -> datetime | None:
-    """When a request like this would start if made now: its place in the queue, no writes."""
+    """When a request like this would start if made now: its place in the queue, no writes.
+    *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``)."""
     now = now or timezone.now()
     not_before = start_at if start_at and start_at > now else now
     cards = card_slots(card_model.pk, now=now)
@@ -31,9 +33,8 @@ def lease_preview(
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
     ahead = queued_requests(card_model.pk, now=now, min_rank=rank)
     planner.plan_queue(cards, timeline, ahead)
-    decision = planner.earliest(
-        cards, timeline, planner.Request(0, count, duration, not_before, same_node)
-    )
+    request = planner.Request(0, count, duration, not_before, same_node, nodes)
+    decision = planner.earliest(planner.cards_for(cards, request), timeline, request)
     return decision.start
 
 

@@ -4,11 +4,13 @@ the queue. The dashboard's "next free" and the queue pass read the same picture.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
 from inventory.models import Node
+from inventory.requirements import NODE_KEYS, nodes_meeting
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
 from leasing.scheduler.availability import usable_cards
@@ -43,6 +45,14 @@ def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, 
 def card_slots(card_model_id: int, *, now: datetime) -> list[CardSlot]:
     """The cards of one model that can take a lease (see ``card_slots_of``)."""
     return card_slots_of([card_model_id], now=now).get(card_model_id, [])
+
+
+def lease_card_slots(card_model_id: int, *, now: datetime, requirements: dict | None) -> list[CardSlot]:
+    """The cards of one model a lease with *requirements* may use (its nodes: region,
+    network, stack version — ``inventory.requirements.nodes_meeting``)."""
+    slots = card_slots(card_model_id, now=now)
+    nodes = nodes_meeting(requirements)
+    return slots if nodes is None else [s for s in slots if s.node_id in nodes]
 
 
 def timelines_of(
@@ -107,11 +117,18 @@ def queues_of(
     if min_rank is not None:
         leases = leases.filter(priority_rank__gte=min_rank)
     rows = leases.order_by("-priority_rank", "submitted_at", "pk").values_list(
-        "pk", "card_model_id", "count", "duration", "start_at", "same_node"
+        "pk", "card_model_id", "count", "duration", "start_at", "same_node", "requirements"
     )
     queues: dict[int, list[Request]] = defaultdict(list)
-    for pk, model_id, count, duration, start, same_node in rows:
-        queues[model_id].append(Request(pk, count, duration, max(start, now), same_node))
+    allowed: dict[str, frozenset[int] | None] = {}  # one look-up per distinct requirements
+    for pk, model_id, count, duration, start, same_node, wanted in rows:
+        nodes = None
+        if wanted and NODE_KEYS.intersection(wanted):
+            key = json.dumps(wanted, sort_keys=True)
+            if key not in allowed:
+                allowed[key] = nodes_meeting(wanted)
+            nodes = allowed[key]
+        queues[model_id].append(Request(pk, count, duration, max(start, now), same_node, nodes))
     return queues
 
 

@@ -444,12 +444,14 @@ def lease_request_by_profile(
     priority: str = Priority.NORMAL,
     purpose: str | None = None,
     description: str = "",
+    requirements: dict | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for cards by task: the top-ranked option's model and count, through lease_request.
 
-    The lease is placed or queued like any other; its description names the task when the
-    user gave none. Raises ValidationError (on ``profile``) when no option fits.
+    The lease is placed or queued like any other, with the *requirements* (stack, region…)
+    and, for a plan across nodes, the network of the plan's nodes; its description names
+    the task when the user gave none. Raises ValidationError (on ``profile``) when no option fits.
     """
     now = now or timezone.now()
     purpose = purpose or PURPOSE_FOR_TASK[Task(profile.task)]
@@ -474,6 +476,7 @@ def lease_request_by_profile(
         now=now,
         limit=1,
         team_id=team.pk,
+        requirements=requirements,
     )
     if not rec.options:
         raise ValidationError({"profile": [rec.message]})
@@ -482,12 +485,13 @@ def lease_request_by_profile(
         user=user,
         team=team,
         card_model=top.card_model,
+        requirements=rec.lease_requirements(top),
         count=top.count,
         duration=duration,
         start_at=start_at,
         priority=priority,
         purpose=purpose,
-        same_node=True,
+        same_node=not top.across_nodes,
         description=description or profile.summary()[:200],
         now=now,
     )

@@ -3,6 +3,7 @@ start (its place in the queue counted), and whether a change would delay anyone 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -10,7 +11,14 @@ from django.utils import timezone
 from inventory.models import CardModel
 from leasing.choices import PRIORITY_RANK, Priority
 from leasing.scheduler import planner
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.snapshot import (
+    card_slots,
+    card_slots_of,
+    queued_requests,
+    queues_of,
+    timeline_for,
+    timelines_of,
+)
 
 
 def lease_preview(
@@ -36,6 +44,49 @@ def lease_preview(
     request = planner.Request(0, count, duration, not_before, same_node, nodes)
     decision = planner.earliest(planner.cards_for(cards, request), timeline, request)
     return decision.start
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request to preview: *count* cards of a model, on *nodes* (None: any)."""
+
+    card_model_id: int
+    count: int
+    same_node: bool = True
+    nodes: frozenset[int] | None = None
+
+
+def lease_previews(
+    asks: list[Ask],
+    *,
+    duration: timedelta,
+    start_at: datetime | None = None,
+    priority: str = Priority.NORMAL,
+    now: datetime | None = None,
+    cards: dict[int, list[planner.CardSlot]] | None = None,
+) -> dict[int, planner.Decision]:
+    """``lease_preview`` for many models at once (one ask per model): three queries in all,
+    whatever the number of models (the advisor ranks the whole pool). Each decision's
+    ``card_ids`` are the cards the planner would choose; ``start`` None: never fits.
+    *cards*: the models' usable cards (``snapshot.card_slots_of``) when already loaded."""
+    now = now or timezone.now()
+    not_before = start_at if start_at and start_at > now else now
+    ids = [a.card_model_id for a in asks]
+    rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
+    if cards is None:
+        cards = card_slots_of(ids, now=now)
+    timelines = timelines_of(ids, now=now)
+    queues = queues_of(ids, now=now, min_rank=rank)
+    out: dict[int, planner.Decision] = {}
+    for ask in asks:
+        model_cards = cards.get(ask.card_model_id, [])
+        timeline = timelines[ask.card_model_id]
+        planner.plan_queue(model_cards, timeline, queues.get(ask.card_model_id, []))
+        request = planner.Request(0, ask.count, duration, not_before, ask.same_node, ask.nodes)
+        out[ask.card_model_id] = planner.earliest(
+            planner.cards_for(model_cards, request), timeline, request
+        )
+    return out
 
 
 def waiting_delayed(

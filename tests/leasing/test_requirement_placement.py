@@ -155,8 +155,10 @@ def test_a_cuda_only_request_never_lands_on_a_non_cuda_card(
                 continue
             assert lease.card_model.stack_family == StackFamily.CUDA
             assert all(c.card_model.stack_family == StackFamily.CUDA for c in cards_of(lease))
-        assert not Allocation.objects.exclude(card__card_model__stack_family="cuda").filter(
-            lease__requirements__stack="cuda"
-        ).exists()
+        assert (
+            not Allocation.objects.exclude(card__card_model__stack_family="cuda")
+            .filter(lease__requirements__stack="cuda")
+            .exists()
+        )
     finally:
         transaction.savepoint_rollback(sid)

@@ -1,10 +1,10 @@
 """What a request may require of the cards it gets: one declaration, three shapes.
 
 ``REQUIREMENTS`` lists each requirement once — its name, label, kind of value and what it
-selects. The catalogue's and the requests' FilterSet (``inventory.filters``), the request
-form (``leasing.lifecycle.forms``) and the API's ``requirements`` object
-(``leasing.lifecycle.serializers``) are all built from it, so a new requirement is one entry
-here and a new key works everywhere at once.
+selects. The catalogue's and the requests' FilterSet (``inventory.filters``), the forms'
+fields (``form_field``: the request form, the estimate page) and the API's ``requirements``
+object (``inventory.serializers``: the lease and estimate APIs) are all built from it, so a
+new requirement is one entry here and a new key works everywhere at once.
 
 Two kinds of requirement:
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django import forms
 from django.db.models import Model, Q
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
@@ -137,6 +138,25 @@ REQUIREMENTS: tuple[Requirement, ...] = (
 
 BY_NAME: dict[str, Requirement] = {r.name: r for r in REQUIREMENTS}
 NODE_KEYS = frozenset(r.name for r in REQUIREMENTS if r.on == "node")
+
+
+def form_field(req: Requirement) -> forms.Field:
+    """The forms' shape of one requirement (the request form, the estimate page)."""
+    common = {"label": req.label, "required": False, "help_text": req.help_text}
+    if req.kind == "choice":
+        return forms.ChoiceField(choices=[("", "—"), *req.choices], **common)
+    if req.kind == "number":
+        return forms.DecimalField(min_value=0, max_digits=7, decimal_places=1, **common)
+    if req.kind == "version":
+        return forms.RegexField(
+            VERSION_PATTERN,
+            max_length=40,
+            error_messages={"invalid": _("Enter a version such as 12.2.")},
+            **common,
+        )
+    return forms.ModelChoiceField(
+        queryset=Region.objects.order_by("slug"), to_field_name="slug", empty_label="—", **common
+    )
 
 
 # --- values ------------------------------------------------------------------------------

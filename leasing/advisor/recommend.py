@@ -32,13 +32,14 @@ from decimal import Decimal
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import CardModel, Node
+from inventory.models import CardModel, Node, StackFamily
 from inventory.requirements import model_q, nodes_meeting, stored
 from leasing.advisor import ranking, wording
 from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
 from leasing.advisor.ranking import CARD_COUNTS, FAST_LINKS, NODE_COUNTS
 from leasing.billing import prices
 from leasing.choices import Priority, Purpose
+from leasing.models import Lease
 from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.preview import Ask, lease_previews
 from leasing.scheduler.snapshot import card_slots_of
@@ -148,6 +149,7 @@ class Recommendation:
         }
         if option.across_nodes:
             params["same_node"] = "0"
+        params["stack"] = ""  # the form's default stack is not the ranking's unless asked
         params.update({k: str(v) for k, v in self.lease_requirements(option).items()})
         return params
 
@@ -446,3 +448,18 @@ def priced_team_id(user) -> int | None:
     none, the list price book)."""
     ids = list(Membership.objects.filter(user=user).values_list("team_id", flat=True)[:2])
     return ids[0] if len(ids) == 1 else None
+
+
+def default_stack(user) -> str:
+    """The stack a request of *user* assumes until told otherwise: their profile's, else the
+    stack of the card model of their last lease ("" when neither says)."""
+    profile = getattr(user, "profile", None)
+    if getattr(profile, "stack", ""):
+        return profile.stack
+    last = (
+        Lease.objects.filter(user=user)
+        .order_by("-submitted_at", "-pk")
+        .values_list("card_model__stack_family", flat=True)
+        .first()
+    )
+    return last if last and last != StackFamily.OTHER else ""

@@ -10,39 +10,15 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel, Region
-from inventory.requirements import (
-    REQUIREMENTS,
-    VERSION_PATTERN,
-    Requirement,
-    requirement_errors,
-    stored,
-)
+from inventory.models import CardModel
+from inventory.requirements import REQUIREMENTS, form_field, requirement_errors, stored
+from leasing.advisor.recommend import default_stack
 from leasing.choices import Priority, Purpose
 from leasing.models import REQUEST_KEY_MAX
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
-
-
-def requirement_form_field(req: Requirement) -> forms.Field:
-    """The request form's shape of one requirement (``inventory.requirements``)."""
-    common = {"label": req.label, "required": False, "help_text": req.help_text}
-    if req.kind == "choice":
-        return forms.ChoiceField(choices=[("", "—"), *req.choices], **common)
-    if req.kind == "number":
-        return forms.DecimalField(min_value=0, max_digits=7, decimal_places=1, **common)
-    if req.kind == "version":
-        return forms.RegexField(
-            VERSION_PATTERN,
-            max_length=40,
-            error_messages={"invalid": _("Enter a version such as 12.2.")},
-            **common,
-        )
-    return forms.ModelChoiceField(
-        queryset=Region.objects.order_by("slug"), to_field_name="slug", empty_label="—", **common
-    )
 
 
 class LeaseRequestForm(forms.Form):
@@ -56,7 +32,7 @@ class LeaseRequestForm(forms.Form):
         empty_label=_("Any model meeting the requirements below"),
     )
     # The requirements, one field each, from the one declaration (inventory.requirements).
-    locals().update({req.name: requirement_form_field(req) for req in REQUIREMENTS})
+    locals().update({req.name: form_field(req) for req in REQUIREMENTS})
     count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=MAX_CARDS, initial=1)
     duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
     unit = forms.ChoiceField(
@@ -181,4 +157,13 @@ def lease_request_initial(request) -> dict:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:
         initial["purpose"] = request.GET["purpose"]
+    if request.GET.get("same_node") == "0":
+        initial["same_node"] = False  # a plan across nodes
+    # The stack the user last leased (or set on their profile), unless the link says.
+    if stack := default_stack(request.user):
+        initial["stack"] = stack
+    for req in REQUIREMENTS:
+        value = request.GET.get(req.name)
+        if value is not None and len(value) <= 60:
+            initial[req.name] = value  # shown as given (empty clears the default)
     return initial

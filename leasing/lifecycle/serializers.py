@@ -7,8 +7,8 @@ from datetime import datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.models import CardModel, Region
-from inventory.requirements import REQUIREMENTS, VERSION_PATTERN, Requirement, requirement_errors
+from inventory.models import CardModel
+from inventory.serializers import RequirementsSerializer
 from leasing.choices import Priority, Purpose
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
@@ -178,37 +178,6 @@ class LeaseSerializer(serializers.ModelSerializer):
             if prefetched is None:
                 change = pending_change(lease.pk)
         return LeaseChangeSerializer(change).data if change else None
-
-
-def requirement_serializer_field(req: Requirement) -> serializers.Field:
-    """The API's shape of one requirement (``inventory.requirements``)."""
-    common = {"required": False, "help_text": str(req.help_text)}
-    if req.kind == "choice":
-        return serializers.ChoiceField(choices=req.choices, **common)
-    if req.kind == "number":
-        return serializers.DecimalField(max_digits=7, decimal_places=1, min_value=0, **common)
-    if req.kind == "version":
-        return serializers.RegexField(VERSION_PATTERN, max_length=40, **common)
-    return serializers.SlugRelatedField(
-        slug_field="slug",
-        queryset=Region.objects.all(),
-        error_messages={"does_not_exist": "Unknown region “{value}”."},
-        **common,
-    )
-
-
-class RequirementsSerializer(StrictSerializer):
-    """What the cards must have: with ``card_model`` the model must meet the model
-    requirements and the node requirements choose its cards; without, the best model meeting
-    them all is asked for. One field per entry of ``inventory.requirements.REQUIREMENTS``."""
-
-    locals().update({req.name: requirement_serializer_field(req) for req in REQUIREMENTS})
-
-    def validate(self, attrs):
-        errors = requirement_errors(attrs)
-        if errors:
-            raise serializers.ValidationError(errors)
-        return attrs
 
 
 class LeaseRequestSerializer(StrictSerializer):

@@ -12,7 +12,7 @@ from django.db.models import Count, Max, Sum
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
-from inventory.requirements import NODE_KEYS
+from inventory.requirements import NODE_KEYS, nodes_meeting
 from leasing.choices import (
     Priority,
     Purpose,
@@ -27,19 +27,13 @@ logger = logging.getLogger(__name__)
 START_NOW_TOLERANCE = timedelta(seconds=60)
 
 
-def pool_capacity(
-    card_model: CardModel, nodes: frozenset[int] | None = None
-) -> tuple[int, int]:
+def pool_capacity(card_model: CardModel, nodes: frozenset[int] | None = None) -> tuple[int, int]:
     """Cards of the model in service (not retired), and the most on any one node (of
     *nodes* only, when given)."""
     cards = Card.objects.in_service().filter(card_model=card_model)
     if nodes is not None:
         cards = cards.filter(node_id__in=sorted(nodes))
-    per_node = (
-        cards
-        .values("node_id")
-        .annotate(n=Count("pk"))
-    )
+    per_node = cards.values("node_id").annotate(n=Count("pk"))
     agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
     return agg["total"] or 0, agg["most"] or 0
 
@@ -57,11 +51,12 @@ def lease_validate_request(
     same_node: bool,
     now: datetime,
     check_capacity: bool = True,
+    requirements: dict | None = None,
 ) -> None:
     """Raise ValidationError (or PermissionDenied) with a message a person can act on.
 
     ``check_capacity=False`` leaves out whether the pool could ever hold the request (a
-    query over the model's cards): ``lease_request`` asks that only when the request is not
+    query over the model's cards, on the nodes its *requirements* allow): ``lease_request`` asks that only when the request is not
     placed at once, since cards that were just found free answer it already.
     """
     membership = Membership.objects.filter(user=user, team=team).first()
@@ -109,7 +104,14 @@ def lease_validate_request(
             % {"choices": ", ".join(Purpose.values)}
         )
     if count >= 1 and card_model is not None and check_capacity:
-        capacity_errors(errors, card_model=card_model, count=count, same_node=same_node)
+        capacity_errors(
+            errors,
+            card_model=card_model,
+            count=count,
+            same_node=same_node,
+            nodes=nodes_meeting(requirements),
+            requirements=requirements,
+        )
     if errors:
         raise ValidationError(errors)
 

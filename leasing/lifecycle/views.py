@@ -14,6 +14,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel
+from inventory.requirements import nodes_meeting
+from leasing.advisor.recommend import default_stack
 from leasing.billing import prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
@@ -100,7 +102,12 @@ def lease_new(request):
                 return redirect("leasing:detail", lease.pk)
     else:
         form = LeaseRequestForm(initial=lease_request_initial(request), user=request.user)
-    return render(request, "leasing/lease_new.html", {"form": form})
+    stack = form["stack"].value() if "stack" in form.fields else ""
+    return render(
+        request,
+        "leasing/lease_new.html",
+        {"form": form, "default_stack": default_stack(request.user), "stack": stack},
+    )
 
 
 @login_required
@@ -111,6 +118,8 @@ def lease_preview(request):
     if form.is_valid():
         d = form.cleaned_data
         try:
+            if d["card_model"]:
+                requests.model_meets(d["card_model"], d["requirements"])
             model = d["card_model"] or requests.lease_choose_model(
                 requirements=d["requirements"],
                 count=d["count"],
@@ -130,6 +139,7 @@ def lease_preview(request):
                 purpose=d["purpose"],
                 same_node=d["same_node"],
                 now=timezone.now(),
+                requirements=d["requirements"],
             )
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
@@ -141,6 +151,7 @@ def lease_preview(request):
                 start_at=d["start_at"],
                 same_node=d["same_node"],
                 priority=d["priority"],
+                nodes=nodes_meeting(d["requirements"]),
             )
             context.update(
                 start=start,

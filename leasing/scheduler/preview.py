@@ -33,17 +33,12 @@ def lease_preview(
     nodes: frozenset[int] | None = None,
 ) -> datetime | None:
     """When a request like this would start if made now: its place in the queue, no writes.
-    *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``)."""
-    now = now or timezone.now()
-    not_before = start_at if start_at and start_at > now else now
-    cards = card_slots(card_model.pk, now=now)
-    timeline = timeline_for(card_model.pk, now=now)
-    rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
-    ahead = queued_requests(card_model.pk, now=now, min_rank=rank)
-    planner.plan_queue(cards, timeline, ahead)
-    request = planner.Request(0, count, duration, not_before, same_node, nodes)
-    decision = planner.earliest(planner.cards_for(cards, request), timeline, request)
-    return decision.start
+    *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``).
+    The same code as the advisor's previews (``lease_previews``), for one model."""
+    ask = Ask(card_model.pk, count, same_node, nodes)
+    return lease_previews([ask], duration=duration, start_at=start_at, priority=priority, now=now)[
+        card_model.pk
+    ].start
 
 
 @dataclass(frozen=True)

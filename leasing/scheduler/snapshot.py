@@ -47,7 +47,9 @@ def card_slots(card_model_id: int, *, now: datetime) -> list[CardSlot]:
     return card_slots_of([card_model_id], now=now).get(card_model_id, [])
 
 
-def lease_card_slots(card_model_id: int, *, now: datetime, requirements: dict | None) -> list[CardSlot]:
+def lease_card_slots(
+    card_model_id: int, *, now: datetime, requirements: dict | None
+) -> list[CardSlot]:
     """The cards of one model a lease with *requirements* may use (its nodes: region,
     network, stack version — ``inventory.requirements.nodes_meeting``)."""
     slots = card_slots(card_model_id, now=now)

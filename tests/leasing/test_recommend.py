@@ -191,6 +191,7 @@ def test_the_request_link_prefills_the_form(frozen):
         "duration": 6,
         "unit": "hours",
         "purpose": "fine_tuning",
+        "stack": "",
     }
     odd = recommend(profile=QLORA_7B, duration=timedelta(minutes=90))
     assert odd.request_params(odd.options[0])["duration"] == 90

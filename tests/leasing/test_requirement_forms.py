@@ -162,3 +162,15 @@ def test_the_apis_take_requirements(api, frozen, demo, alice):
         format="json",
     )
     assert extra.status_code == 400 and "colour" in extra.content.decode()
+
+
+def test_the_profile_stack_comes_before_the_last_lease(browser, frozen, demo, alice, vision):
+    ask(alice, vision, CardModel.objects.get(slug="ascend-910b"))
+    saved = browser.post("/accounts/profile/", {"timezone": "", "language": "en", "stack": "maca"})
+    assert saved.status_code == 302
+    alice.profile.refresh_from_db()
+    assert alice.profile.stack == "maca"
+    page = browser.get("/leases/new/").content.decode()
+    assert 'data-default-stack="maca"' in page
+    bad = browser.post("/accounts/profile/", {"timezone": "", "language": "en", "stack": "opencl"})
+    assert bad.status_code == 400

@@ -15,7 +15,6 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Card, CardModel, Node, Region
 from inventory.requirements import (
-    BY_NAME,
     REQUIREMENTS,
     VERSION_PATTERN,
     Requirement,
@@ -29,7 +28,8 @@ from inventory.requirements import (
 
 def _requirement_filter(req: Requirement) -> django_filters.Filter:
     """The FilterSet's shape of one requirement (``inventory.requirements``)."""
-    common = {"label": req.label, "method": "filter_requirement"}
+    method = "filter_requirement" if req.on == "model" else "filter_node_requirement"
+    common = {"label": req.label, "method": method}
     if req.kind == "choice":
         return django_filters.ChoiceFilter(choices=req.choices, empty_label=_("Any"), **common)
     if req.kind == "number":
@@ -70,9 +70,11 @@ class CardModelFilterSet(django_filters.FilterSet):
         form = RequirementsForm
 
     def filter_requirement(self, queryset: QuerySet, name: str, value) -> QuerySet:
-        """A model requirement filters here; node requirements together, below."""
-        if BY_NAME[name].on == "model":
-            return queryset.filter(model_q({name: value}))
+        """A model requirement filters here."""
+        return queryset.filter(model_q({name: value}))
+
+    def filter_node_requirement(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        """Node requirements filter together, in ``filter_queryset`` (a region's slug)."""
         return queryset
 
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:

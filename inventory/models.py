@@ -189,11 +189,13 @@ class CardModel(models.Model):
         max_length=16,
         choices=StackFamily.choices,
         default=StackFamily.OTHER,
+        db_default=StackFamily.OTHER,  # rows written by older code (the 0002 migration)
         help_text=_("The software stack programs for this card are built with (CUDA, CANN…)."),
     )
     graphics = models.BooleanField(
         _("graphics-capable"),
         default=False,
+        db_default=False,
         help_text=_("Has a graphics pipeline (rasterisation, ray tracing; OpenGL/Vulkan/DirectX)."),
     )
     price_per_hour = models.DecimalField(

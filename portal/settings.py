@@ -361,6 +361,8 @@ SPECTACULAR_SETTINGS = {
         "InterconnectEnum": "inventory.models.InterconnectKind",
         "VendorEnum": "inventory.models.Vendor",
         "PrecisionEnum": "inventory.models.Precision",
+        "NetworkEnum": "inventory.models.Node.Network",
+        "StackEnum": "inventory.models.StackFamily",
     },
 }
 

@@ -6,7 +6,9 @@ shipped catalogue, in four regions on three networks, every --held-th card held 
 running lease and two leases queued per model, ``ANALYZE``d. For each profile, times
 ``estimate(profile)`` plus ``recommend(profile=…, duration=…)`` — what the estimate page
 and ``POST /api/v1/estimate/`` run — over --calls calls after a warm-up, in this process,
-and prints median, p95 and the number of SQL queries per call.
+and prints median and p95 wall time, the median CPU time of this process (the Python side,
+less sensitive to a busy machine; the database's own time is not in it) and the number of
+SQL queries per call.
 
 Not a test; run by hand (bench/README.md):
 
@@ -146,11 +148,15 @@ def main() -> int:
             f"pool: {total} cards on {len(nodes)} nodes, {len(models)} models, "
             f"{len(held)} held, {2 * len(models)} queued; {connection.vendor}"
         )
-        print(f"{'profile':32} {'options':>7} {'median ms':>10} {'p95 ms':>8} {'queries':>8}")
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        print(
+            f"{'profile':32} {'options':>7} {'median ms':>10} {'p95 ms':>8} {'CPU ms':>8} "
+            f"{'queries':>8}"
+        )
         for name, profile in profiles.items():
             reqs = {"stack": "cuda", "region": "r1"} if "stack" in name else None
 
-            def run():
+            def run(profile=profile, reqs=reqs):
                 estimate(profile)
                 return recommend(profile=profile, duration=timedelta(hours=6), requirements=reqs)
 
@@ -162,19 +168,24 @@ def main() -> int:
                 with cProfile.Profile() as prof:
                     run()
                 pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
+                with CaptureQueriesContext(connection) as queries:
+                    run()
+                for q in queries.captured_queries:
+                    print(q["time"], q["sql"][:150])
                 return 0
-            times = []
+            times, cpu = [], []
             with CaptureQueriesContext(connection) as queries:
                 rec = run()
             for _ in range(args.calls):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 run()
                 times.append((time.perf_counter() - t0) * 1000)
+                cpu.append((time.process_time() - c0) * 1000)
             times.sort()
             p95 = times[max(0, int(len(times) * 0.95) - 1)]
             print(
                 f"{name:32} {len(rec.options):>7} {statistics.median(times):>10.1f} "
-                f"{p95:>8.1f} {len(queries):>8}"
+                f"{p95:>8.1f} {statistics.median(cpu):>8.1f} {len(queries):>8}"
             )
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)

@@ -32,15 +32,15 @@ from decimal import Decimal
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import CardModel, Node, StackFamily
+from inventory.models import Card, CardModel, Node, StackFamily
 from inventory.requirements import model_q, nodes_meeting, stored
+from inventory.selectors import count_per_row
 from leasing.advisor import ranking, wording
 from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
 from leasing.advisor.ranking import CARD_COUNTS, FAST_LINKS, NODE_COUNTS
 from leasing.billing import prices
 from leasing.choices import Priority, Purpose
 from leasing.models import Lease
-from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.preview import Ask, lease_previews
 from leasing.scheduler.snapshot import card_slots_of
 from portal.models import Membership
@@ -197,7 +197,9 @@ def recommend(
         purpose=PURPOSE_FOR_TASK[Task(est.profile.task)],
         requirements=wanted_reqs,
     )
-    models = list(card_models_with_counts(now).order_by("pk"))
+    # ``total``: cards in service (the free ones are the planner's to find, below)
+    in_service = count_per_row(Card.objects.in_service(), "card_model")
+    models = list(CardModel.objects.annotate(total=in_service).order_by("pk"))
     meeting = _models_meeting(wanted_reqs)
     allowed = nodes_meeting(wanted_reqs)
     shapes: list[tuple[int, CardModel]] = []  # what would do, pool or not: for the message

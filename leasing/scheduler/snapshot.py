@@ -23,22 +23,19 @@ def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, 
     A draining node's cards are usable only by leases that end before its drain time.
     """
     slots: dict[int, list[CardSlot]] = defaultdict(list)
-    rows = (
-        usable_cards(now)
-        .filter(card_model_id__in=list(card_model_ids))
-        .values_list(
-            "pk",
-            "card_model_id",
-            "node_id",
-            "interconnect_domain",
-            "node__status",
-            "node__drain_at",
-        )
-        .order_by("node_id", "index")
+    cards = usable_cards(now).filter(card_model_id__in=list(card_model_ids))
+    # Integers only, so no per-value conversion (a 10,000-card pool is read for each advice:
+    # bench/advisor_scale.py); the few draining nodes' drain times come separately.
+    drains = dict(
+        Node.objects.filter(
+            status=Node.Status.DRAINING, pk__in=cards.values("node_id")
+        ).values_list("pk", "drain_at")
     )
-    for pk, model_id, node_id, domain, status, drain_at in rows:
-        usable_until = drain_at if status == Node.Status.DRAINING else None
-        slots[model_id].append(CardSlot(pk, node_id, domain, usable_until))
+    rows = cards.values_list("pk", "card_model_id", "node_id", "interconnect_domain").order_by(
+        "node_id", "index"
+    )
+    for pk, model_id, node_id, domain in rows:
+        slots[model_id].append(CardSlot(pk, node_id, domain, drains.get(node_id)))
     return slots
 
 

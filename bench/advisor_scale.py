@@ -3,8 +3,8 @@
 
 A pool of --nodes × 8 cards (default 1,250 × 8 = 10,000) spread over every model of the
 shipped catalogue, in four regions on three networks, every --held-th card held by a
-running lease and two leases queued per model, ``ANALYZE``d. For each profile, times
-``estimate(profile)`` plus ``recommend(profile=…, duration=…)`` — what the estimate page
+running lease and --queued leases (8 cards) waiting per model, ``ANALYZE``d. For each
+profile, times ``estimate(profile)`` plus ``recommend(profile=…, duration=…)`` — what the estimate page
 and ``POST /api/v1/estimate/`` run — over --calls calls after a warm-up, in this process,
 and prints median and p95 wall time, the median CPU time of this process (the Python side,
 less sensitive to a busy machine; the database's own time is not in it) and the number of
@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1250)
     parser.add_argument("--held", type=int, default=3, help="hold every Nth card (3: a third)")
     parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--queued", type=int, default=2, help="leases queued per model")
     parser.add_argument("--postgres", default="", help="a PostgreSQL URL (default: SQLite)")
     parser.add_argument("--profile", action="store_true", help="cProfile the first profile")
     args = parser.parse_args()
@@ -131,7 +132,7 @@ def main() -> int:
                 submitted_at=now,
             )
             for model in models
-            for _ in range(2)
+            for _ in range(args.queued)
         )
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
@@ -146,7 +147,7 @@ def main() -> int:
         }
         print(
             f"pool: {total} cards on {len(nodes)} nodes, {len(models)} models, "
-            f"{len(held)} held, {2 * len(models)} queued; {connection.vendor}"
+            f"{len(held)} held, {args.queued * len(models)} queued; {connection.vendor}"
         )
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         print(

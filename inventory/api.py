@@ -53,6 +53,8 @@ class CardModelSerializer(serializers.ModelSerializer):
             "interconnect_gbs",
             "tdp_w",
             "software_stack",
+            "stack_family",
+            "graphics",
             "price_per_hour",
             "source_url",
             "total",

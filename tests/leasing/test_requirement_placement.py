@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from inventory.models import Card, StackFamily, Vendor
 from inventory.requirements import nodes_meeting, version_at_least
+from leasing.advisor.estimator import TaskProfile
 from leasing.choices import LeaseStatus
+from leasing.lifecycle.requests import lease_request_by_profile
 from leasing.models import Allocation, Lease
 from tests.factories import CardModelFactory, RegionFactory, make_node
 from tests.leasing.conftest import T0, ask, hours
@@ -136,8 +138,8 @@ STACKS = [StackFamily.CUDA, StackFamily.CANN, StackFamily.MACA, StackFamily.NEUW
 def test_a_cuda_only_request_never_lands_on_a_non_cuda_card(
     django_db_blocker, alice, vision, frozen, pool, asks
 ):
-    """Over random pools (stacks, memory, prices, node sizes), requests by requirements with
-    ``stack: cuda`` get CUDA cards or nothing — placed now, queued, or refused."""
+    """Over random pools (stacks, memory, prices, node sizes), requests by requirements or
+    by task with ``stack: cuda`` get CUDA cards or nothing — placed now, queued, or refused."""
     from django.db import transaction
 
     sid = transaction.savepoint()
@@ -154,6 +156,19 @@ def test_a_cuda_only_request_never_lands_on_a_non_cuda_card(
             except ValidationError:
                 continue
             assert lease.card_model.stack_family == StackFamily.CUDA
+            assert all(c.card_model.stack_family == StackFamily.CUDA for c in cards_of(lease))
+        # and by task: the advisor's top option, asked for through the same request
+        for params in (1, 13, 70):
+            try:
+                lease = lease_request_by_profile(
+                    user=alice,
+                    team=vision,
+                    profile=TaskProfile(task="inference", params_b=params),
+                    duration=hours(1),
+                    requirements={"stack": "cuda"},
+                )
+            except ValidationError:
+                continue
             assert all(c.card_model.stack_family == StackFamily.CUDA for c in cards_of(lease))
         assert (
             not Allocation.objects.exclude(card__card_model__stack_family="cuda")

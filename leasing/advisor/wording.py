@@ -121,8 +121,11 @@ def message(
         return ""
     if options:
         soonest = options[0]
+        text = shape_text(soonest.count, soonest.memory_gb, est.needs_fast_link)
+        if soonest.across_nodes:
+            text = _("%(cards)s across %(nodes)s nodes") % {"cards": text, "nodes": soonest.nodes}
         return _("Needs %(shape)s; none free before %(time)s.") % {
-            "shape": shape_text(soonest.count, soonest.memory_gb, est.needs_fast_link),
+            "shape": text,
             "time": when(soonest.start, now),
         }
     if not shapes:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from inventory.models import CardModel
+from inventory.models import CardModel, StackFamily
 from inventory.requirements import nodes_meeting
 from leasing.advisor.recommend import default_stack
 from leasing.billing import prices
@@ -102,12 +102,16 @@ def lease_new(request):
                 return redirect("leasing:detail", lease.pk)
     else:
         form = LeaseRequestForm(initial=lease_request_initial(request), user=request.user)
-    stack = form["stack"].value() if "stack" in form.fields else ""
+    stack = default_stack(request.user)
     return render(
         request,
         "leasing/lease_new.html",
-        {"form": form, "default_stack": default_stack(request.user), "stack": stack},
+        {"form": form, "default_stack": stack, "default_stack_label": _stack_label(stack)},
     )
+
+
+def _stack_label(stack: str) -> str:
+    return StackFamily(stack).label if stack in StackFamily.values else stack
 
 
 @login_required

@@ -77,6 +77,12 @@ class StallReason(models.TextChoices):
         "no_node_big_enough",
         _("No single node has that many usable cards of this model"),
     )
+    REQUIREMENTS = (
+        "requirements",
+        _(
+            "Too few cards of this model are on nodes meeting its requirements (region, network, stack version)"
+        ),
+    )
 
 
 class Priority(models.TextChoices):

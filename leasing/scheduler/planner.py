@@ -284,7 +284,13 @@ def _first_feasible(
 def never_fits_because(in_service: dict[int, int], request: Request) -> str:
     """Why *request* can never be placed (``earliest`` gave it no start), as a
     ``choices.StallReason`` value. *in_service* counts the model's cards in service per node,
-    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones."""
+    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones.
+    A request with node requirements (``request.nodes``) counts only the cards there."""
+    if request.nodes is not None:
+        there = {n: c for n, c in in_service.items() if n in request.nodes}
+        if sum(there.values()) < request.count <= sum(in_service.values()):
+            return "requirements"
+        in_service = there
     if sum(in_service.values()) < request.count:
         return "too_few_cards"
     if request.same_node and max(in_service.values(), default=0) < request.count:

@@ -99,12 +99,7 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
             if decision.start is None:
                 if in_service is None:
                     in_service = in_service_by_node(card_model_id)
-                stall = planner.never_fits_because(
-                    in_service
-                    if request.nodes is None
-                    else {n: c for n, c in in_service.items() if n in request.nodes},
-                    request,
-                )
+                stall = planner.never_fits_because(in_service, request)
             if shown.get(decision.lease_id) != (decision.start, stall):
                 waiting.append(
                     Lease(pk=decision.lease_id, estimated_start=decision.start, stall_reason=stall)

@@ -177,3 +177,26 @@ def test_a_cuda_only_request_never_lands_on_a_non_cuda_card(
         )
     finally:
         transaction.savepoint_rollback(sid)
+
+
+def test_a_waiting_region_lease_says_when_its_region_can_never_hold_it(
+    frozen, alice, vision, a100, regions
+):
+    from django.db import transaction
+
+    from leasing.lifecycle.selectors import lease_truth
+    from leasing.scheduler.run import replan
+
+    north, beijing, shenzhen = regions
+    sz = make_node(a100, cards=2, hostname="sz", region=shenzhen)
+    make_node(a100, cards=8, hostname="bj", region=beijing)
+    ask(alice, vision, a100, count=2, duration=hours(3), requirements={"region": "shenzhen-edge"})
+    waiting = ask(alice, vision, a100, count=2, requirements={"region": "shenzhen-edge"})
+    assert waiting.status == LeaseStatus.QUEUED
+    Card.objects.filter(node=sz, index=1).update(status=Card.Status.RETIRED)
+    with transaction.atomic():
+        replan(a100.pk, now=T0)
+    waiting.refresh_from_db()
+    assert waiting.stall_reason == "requirements"
+    truth = lease_truth(waiting)
+    assert "requirements (region" in truth.stall_why and "another region" in truth.stall_todo

@@ -31,9 +31,11 @@ def test_the_api_filters_by_stack_region_network_and_version(api, alice, demo):
     # regions inside a region count
     assert "a100-80g-sxm" in slugs(api.get(url, {"region": "north-dc"}))
     assert slugs(api.get(url, {"network": "ib"})) == {"a100-80g-sxm", "h800", "v100-32g"}
-    Node.objects.filter(hostname="bj-h800-01").update(software_versions={"cuda": "12.4"})
-    Node.objects.filter(hostname="bj-a100-01").update(software_versions={"cuda": "11.8"})
-    assert slugs(api.get(url, {"stack": "cuda", "min_stack_version": "12.0"})) == {"h800"}
+    # the demo's V100 and T4 nodes run CUDA 11.8, the others 12.4
+    newer = {"a100-80g-sxm", "h800", "rtx-4090", "l40s"}
+    assert slugs(api.get(url, {"stack": "cuda", "min_stack_version": "12.0"})) == newer
+    Node.objects.filter(hostname="bj-h800-01").update(software_versions={"CUDA": "12.8"})
+    assert slugs(api.get(url, {"stack": "cuda", "min_stack_version": "12.6"})) == {"h800"}
     bad = api.get(url, {"min_stack_version": "12.0"})
     assert bad.status_code == 400 and "Name the software stack" in bad.content.decode()
     assert api.get(url, {"region": "mars"}).status_code == 400

@@ -253,9 +253,10 @@ def _check_model(
 ) -> tuple[int | None, str]:
     """(cards needed on one node or 0 for "more than a node", "") when *model* can do the
     task, else (count or None, why not)."""
-    count = cards_needed(est, model)
     if meeting is not None and model.pk not in meeting:
-        return count, _("does not meet the requirements (stack, vendor, memory…)")
+        # not even an example in the message: the user ruled it out
+        return None, _("does not meet the requirements (stack, vendor, memory…)")
+    count = cards_needed(est, model)
     if est.profile.task == Task.RENDERING and not model.graphics:
         return None, _("no graphics pipeline: rendering needs a graphics-capable card")
     if not model.supports(est.required_precision):

@@ -190,3 +190,14 @@ def test_by_profile_with_a_stack_gets_that_stack(frozen, demo, alice, vision):
         requirements={"stack": "cann"},
     )
     assert lease.card_model.slug == "ascend-910b" and lease.requirements == {"stack": "cann"}
+
+
+def test_a_message_never_suggests_a_model_the_requirements_rule_out(frozen, demo):
+    rec = recommend(
+        profile=TaskProfile(task="full_finetune", params_b=70),
+        duration=hours(2),
+        requirements={"stack": "cann"},
+    )
+    assert rec.options == []
+    assert rec.message.startswith("Needs more cards than one node holds (for example Huawei Ascend")
+    assert "MI300X" not in rec.message and "A100" not in rec.message

@@ -213,9 +213,9 @@ def installed_version(software_versions: Mapping[str, Any], stack: str) -> str |
 
 def region_subtree(slug: str) -> list[int]:
     """The ids of the region named *slug* and every region inside it (none if unknown)."""
-    parents = dict(Region.objects.values_list("pk", "parent_id"))
-    slugs = dict(Region.objects.values_list("slug", "pk"))
-    root = slugs.get(slug)
+    rows = list(Region.objects.values_list("pk", "parent_id", "slug"))
+    parents = {pk: parent for pk, parent, _slug in rows}
+    root = next((pk for pk, _parent, name in rows if name == slug), None)
     if root is None:
         return []
     out = []

@@ -240,22 +240,24 @@ def recommend(
     return rec
 
 
-def _models_meeting(requirements: dict) -> set[int] | None:
-    """The ids of the models meeting the model requirements (None: no such requirement)."""
-    q = model_q(requirements)
-    if not q:
-        return None
-    return set(CardModel.objects.filter(q).values_list("pk", flat=True))
+def _models_meeting(requirements: dict) -> dict[str, tuple[object, set[int]]]:
+    """Per model requirement in *requirements*: its value, and the ids of the models meeting it."""
+    return {
+        key: (value, set(CardModel.objects.filter(q).values_list("pk", flat=True)))
+        for key, value in requirements.items()
+        if (q := model_q({key: value}))
+    }
 
 
 def _check_model(
-    est: Estimate, model: CardModel, meeting: set[int] | None
+    est: Estimate, model: CardModel, meeting: dict[str, tuple[object, set[int]]]
 ) -> tuple[int | None, str]:
     """(cards needed on one node or 0 for "more than a node", "") when *model* can do the
     task, else (count or None, why not)."""
-    if meeting is not None and model.pk not in meeting:
+    unmet = [f"{key}={value}" for key, (value, ids) in meeting.items() if model.pk not in ids]
+    if unmet:
         # not even an example in the message: the user ruled it out
-        return None, _("does not meet the requirements (stack, vendor, memory…)")
+        return None, _("does not meet the requirement %(what)s") % {"what": ", ".join(unmet)}
     count = cards_needed(est, model)
     if est.profile.task == Task.RENDERING and not model.graphics:
         return None, _("no graphics pipeline: rendering needs a graphics-capable card")

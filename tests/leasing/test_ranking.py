@@ -158,7 +158,7 @@ def test_stack_and_region_requirements_choose_the_options(frozen, demo):
     )
     assert rec.options and all(o.card_model.stack_family == "cuda" for o in rec.options)
     why = {item.card_model.slug: item.reason for item in rec.left_out}
-    assert "does not meet the requirements" in why["mlu370-x8"]
+    assert why["mlu370-x8"] == "does not meet the requirement stack=cuda"
     edge = recommend(
         profile=TaskProfile(task="lora", params_b=7),
         duration=hours(2),

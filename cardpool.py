@@ -234,7 +234,7 @@ def demo() -> int:
         say(f"demo logins (password '{password}'):")
         say("  alice  member of team vision      lena  lead of team vision")
         say("  bob    member of team nlp         fin   finance")
-        say("  ops    operator (also /admin/)")
+        say("  chen   member of team vision      ops   operator (also /admin/)")
         say("a Celery worker and beat run alongside (restarted if they stop);")
         say("press Ctrl-C to stop everything")
         while True:

@@ -64,6 +64,13 @@ class CardModelFilterSet(django_filters.FilterSet):
 
     locals().update({req.name: _requirement_filter(req) for req in REQUIREMENTS})
 
+    pool = django_filters.ChoiceFilter(
+        label=_("Show"),
+        choices=[("in", _("Models in this pool")), ("all", _("Every model in the catalogue"))],
+        method="filter_pool",
+        empty_label=None,
+    )
+
     class Meta:
         model = CardModel
         fields: list[str] = []
@@ -83,6 +90,10 @@ class CardModelFilterSet(django_filters.FilterSet):
         if nodes is not None:
             queryset = queryset.filter(models_with_cards_on(nodes))
         return queryset
+
+    def filter_pool(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        """``in``: models this pool has cards of (the queryset counts them as ``total``)."""
+        return queryset.filter(total__gt=0) if value == "in" else queryset
 
 
 class NodeFilterSet(django_filters.FilterSet):

@@ -35,9 +35,12 @@ NODES_ON_MODEL_PAGE = 50
 LEGACY_NAMES = {"min_memory": "min_memory_gb"}
 
 
-def _bound(filterset_class, request: HttpRequest, queryset=None):
-    """The FilterSet bound to the query string (old parameter names read as the new ones)."""
+def _bound(filterset_class, request: HttpRequest, queryset=None, defaults=None):
+    """The FilterSet bound to the query string (old parameter names read as the new ones),
+    *defaults* where the query string says nothing."""
     data = request.GET.copy()
+    for name, value in (defaults or {}).items():
+        data.setdefault(name, value)
     for old, new in LEGACY_NAMES.items():
         if old in data and new not in data and new in filterset_class.base_filters:
             data.setlist(new, data.getlist(old))
@@ -140,8 +143,17 @@ def _headers(
 @login_required
 def catalogue(request: HttpRequest) -> HttpResponse:
     """Card models side by side on the numbers that matter, with what is free now."""
-    filterset = _bound(CardModelFilterSet, request, card_models_with_counts(timezone.now()))
+    # The page shows the models this pool has by default (the catalogue knows many more);
+    # "every model" is one choice away. The API lists every model unless asked.
+    filterset = _bound(
+        CardModelFilterSet,
+        request,
+        card_models_with_counts(timezone.now()),
+        defaults={"pool": "in"},
+    )
     filters = _applied(filterset)
+    if filters.get("pool") == "in" and "pool" not in request.GET:
+        del filters["pool"]  # the default is no filter the person set
     models = filterset.qs
     column, descending = _parse_sort(request.GET.get("sort"))
     if column is not None:

@@ -8,9 +8,11 @@ from leasing.models import (
     Allocation,
     BackendCall,
     Delivery,
+    GuaranteedShare,
     Lease,
     LeaseEvent,
     MemberLimit,
+    OffPeakWindow,
     Price,
     Quota,
     TeamPrice,
@@ -119,6 +121,35 @@ class QuotaAdmin(admin.ModelAdmin):
         team_services.quota_set(
             user=request.user, team=obj.team, card_model=obj.card_model, **limits
         )
+
+
+@admin.register(GuaranteedShare)
+class GuaranteedShareAdmin(admin.ModelAdmin):
+    """Cards always available to a team within a time; lent to others while idle."""
+
+    list_display = ["team", "card_model", "family", "cards", "within_minutes"]
+    list_filter = ["team"]
+
+    def save_model(self, request, obj, form, change):
+        team_services.share_set(
+            user=request.user,
+            team=obj.team,
+            card_model=obj.card_model,
+            family=obj.family,
+            cards=obj.cards,
+            within_minutes=obj.within_minutes,
+        )
+
+    def delete_model(self, request, obj):
+        team_services.share_remove(user=request.user, share=obj)
+
+
+@admin.register(OffPeakWindow)
+class OffPeakWindowAdmin(admin.ModelAdmin):
+    """Off-peak periods of the week (site time zone) and their tariff: the price book's
+    prices by time of day."""
+
+    list_display = ["weekday", "start_hour", "end_hour", "price_factor"]
 
 
 @admin.register(MemberLimit)

@@ -101,6 +101,14 @@ PRIORITY_RANK = {
 }
 
 
+class StartPolicy(models.TextChoices):
+    """When a request may start, besides its asked start (off-peak windows, site time zone)."""
+
+    AS_ASKED = "", _("As asked")
+    NEXT_OFF_PEAK = "next_off_peak", _("In the next off-peak window")
+    OFF_PEAK_ONLY = "off_peak_only", _("Only inside an off-peak window")
+
+
 class Purpose(models.TextChoices):
     TRAINING = "training", _("Training")
     FINE_TUNING = "fine_tuning", _("Fine-tuning")

@@ -8,6 +8,7 @@ from inventory import api_telemetry
 from leasing.advisor import api as advisor_api
 from leasing.billing import api as billing_api
 from leasing.lifecycle import api as lease_api
+from leasing.lifecycle import api_agent
 from leasing.notify import api as notify_api
 from leasing.teams import api as team_api
 from portal import api as portal_api
@@ -23,5 +24,6 @@ urlpatterns = [
     *advisor_api.urlpatterns,
     *billing_api.urlpatterns,
     *api_telemetry.urlpatterns,
+    *api_agent.urlpatterns,
     path("", include(router.urls)),
 ]

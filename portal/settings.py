@@ -303,7 +303,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the plotly package
+    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.css, from the vendored plotly.js bundle
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -528,6 +528,8 @@ CARDPOOL = {
     "IDLE_GRACE_MINUTES": env_int("CARDPOOL_IDLE_GRACE_MINUTES", 30),
     # Time a preempted lease's holder gets to checkpoint.
     "PREEMPT_GRACE_MINUTES": env_int("CARDPOOL_PREEMPT_GRACE_MINUTES", 10),
+    # The longest checkpoint time a request may declare (its preemption grace at most).
+    "CHECKPOINT_MAX_SECONDS": env_int("CARDPOOL_CHECKPOINT_MAX_SECONDS", 1800),
     # Raw telemetry samples are kept this long, then summarised into hourly rows (at least 2).
     "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
     # Seconds between pulls from the nodes' DCGM exporters.

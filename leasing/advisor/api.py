@@ -45,6 +45,7 @@ class EstimateView(APIView):
             priority=v["priority"],
             team_id=priced_team_id(request.user),
             requirements=dict(v.get("requirements") or {}),
+            start_policy=v.get("start_policy") or "",
         )
         return Response(RecommendationSerializer(rec, context={"request": request}).data)
 

@@ -41,6 +41,7 @@ from leasing.advisor.ranking import CARD_COUNTS, FAST_LINKS, NODE_COUNTS
 from leasing.billing import prices
 from leasing.choices import Priority, Purpose
 from leasing.models import Lease
+from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.preview import Ask, lease_previews
 from leasing.scheduler.snapshot import card_slots_of
 from portal.models import Membership
@@ -81,6 +82,7 @@ class Option:
     cost_share: float = 1.0  # the cheapest option's cost (with energy) over this one's
     basis: str = ""  # the spec-sheet figures the fit rests on
     missing: str = ""  # figures the spec sheet does not publish
+    off_peak: bool = False  # starts in an off-peak window (its tariff applies)
 
     @property
     def memory_gb(self) -> float:
@@ -183,8 +185,12 @@ def recommend(
     limit: int | None = None,
     team_id: int | None = None,
     requirements: dict | None = None,
+    start_policy: str = "",
 ) -> Recommendation:
-    """Card models for *profile* over *duration*, best first; reads only, writes nothing."""
+    """Card models for *profile* over *duration*, best first; reads only, writes nothing.
+
+    With an off-peak *start_policy* each option starts where the policy allows (the queue
+    pass's rule) and is priced at the tariff in force then (the one price book)."""
 
     if duration <= timedelta(0):
         raise ValueError("duration must be positive")
@@ -233,6 +239,7 @@ def recommend(
         priority,
         now,
         team_id,
+        start_policy,
     )
     rec.message = wording.message(est, rec.options, shapes, now)
     if limit is not None:
@@ -355,15 +362,19 @@ def _rank(
     priority: str,
     now: datetime,
     team_id: int | None,
+    start_policy: str,
 ) -> None:
     """Preview, price, score and explain every option (in place on *rec*)."""
     duration = rec.duration
     wanted = start_at if start_at and start_at > now else now
+    if start_policy:
+        wanted = offpeak_start_for(start_policy, start=wanted, duration=duration)
     decisions = lease_previews(
         [a for a, _s, _n in asks.values()],
         duration=duration,
         start_at=start_at,
         priority=priority,
+        start_policy=start_policy,
         now=now,
         cards=pool.slots,
     )
@@ -424,6 +435,7 @@ def _rank(
                 cost_share=cost_f,
                 basis=fit.basis,
                 missing=fit.missing,
+                off_peak=books.for_model(model.pk).tariff_at(start) is not None,
             )
         )
     options.sort(key=lambda o: (-o.score, o.cost, o.card_model.pk))

@@ -24,7 +24,7 @@ from leasing.advisor.estimator import (
     Task,
     TaskProfile,
 )
-from leasing.choices import Priority, Purpose
+from leasing.choices import Priority, Purpose, StartPolicy
 from portal.input import DateTimeField, StrictSerializer
 from portal.models import Team
 
@@ -110,6 +110,13 @@ class EstimateRequestSerializer(StrictSerializer):
     duration_minutes = _duration_field()
     start_at = DateTimeField(required=False, allow_null=True)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
+    start_policy = serializers.ChoiceField(
+        choices=StartPolicy.choices,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="next_off_peak or off_peak_only: start (and price) where the policy allows.",
+    )
 
     def validate_duration_minutes(self, value: int) -> int:
         return _check_duration(value)
@@ -211,6 +218,9 @@ class OptionSerializer(serializers.Serializer):
         source="card_model.price_per_hour", max_digits=10, decimal_places=2
     )
     cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+    off_peak = serializers.BooleanField(
+        help_text="Starts in an off-peak window: its tariff is in the cost."
+    )
     explanation = serializers.CharField()
     request_url = serializers.SerializerMethodField()
 

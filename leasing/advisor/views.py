@@ -12,6 +12,7 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
@@ -26,6 +27,7 @@ from leasing.advisor.estimator import (
 )
 from leasing.advisor.recommend import default_stack, priced_team_id, recommend
 from leasing.advisor.serializers import request_url
+from leasing.choices import StartPolicy
 
 # The requirements the estimate page asks for (the request form has them all).
 PROFILE_REQUIREMENTS = ("stack", "min_stack_version", "region", "vendor")
@@ -94,6 +96,15 @@ class EstimateForm(forms.Form):
     )
     # What the cards must have: the same declaration as the request form's.
     locals().update({name: form_field(BY_NAME[name]) for name in PROFILE_REQUIREMENTS})
+    start_policy = forms.ChoiceField(
+        label=_("When"),
+        required=False,
+        choices=[
+            ("", _("As soon as possible")),
+            (StartPolicy.NEXT_OFF_PEAK, _("In the next off-peak window (cheaper)")),
+            (StartPolicy.OFF_PEAK_ONLY, _("Only inside an off-peak window (start and end)")),
+        ],
+    )
 
     def clean(self):
         data = super().clean()
@@ -126,18 +137,24 @@ def estimate(request):
     initial = INITIAL | {"stack": default_stack(request.user)}
     form = EstimateForm(request.GET if "task" in request.GET else initial)
     context: dict = {"form": form, "default_stack": initial["stack"]}
+    rec = None
     if form.is_valid():
-        rec = recommend(
-            profile=form.cleaned_data["profile"],
-            duration=timedelta(hours=form.cleaned_data["duration"]),
-            team_id=priced_team_id(request.user),
-            requirements=form.cleaned_data["requirements"],
-        )
+        try:
+            rec = recommend(
+                profile=form.cleaned_data["profile"],
+                duration=timedelta(hours=form.cleaned_data["duration"]),
+                team_id=priced_team_id(request.user),
+                requirements=form.cleaned_data["requirements"],
+                start_policy=form.cleaned_data.get("start_policy") or "",
+            )
+        except ValidationError as exc:
+            context["problems"] = exc.messages
+    if rec is not None:
         context.update(
             rec=rec,
             options=[(option, request_url(rec, option)) for option in rec.options],
         )
-    else:
+    elif not form.is_valid():
         context["problems"] = [
             f"{form.fields[name].label}: {error}" if name in form.fields else error
             for name, errors in form.errors.items()

@@ -67,6 +67,8 @@ def explain(
         details.append(_("free now"))
     else:
         details.append(_("free from %(time)s") % {"time": when(start, now)})
+    if getattr(o, "off_peak", False):
+        details.append(_("starts off-peak (off-peak price)"))
     details.append(_("¥%(cost)s for %(hours)s h") % {"cost": cost, "hours": hours_text(duration)})
     if energy is not None:
         details.append(_("energy about ¥%(cost)s") % {"cost": energy})

@@ -73,3 +73,9 @@ class Backend:
         place): make the backend hold exactly ``holding.nodes`` and return the new access
         details. Calling it again with the same holding changes nothing more."""
         raise NotImplementedError
+
+    def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
+        """The lease is being preempted: deliver its checkpoint *signal* (a name such as
+        ``USR1``) and/or run its checkpoint *command* on its nodes, so the job saves its state
+        during the grace. Returns what was done (kept on the lease's timeline)."""
+        raise PermanentBackendError(f"The {self.name} backend cannot deliver a checkpoint.")

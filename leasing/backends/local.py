@@ -26,6 +26,12 @@ class LocalBackend(Backend):
         # Nothing to hold: the records are the truth; the holder is told the new devices.
         return access_details(holding)
 
+    def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
+        # Nothing runs on the nodes from here: the node's agent (``cardpool-agent
+        # --checkpoints``) asks the portal for its leases being preempted and delivers the
+        # signal to the processes on their cards, or runs the command (docs/operations.md).
+        return {"via": "agent", "hosts": [node.hostname for node in holding.nodes]}
+
 
 def access_details(holding: Holding) -> dict:
     """Host, device indices and environment per node, from the holding's current cards."""

@@ -159,6 +159,12 @@ class SlurmCli:
         if job_ids:
             self.checked("scancel", [str(j) for j in job_ids])
 
+    def signal(self, job_ids: list[int], signal: str) -> None:
+        """Send *signal* to the jobs' steps (``scancel --signal``: the holder's ``srun``
+        steps; the job itself keeps running)."""
+        if job_ids:
+            self.checked("scancel", [f"--signal={signal}", *[str(j) for j in job_ids]])
+
     def set_time_limit(self, job_id: int, minutes: int) -> None:
         self.checked(
             "scontrol", ["update", f"JobId={job_id}", f"TimeLimit={format_time_limit(minutes)}"]
@@ -221,6 +227,27 @@ class SlurmBackend(Backend):
         if not jobs:
             return "released"
         return "active" if all(j.state == "RUNNING" for j in jobs) else "unknown"
+
+    def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
+        """``scancel --signal=SIG`` on the lease's jobs; a command runs as the holder in one
+        more step of each job (``srun --jobid --overlap``)."""
+        jobs = [j.job_id for j in self.live_jobs(holding)]
+        if not jobs:
+            raise PermanentBackendError("The lease's Slurm jobs are gone; nothing to signal.")
+        done: dict = {"via": "slurm", "jobs": jobs}
+        if signal:
+            self.cli.signal(jobs, signal)
+            done["signal"] = signal
+        if command:
+            for job_id in jobs:
+                result = self.cli.run(
+                    "srun",
+                    [f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1"]
+                    + ["bash", "-c", command],
+                    as_user=holding.slurm_user,
+                )
+                done.setdefault("command_rc", []).append(result.rc)
+        return done
 
     def change(self, holding: Holding) -> dict:
         """Make the lease's jobs hold exactly the holding's cards, and say how to reach them.

@@ -35,6 +35,7 @@ GROUPS = {
     "vendor": ("vendor", _("Vendor")),
     "region": ("region_id", _("Region")),
     "priority": ("priority", _("Priority")),
+    "tariff": ("off_peak", _("Peak / off-peak")),
 }
 PERIODS = {"day": _("Day"), "week": _("Week"), "month": _("Month")}
 HOUR_MINUTES = Decimal(60)
@@ -97,6 +98,8 @@ def labels(group_by: str, keys) -> dict:
         return {k: str(Vendor(k).label) if k in Vendor.values else k for k in keys}
     if group_by == "priority":
         return {k: str(Priority(k).label) if k in Priority.values else k for k in keys}
+    if group_by == "tariff":
+        return {k: str(_("Off-peak") if k else _("Peak")) for k in keys}
     source = {
         "team": (Team, "name"),
         "department": (Department, "name"),

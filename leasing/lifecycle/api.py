@@ -28,6 +28,7 @@ from leasing.lifecycle.serializers import (
     ResizeSerializer,
     ResolveSerializer,
 )
+from leasing.lifecycle.validation import Checkpoint
 from leasing.models import REQUEST_KEY_MAX, Allocation, Lease, LeaseChange
 from leasing.teams import approvals
 from leasing.teams import selectors as team_selectors
@@ -146,6 +147,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             description=v["description"],
             override_reason=v["override_reason"],
             request_key=key,
+            checkpoint=Checkpoint(**v["checkpoint"]) if v.get("checkpoint") else None,
+            start_policy=v.get("start_policy") or "",
         )
         # The service's own lease, not a re-read: its user, team and model are the objects
         # passed in, so the allocations (with card and node) are the one query left.

@@ -13,7 +13,8 @@ from django.utils.translation import gettext_lazy as _
 from inventory.models import CardModel
 from inventory.requirements import REQUIREMENTS, form_field, requirement_errors, stored
 from leasing.advisor.recommend import default_stack
-from leasing.choices import Priority, Purpose
+from leasing.choices import Priority, Purpose, StartPolicy
+from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint, priorities_for
 from leasing.models import REQUEST_KEY_MAX
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
@@ -44,7 +45,12 @@ class LeaseRequestForm(forms.Form):
         label=_("Start"),
         initial="now",
         widget=forms.RadioSelect,
-        choices=[("now", _("As soon as possible")), ("later", _("At a set time (reservation)"))],
+        choices=[
+            ("now", _("As soon as possible")),
+            ("later", _("At a set time (reservation)")),
+            (StartPolicy.NEXT_OFF_PEAK, _("In the next off-peak window (cheaper)")),
+            (StartPolicy.OFF_PEAK_ONLY, _("Only inside an off-peak window (start and end)")),
+        ],
     )
     start_at = forms.DateTimeField(
         label=_("Start at"),
@@ -69,6 +75,18 @@ class LeaseRequestForm(forms.Form):
     description = forms.CharField(
         label=_("What is it for? (optional)"), max_length=200, required=False
     )
+    checkpoint_signal = forms.ChoiceField(
+        label=_("When preempted, send the signal"),
+        required=False,
+        choices=[("", "—"), *((s, f"SIG{s}") for s in CHECKPOINT_SIGNALS)],
+        help_text=_("Your job saves its state when it gets this signal (preemptible leases)."),
+    )
+    checkpoint_seconds = forms.IntegerField(
+        label=_("Saving takes (seconds)"), required=False, min_value=1
+    )
+    requeue = forms.BooleanField(
+        label=_("Requeue when preempted (a new lease resumes the work)"), required=False
+    )
     # A fresh key per form shown: a double click or a resubmitted page books once.
     request_key = forms.CharField(
         widget=forms.HiddenInput, required=False, max_length=REQUEST_KEY_MAX
@@ -77,6 +95,9 @@ class LeaseRequestForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.filter(memberships__user=user).order_by("slug")
+        # Only the classes this person may ask for (the service refuses the others).
+        allowed = priorities_for(user)
+        self.fields["priority"].choices = [c for c in Priority.choices if c[0] in allowed]
 
     def clean(self):
         data = super().clean()
@@ -107,6 +128,12 @@ class LeaseRequestForm(forms.Form):
                 self.add_error("start_at", _("Pick the start time of the reservation."))
         else:
             data["start_at"] = None
+        data["start_policy"] = data.get("start") if data.get("start") in StartPolicy.values else ""
+        data["checkpoint"] = Checkpoint(
+            signal=data.get("checkpoint_signal") or "",
+            seconds=data.get("checkpoint_seconds"),
+            requeue=bool(data.get("requeue")),
+        )
         return data
 
 
@@ -153,6 +180,13 @@ def lease_request_initial(request) -> dict:
             continue
         if value is not None:
             initial[name] = value
+    if request.GET.get("start") == "later":  # a slot picked on the calendar or the timeline
+        try:
+            at = LeaseRequestForm.base_fields["start_at"].clean(request.GET.get("start_at"))
+        except ValidationError:
+            at = None
+        if at is not None:
+            initial.update(start="later", start_at=at)
     if request.GET.get("unit") in UNITS:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:

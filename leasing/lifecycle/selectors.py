@@ -177,6 +177,16 @@ def changes_visible_to(user) -> QuerySet[LeaseChange]:
     return changes.filter(Q(lease__user=user) | Q(lease__team_id__in=led))
 
 
+def latest_card_model_id(user) -> int | None:
+    """The card model of the user's most recent lease (the calendar's and timeline's default)."""
+    return (
+        Lease.objects.filter(user=user)
+        .order_by("-submitted_at", "-pk")
+        .values_list("card_model_id", flat=True)
+        .first()
+    )
+
+
 def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:
     """The user's own leases, newest first, with their cards."""
     leases = (

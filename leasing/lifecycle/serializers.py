@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from inventory.models import CardModel
 from inventory.serializers import RequirementsSerializer
-from leasing.choices import Priority, Purpose
+from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
@@ -70,6 +70,37 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
         return breaches_text(change.breaches) or change.reason
 
 
+class CheckpointSerializer(StrictSerializer):
+    """How a preemptible job saves its state when preempted (a signal and/or a command on its
+    node, the seconds saving takes) and whether a new lease resumes it."""
+
+    signal = serializers.CharField(
+        max_length=10,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Sent to the job's processes when it is preempted: USR1, USR2, TERM, INT, HUP, QUIT or CONT.",
+    )
+    command = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Run on the lease's node(s) when it is preempted (Slurm: as you, in the job).",
+    )
+    seconds = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="How long saving takes; the preemption grace is at least this long.",
+    )
+    requeue = serializers.BooleanField(
+        default=False,
+        help_text="When preempted, queue a new lease with the same profile, linked by `resumes`.",
+    )
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -96,6 +127,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     waiting_reason = serializers.SerializerMethodField(
         help_text="Why a queued lease cannot start as asked, and what you can do (null: it can)."
     )
+    checkpoint = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
@@ -128,8 +160,25 @@ class LeaseSerializer(serializers.ModelSerializer):
             "ends_early",
             "cards_taken_back",
             "waiting_reason",
+            "start_policy",
+            "lent",
+            "checkpoint",
+            "resumes",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(CheckpointSerializer(allow_null=True))
+    def get_checkpoint(self, lease: Lease) -> dict | None:
+        """How the job saves its state when preempted, and whether it is requeued (null: not
+        declared)."""
+        if not (lease.checkpoint_signal or lease.checkpoint_command):
+            return None
+        return {
+            "signal": lease.checkpoint_signal,
+            "command": lease.checkpoint_command,
+            "seconds": lease.checkpoint_seconds,
+            "requeue": lease.requeue,
+        }
 
     def _truth(self, lease: Lease) -> LeaseTruth:
         truth = getattr(lease, "truth", None)
@@ -206,6 +255,17 @@ class LeaseRequestSerializer(StrictSerializer):
     )
 
     requirements = RequirementsSerializer(required=False)
+    checkpoint = CheckpointSerializer(required=False)
+    start_policy = serializers.ChoiceField(
+        choices=StartPolicy.choices,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text=(
+            "next_off_peak: start in the next off-peak window (from start_at, or now); "
+            "off_peak_only: start and end inside off-peak time."
+        ),
+    )
     override_reason = serializers.CharField(
         max_length=500,
         required=False,

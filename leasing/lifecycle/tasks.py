@@ -48,6 +48,18 @@ def provision_lease(self, lease_id: int) -> None:
         provisioning.lease_fail(lease_id=lease_id, reason=str(exc))
 
 
+@shared_task(name="leasing.tasks.checkpoint_lease", bind=True, max_retries=3, acks_late=True)
+def checkpoint_lease(self, lease_id: int) -> None:
+    """A lease marked for preemption declared a checkpoint: deliver it through its backend."""
+    try:
+        provisioning.checkpoint_step(lease_id=lease_id, attempt=self.request.retries + 1)
+    except TransientBackendError as exc:
+        if self.request.retries >= self.max_retries:
+            logger.warning("lease %s: checkpoint not delivered: %s", lease_id, exc)
+            return
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
 @shared_task(name="leasing.tasks.provision_batch", acks_late=True)
 def provision_batch(lease_ids: list[int]) -> None:
     """Hand over the leases one queue pass started, in one message. A lease whose backend
@@ -167,6 +179,10 @@ def sweep() -> dict:
     for lease_id in provisioning.changes_pending(older_than=stale, batch=BATCH):
         enqueue("leasing.tasks.change_lease", lease_id)
         done["rechanged"] += 1
+    done["recheckpointed"] = 0
+    for lease_id in provisioning.checkpoints_unsent(now=now, older_than=stale, batch=BATCH):
+        enqueue("leasing.tasks.checkpoint_lease", lease_id)
+        done["recheckpointed"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)

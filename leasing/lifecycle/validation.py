@@ -4,6 +4,7 @@ the pool could ever hold it. Every path that asks for cards checks this first.""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -36,6 +37,22 @@ def pool_capacity(card_model: CardModel, nodes: frozenset[int] | None = None) ->
     per_node = cards.values("node_id").annotate(n=Count("pk"))
     agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
     return agg["total"] or 0, agg["most"] or 0
+
+
+def priorities_for(user, *, membership: Membership | None = None, team: Team | None = None):
+    """The priority classes *user* may ask for, for *team* (its membership if known; with
+    neither, in any of their teams): critical for operators, high for leads too. The request
+    form offers only these; ``lease_validate_request`` refuses the others."""
+    if is_operator(user):
+        return list(Priority.values)
+    if membership is not None:
+        is_lead = membership.role == Membership.Role.LEAD
+    else:
+        memberships = Membership.objects.filter(user=user, role=Membership.Role.LEAD)
+        is_lead = (memberships.filter(team=team) if team else memberships).exists()
+    return [
+        p for p in Priority.values if p != Priority.CRITICAL and (is_lead or p != Priority.HIGH)
+    ]
 
 
 def lease_validate_request(
@@ -92,12 +109,10 @@ def lease_validate_request(
             _("Unknown priority; choose one of: %(choices)s.")
             % {"choices": ", ".join(Priority.values)}
         )
-    elif priority in (Priority.CRITICAL, Priority.HIGH):
-        is_lead = membership is not None and membership.role == Membership.Role.LEAD
-        if priority == Priority.CRITICAL and not is_operator(user):
+    elif priority not in priorities_for(user, membership=membership):
+        if priority == Priority.CRITICAL:
             raise PermissionDenied(_("Only operators may ask for critical priority."))
-        if priority == Priority.HIGH and not (is_lead or is_operator(user)):
-            raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
+        raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
     if purpose not in Purpose.values:
         errors.setdefault("purpose", []).append(
             _("Unknown purpose; choose one of: %(choices)s.")
@@ -166,3 +181,48 @@ def capacity_errors(
             % {"count": count, "model": card_model.name, "most": most_on_node}
         )
     return errors
+
+
+# --- checkpoints and off-peak starts --------------------------------------------------------
+
+# Signals a job may ask for when preempted: the ones jobs trap to save their state.
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "CONT")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """How a preemptible job saves its state when preempted: a *signal* (a name such as
+    ``USR1``) and/or a *command* run on its node, the *seconds* saving takes (the grace is at
+    least this long), and whether a new lease resumes it (*requeue*)."""
+
+    signal: str = ""
+    command: str = ""
+    seconds: int | None = None
+    requeue: bool = False
+
+
+def checkpoint_validate(checkpoint: Checkpoint | None) -> Checkpoint | None:
+    """The checkpoint as stored (signal upper case, no ``SIG`` prefix), or a ValidationError
+    naming the field. None or an empty one: nothing declared."""
+    if checkpoint is None or checkpoint == Checkpoint():
+        return None
+    signal = checkpoint.signal.strip().upper().removeprefix("SIG")
+    command = checkpoint.command.strip()
+    errors: dict[str, list[str]] = {}
+    if signal and signal not in CHECKPOINT_SIGNALS:
+        errors["checkpoint_signal"] = [
+            _("Unknown signal %(signal)s; use one of %(known)s.")
+            % {"signal": checkpoint.signal, "known": ", ".join(CHECKPOINT_SIGNALS)}
+        ]
+    if "\x00" in command or len(command) > 500:
+        errors["checkpoint_command"] = [_("The command must be at most 500 characters.")]
+    most = settings.CARDPOOL["CHECKPOINT_MAX_SECONDS"]
+    if checkpoint.seconds is not None and not 0 < checkpoint.seconds <= most:
+        errors["checkpoint_seconds"] = [
+            _("Checkpoint time must be between 1 and %(most)s seconds.") % {"most": most}
+        ]
+    if (checkpoint.seconds or checkpoint.requeue) and not (signal or command):
+        errors["checkpoint_signal"] = [_("Say how the job saves its state: a signal or a command.")]
+    if errors:
+        raise ValidationError(errors)
+    return Checkpoint(signal, command, checkpoint.seconds, checkpoint.requeue)

@@ -5,7 +5,7 @@ Django finds every model through this package. Choices and state groups live in
 ``leasing.choices``.
 """
 
-from leasing.models.billing import Price, PricePeriod, TeamPrice, UsageRecord
+from leasing.models.billing import OffPeakWindow, Price, PricePeriod, TeamPrice, UsageRecord
 from leasing.models.lease import (
     REQUEST_KEY_MAX,
     Allocation,
@@ -21,19 +21,21 @@ from leasing.models.notify import (
     NotificationPreference,
     Webhook,
 )
-from leasing.models.teams import MemberLimit, Quota, QuotaLimits
+from leasing.models.teams import GuaranteedShare, MemberLimit, Quota, QuotaLimits
 
 __all__ = [
     "REQUEST_KEY_MAX",
     "Allocation",
     "BackendCall",
     "Delivery",
+    "GuaranteedShare",
     "Lease",
     "LeaseChange",
     "LeaseEvent",
     "LeaseWarning",
     "MemberLimit",
     "Notification",
+    "OffPeakWindow",
     "NotificationPreference",
     "Price",
     "PricePeriod",

@@ -21,6 +21,7 @@ from leasing.choices import (
     Priority,
     Purpose,
     StallReason,
+    StartPolicy,
 )
 
 REQUEST_KEY_MAX = 80
@@ -125,6 +126,56 @@ class Lease(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         verbose_name=_("preempted for"),
+    )
+    lent = models.BooleanField(
+        _("on loan"),
+        default=False,
+        help_text=_(
+            "Placed on cards of another team's idle guaranteed share: taken back first when "
+            "that team needs them."
+        ),
+    )
+    checkpoint_signal = models.CharField(
+        _("checkpoint signal"),
+        max_length=10,
+        blank=True,
+        default="",
+        help_text=_("Sent to the job when it is preempted (e.g. USR1), so it can save its state."),
+    )
+    checkpoint_command = models.CharField(
+        _("checkpoint command"),
+        max_length=500,
+        blank=True,
+        default="",
+        help_text=_("Run on the lease's node when it is preempted (the local agent runs it)."),
+    )
+    checkpoint_seconds = models.PositiveIntegerField(
+        _("checkpoint time (seconds)"),
+        null=True,
+        blank=True,
+        help_text=_("How long saving takes: the preemption grace is at least this long."),
+    )
+    requeue = models.BooleanField(
+        _("requeue when preempted"),
+        default=False,
+        help_text=_("When preempted, a new queued lease with the same profile resumes the work."),
+    )
+    resumes = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="resumed_by",
+        verbose_name=_("resumes"),
+        help_text=_("The preempted lease this one resumes."),
+    )
+    start_policy = models.CharField(
+        _("start"),
+        max_length=16,
+        choices=StartPolicy.choices,
+        blank=True,
+        default="",
+        db_default="",
     )
     submitted_at = models.DateTimeField(_("submitted"))
     status_changed_at = models.DateTimeField(_("status changed"), null=True, blank=True)

@@ -20,7 +20,7 @@ from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from leasing.choices import StallReason
+from leasing.choices import EndReason, StallReason
 from leasing.models import Lease, Notification
 from leasing.notify.services import notify
 
@@ -51,6 +51,8 @@ def _drain(p: Mapping) -> tuple[str, str]:
 
 
 def _expiring(p: Mapping) -> tuple[str, str]:
+    # "minutes" is the warning's offset (10 for the 10-minute warning, even if the sweep ran
+    # a few seconds after it), rounded up from what was left for warnings sent late.
     title = _("Lease %(id)s ends in %(minutes)s minutes") % {"id": p["id"], "minutes": p["minutes"]}
     body = _(
         "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
@@ -120,6 +122,8 @@ def _stalled(p: Mapping) -> tuple[str, str]:
 
 ENDED_WHY = {
     "drain": lambda p: _("node %(node)s went into maintenance") % {"node": p.get("node", "")},
+    "slurm_down": lambda p: _("node %(nodes)s is down in Slurm") % {"nodes": p.get("nodes", "")},
+    "slurm_cancelled": lambda p: _("its Slurm allocation was cancelled outside Cardpool"),
     "faulty": lambda p: _("a card failed and no spare was free"),
     "preempted": lambda p: _("preempted for a higher-priority request"),
     "idle": lambda p: _("reclaimed: the cards stayed idle"),
@@ -128,7 +132,101 @@ ENDED_WHY = {
 
 def _ended(p: Mapping) -> tuple[str, str]:
     why = ENDED_WHY.get(p.get("why", ""), lambda p: p.get("why", ""))(p)
-    return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, ""
+    body = ""
+    if p.get("why", "").startswith("slurm_"):
+        body = _(
+            "Slurm no longer holds the cards of this lease, so they are back in the pool. "
+            "Ask for new cards if you still need them."
+        )
+    return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, body
+
+
+def _idle(p: Mapping) -> tuple[str, str]:
+    policy = (
+        _("It will be reclaimed in %(minutes)s minutes unless the cards get busy.")
+        % {"minutes": p["grace"]}
+        if p.get("reclaim")
+        else _("Release it if you no longer need the cards.")
+    )
+    body = _("The cards stayed under %(pct)s%% utilisation for %(minutes)s minutes. %(policy)s") % {
+        "pct": p["pct"],
+        "minutes": p["minutes"],
+        "policy": policy,
+    }
+    return _("Lease %(id)s: cards idle") % {"id": p["id"]}, body
+
+
+def _budget(p: Mapping) -> tuple[str, str]:
+    """A team's monthly budget reached a level (to the leads)."""
+    scope = p.get("model") or _("all models")
+    title = _("%(team)s: %(pct)s%% of the %(month)s budget for %(scope)s is used") % {
+        "team": p["team"],
+        "pct": p["pct"],
+        "month": p["month"],
+        "scope": scope,
+    }
+    body = _("%(used)s of %(limit)s %(unit)s used or booked this month.") % {
+        "used": p["used"],
+        "limit": p["limit"],
+        "unit": p["unit"],
+    }
+    return title, body
+
+
+def _hours_text(hours) -> str:
+    return f"{float(hours):.1f}".removesuffix(".0")
+
+
+def _end_reason(reason: str) -> str:
+    return str(EndReason(reason).label) if reason in EndReason.values else (reason or "—")
+
+
+def _lease(p: Mapping) -> tuple[str, str]:
+    """A lease's own event (``p["event"]``: a ``Kind``), worded for the reader."""
+    event = p["event"]
+    what = {"id": p["id"], "n": p["n"], "model": p["model"]}
+    if event == "approval_requested":
+        body = _("%(n)s × %(model)s for %(hours)s h, charged to %(team)s.") % {
+            **what,
+            "hours": _hours_text(p["hours"]),
+            "team": p["team"],
+        }
+        reason = breaches_text(p.get("breaches")) or p.get("reason", "")
+        if reason:
+            body += "\n" + reason
+        title = _("%(user)s asks for approval: lease %(id)s") % {**what, "user": p["user"]}
+        return title, body
+    if event == "approval_decided":
+        if p.get("decision") == "rejected":
+            return _("Lease %(id)s rejected") % what, p.get("note", "")
+        return _("Lease %(id)s approved") % what, p.get("note", "")
+    if event == "lease_failed":
+        return _("Lease %(id)s failed") % what, p.get("failure", "")
+    if event == "lease_active":
+        body = _("%(n)s × %(model)s are yours until %(end)s.") % {**what, "end": _at(p["end"])}
+        return _("Lease %(id)s is active") % what, body
+    if event == "lease_started_from_queue":
+        body = _("Your wait is over: %(n)s × %(model)s are yours until %(end)s.") % {
+            **what,
+            "end": _at(p["end"]),
+        }
+        return _("Lease %(id)s has started") % what, body
+    if event == "lease_queued":
+        if p.get("estimated_start"):
+            body = _("Estimated start: %(at)s.") % {"at": _at(p["estimated_start"])}
+        else:
+            body = _("No estimated start yet: the cards it waits for have no known end.")
+        return _("Lease %(id)s is queued") % what, body
+    if event == "lease_ended":
+        body = _("Reason: %(reason)s.") % {"reason": _end_reason(p.get("reason", ""))}
+        return _("Lease %(id)s has ended") % what, body
+    if event == "release_failed":
+        body = _(
+            "The backend could not take the cards back: %(why)s. They stay out of the pool "
+            "until you retry the release or mark it done by hand on the lease page."
+        ) % {"why": p.get("failure") or "—"}
+        return _("Lease %(id)s: the release failed") % what, body
+    raise KeyError(event)
 
 
 def _card_swapped(p: Mapping) -> tuple[str, str]:
@@ -213,6 +311,9 @@ def breaches_text(breaches) -> str:
 
 
 MESSAGES: dict[str, Renderer] = {
+    "lease": _lease,
+    "idle": _idle,
+    "budget": _budget,
     "change": _change,
     "card_swapped": _card_swapped,
     "expiring": _expiring,
@@ -235,6 +336,13 @@ def holder_zone(user) -> ZoneInfo:
 def holder_language(user) -> str:
     """The holder's language where their profile keeps one, else the site's."""
     return getattr(getattr(user, "profile", None), "language", "") or settings.LANGUAGE_CODE
+
+
+def reader_language(user) -> str:
+    """The language *user* chose on their profile, else the active one (a worker's is the
+    site's): for notices worded for someone other than a lease's holder (leads, operators)."""
+    chosen = getattr(getattr(user, "profile", None), "language", "")
+    return chosen or translation.get_language() or settings.LANGUAGE_CODE
 
 
 def render(message: str, params: Mapping, *, language: str, zone) -> tuple[str, str]:

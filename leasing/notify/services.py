@@ -306,13 +306,17 @@ def notify_team_leads(
     data: Mapping | None = None,
     now: datetime | None = None,
     key: str = "",
+    word: Callable[[object], tuple[str, str]] | None = None,
 ) -> list[Notification]:
     """Tell each lead of *team*; the team's webhooks get the event once (with the first lead's).
 
     For team events: approval requests, budget alerts. A team without leads hears nothing.
+    *word* gives the title and body for one lead (in their language), instead of *title*/*body*.
     """
     made = []
     for i, lead in enumerate(team_leads(team)):
+        if word is not None:
+            title, body = word(lead)
         made.append(
             _create(
                 user=lead,

@@ -11,6 +11,7 @@ from django.utils import timezone
 from inventory.models import CardModel
 from leasing.choices import PRIORITY_RANK, Priority
 from leasing.scheduler import planner
+from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.snapshot import (
     card_slots,
     card_slots_of,
@@ -19,6 +20,9 @@ from leasing.scheduler.snapshot import (
     timeline_for,
     timelines_of,
 )
+
+# Off-peak windows a preview tries before it gives up (each try: the next allowed start).
+OFF_PEAK_TRIES = 30
 
 
 def lease_preview(
@@ -29,16 +33,24 @@ def lease_preview(
     start_at: datetime | None = None,
     same_node: bool = True,
     priority: str = Priority.NORMAL,
+    start_policy: str = "",
     now: datetime | None = None,
     nodes: frozenset[int] | None = None,
 ) -> datetime | None:
     """When a request like this would start if made now: its place in the queue, no writes.
     *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``).
-    The same code as the advisor's previews (``lease_previews``), for one model."""
+    With an off-peak *start_policy* the start is the first the policy allows where the cards
+    are free (the queue pass's rule, ``offpeak.OffPeakHold``). The same code as the
+    advisor's previews (``lease_previews``), for one model."""
     ask = Ask(card_model.pk, count, same_node, nodes)
-    return lease_previews([ask], duration=duration, start_at=start_at, priority=priority, now=now)[
-        card_model.pk
-    ].start
+    return lease_previews(
+        [ask],
+        duration=duration,
+        start_at=start_at,
+        priority=priority,
+        start_policy=start_policy,
+        now=now,
+    )[card_model.pk].start
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,7 @@ def lease_previews(
     duration: timedelta,
     start_at: datetime | None = None,
     priority: str = Priority.NORMAL,
+    start_policy: str = "",
     now: datetime | None = None,
     cards: dict[int, list[planner.CardSlot]] | None = None,
 ) -> dict[int, planner.Decision]:
@@ -72,16 +85,38 @@ def lease_previews(
         cards = card_slots_of(ids, now=now)
     timelines = timelines_of(ids, now=now)
     queues = queues_of(ids, now=now, min_rank=rank)
+    offpeak = OffPeakHold()
     out: dict[int, planner.Decision] = {}
     for ask in asks:
         model_cards = cards.get(ask.card_model_id, [])
         timeline = timelines[ask.card_model_id]
         planner.plan_queue(model_cards, timeline, queues.get(ask.card_model_id, []))
-        request = planner.Request(0, ask.count, duration, not_before, ask.same_node, ask.nodes)
-        out[ask.card_model_id] = planner.earliest(
-            planner.cards_for(model_cards, request), timeline, request
+        out[ask.card_model_id] = _earliest_allowed(
+            ask, model_cards, timeline, offpeak, start_policy, not_before, duration
         )
     return out
+
+
+def _earliest_allowed(
+    ask: Ask,
+    cards: list[planner.CardSlot],
+    timeline: planner.Timeline,
+    offpeak: OffPeakHold,
+    start_policy: str,
+    not_before: datetime,
+    duration: timedelta,
+) -> planner.Decision:
+    """The planner's earliest start for *ask* that the start policy allows."""
+    for _try in range(OFF_PEAK_TRIES):
+        allowed = offpeak.allowed_start(start_policy, not_before, duration)
+        if allowed is None:
+            break
+        request = planner.Request(0, ask.count, duration, allowed, ask.same_node, ask.nodes)
+        decision = planner.earliest(planner.cards_for(cards, request), timeline, request)
+        if decision.start is None or decision.start == allowed or not start_policy:
+            return decision
+        not_before = decision.start
+    return planner.Decision(0, None)
 
 
 def waiting_delayed(

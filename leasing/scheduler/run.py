@@ -20,13 +20,14 @@ from inventory.models import Card
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
-from leasing.models import Allocation, Lease, LeaseEvent
+from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent
 from leasing.notify.messages import notice_send
-from leasing.scheduler import planner
+from leasing.scheduler import planner, shares
+from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
-from leasing.transitions import cards_free, hand_over, transition
+from leasing.transitions import cards_free, event_record, hand_over, transition
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +53,23 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
         return result
     # Make room for a higher class first, so the plan below already sees the victims'
     # end (their grace period) and gives the waiting lease an honest estimate.
-    preemption_plan(card_model_id, now=now)
+    covering = shares.shares_covering(card_model_id)  # guaranteed shares: one statement
+    preemption_plan(card_model_id, now=now, covering=covering)
+    # A team within its guaranteed share is served first: the cards a reclaim frees are its.
+    queue = shares.entitled_first(card_model_id, queue, covering=covering)
     cards = card_slots(card_model_id, now=now)
     timeline = timeline_for(card_model_id, now=now)
     decisions = planner.plan_queue(cards, timeline, queue)
     requests = {r.lease_id: r for r in queue}
-    shown = {
-        pk: (estimate, stall)
-        for pk, estimate, stall in Lease.objects.filter(pk__in=requests).values_list(
-            "pk", "estimated_start", "stall_reason"
-        )
-    }
+    shown = {}
+    policies = {}
+    for pk, estimate, stall, policy in Lease.objects.filter(pk__in=requests).values_list(
+        "pk", "estimated_start", "stall_reason", "start_policy"
+    ):
+        shown[pk] = (estimate, stall)
+        if policy:
+            policies[pk] = policy
+    offpeak = OffPeakHold()
     in_service: dict[int, int] | None = None
 
     starting: list[tuple[Request, Decision]] = []
@@ -70,6 +77,14 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     stalled: list[int] = []
     for decision in decisions:
         request = requests[decision.lease_id]
+        if decision.lease_id in policies and decision.start is not None:
+            # Off-peak only where the lease asked for it: a start its policy does not allow
+            # waits for the next one (scheduler/offpeak.py).
+            allowed = offpeak.hold(
+                decision.lease_id, policies[decision.lease_id], decision.start, request.duration
+            )
+            if allowed != decision.start:
+                decision = Decision(decision.lease_id, allowed)
         fits_when_wanted = decision.start is not None and decision.start == request.not_before
         if fits_when_wanted and decision.start <= now:
             starting.append((request, decision))
@@ -196,7 +211,27 @@ def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> l
         ),
         batch_size=2000,
     )
-    return [decision.lease_id for _request, decision in starting]
+    started = [decision.lease_id for _request, decision in starting]
+    lent_mark(started, now=now)
+    return started
+
+
+def lent_mark(lease_ids: list[int], *, now: datetime) -> None:
+    """Mark the leases just started that sit on cards of another team's idle guaranteed share
+    (``shares.lent_after_placement``): they are taken back first when that team asks."""
+    if not lease_ids or not GuaranteedShare.objects.exists():
+        return
+    lent = [
+        pk
+        for pk, team_id, model_id in Lease.objects.filter(pk__in=lease_ids).values_list(
+            "pk", "team_id", "card_model_id"
+        )
+        if shares.lent_after_placement(team_id=team_id, card_model_id=model_id, now=now)
+    ]
+    if lent:
+        Lease.objects.filter(pk__in=lent).update(lent=True)
+        for pk in lent:
+            event_record(pk, kind="lent", at=now)
 
 
 def replan(card_model_id: int, *, now: datetime) -> PassResult:

@@ -9,7 +9,12 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from leasing.teams import selectors, services
-from leasing.teams.serializers import QuotaRuleSerializer, QuotaUseSerializer, TeamSerializer
+from leasing.teams.serializers import (
+    QuotaRuleSerializer,
+    QuotaUseSerializer,
+    ShareSerializer,
+    TeamSerializer,
+)
 from portal.models import Team
 
 
@@ -49,6 +54,23 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             row for row in overview["rows"] if row.rule is not None or row.card_model is not None
         ]
         return Response(QuotaUseSerializer(rows, many=True).data)
+
+    @extend_schema(methods=["GET"], responses=ShareSerializer(many=True))
+    @extend_schema(
+        methods=["PUT"], request=ShareSerializer(many=True), responses=ShareSerializer(many=True)
+    )
+    @action(detail=True, methods=["get", "put"])
+    def shares(self, request, slug=None):
+        """The team's guaranteed shares; operators replace them all with PUT."""
+        team = self.get_object()
+        if request.method == "PUT":
+            given = ShareSerializer(data=request.data, many=True)
+            given.is_valid(raise_exception=True)
+            services.share_replace(
+                user=request.user, team=team, shares=[dict(s) for s in given.validated_data]
+            )
+        rows = team.shares.select_related("card_model").order_by("card_model__slug", "family")
+        return Response(ShareSerializer(rows, many=True).data)
 
 
 def register(router) -> None:

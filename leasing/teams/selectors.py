@@ -12,7 +12,7 @@ from inventory.models import CardModel
 from leasing import choices, periods
 from leasing.billing.prices import PriceBooks
 from leasing.choices import BOOKED_STATES, HOLDING_STATES, LeaseStatus
-from leasing.models import Lease, LeaseChange, MemberLimit, Quota
+from leasing.models import GuaranteedShare, Lease, LeaseChange, MemberLimit, Quota
 from leasing.teams import quotas
 from portal.models import Membership, Team
 from portal.permissions import is_finance, is_operator, leads_team
@@ -148,4 +148,8 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         .select_related("user")
         .order_by("role", "user__username"),
         "daily": days,
+        # Guaranteed shares (operators set them): cards the team gets within a stated time.
+        "shares": GuaranteedShare.objects.filter(team=team)
+        .select_related("card_model")
+        .order_by("card_model__name", "family"),
     }

@@ -8,9 +8,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from inventory.models import CardModel
+from inventory.models import Card, CardModel
 from leasing.locking import lock_team
 from leasing.models import (
+    GuaranteedShare,
     MemberLimit,
     Quota,
     QuotaLimits,
@@ -110,4 +111,112 @@ def quota_replace(*, user, team: Team, rules: list[dict]) -> list[Quota]:
             target=team.slug,
             rules=[{k: str(v) if v is not None else None for k, v in r.items()} for r in rules],
         )
+    return kept
+
+
+# --- guaranteed shares -----------------------------------------------------------------------
+
+
+def share_set(
+    *,
+    user,
+    team: Team,
+    cards: int,
+    within_minutes: int,
+    card_model: CardModel | None = None,
+    family: str = "",
+) -> GuaranteedShare:
+    """Give *team* a guaranteed share of *cards* cards of a card model (or of every model of a
+    *family*), available to it within *within_minutes*; operators only. The shares of one
+    model or family together may not guarantee more cards than it has in service. While the
+    team does not use its cards, others may (their leases are then ``lent``, taken back first
+    when the team asks: ``scheduler.shares``, ``scheduler.preemption``)."""
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators give guaranteed shares."))
+    if bool(card_model) == bool(family):
+        raise ValidationError(
+            {"card_model": [_("Give either a card model or a card family, not both.")]}
+        )
+    if cards < 1:
+        raise ValidationError({"cards": [_("A share guarantees at least one card.")]})
+    if within_minutes < 1:
+        raise ValidationError({"within_minutes": [_("Give the time in minutes (at least 1).")]})
+    if family and not CardModel.objects.filter(family=family).exists():
+        raise ValidationError({"family": [_("No card model is of family %(f)s.") % {"f": family}]})
+    scope = {"card_model": card_model} if card_model else {"card_model__family": family}
+    in_service = Card.objects.in_service().filter(**scope).count()
+    others = (
+        GuaranteedShare.objects.filter(card_model=card_model, family=family)
+        .exclude(team=team)
+        .values_list("cards", flat=True)
+    )
+    if sum(others) + cards > in_service:
+        raise ValidationError(
+            {
+                "cards": [
+                    _(
+                        "Shares of %(scope)s would guarantee %(total)s cards; only %(n)s are in "
+                        "service."
+                    )
+                    % {
+                        "scope": card_model.name if card_model else family,
+                        "total": sum(others) + cards,
+                        "n": in_service,
+                    }
+                ]
+            }
+        )
+    with transaction.atomic():
+        lock_team(team.pk)
+        share, _created = GuaranteedShare.objects.update_or_create(
+            team=team,
+            card_model=card_model,
+            family=family,
+            defaults={"cards": cards, "within_minutes": within_minutes},
+        )
+        audit(
+            actor=user,
+            action="share_set",
+            target=str(share),
+            cards=cards,
+            within_minutes=within_minutes,
+        )
+    return share
+
+
+def share_remove(*, user, share: GuaranteedShare) -> None:
+    """Take a team's guaranteed share away; operators only (leases on loan stay as they are)."""
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators give guaranteed shares."))
+    with transaction.atomic():
+        lock_team(share.team_id)
+        audit(actor=user, action="share_remove", target=str(share))
+        share.delete()
+
+
+def share_replace(*, user, team: Team, shares: list[dict]) -> list[GuaranteedShare]:
+    """Replace all of a team's guaranteed shares at once (the API's PUT); operators only.
+    Each is ``{"card_model": CardModel | None, "family": str, "cards", "within_minutes"}``;
+    shares not given are removed. All or nothing."""
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators give guaranteed shares."))
+    scopes = [
+        (s.get("card_model").pk if s.get("card_model") else None, s.get("family") or "")
+        for s in shares
+    ]
+    if len(set(scopes)) != len(scopes):
+        raise ValidationError(_("Two shares for the same card model or family; give each once."))
+    with transaction.atomic():
+        kept = [
+            share_set(
+                user=user,
+                team=team,
+                card_model=s.get("card_model"),
+                family=s.get("family") or "",
+                cards=s["cards"],
+                within_minutes=s["within_minutes"],
+            )
+            for s in shares
+        ]
+        GuaranteedShare.objects.filter(team=team).exclude(pk__in=[k.pk for k in kept]).delete()
     return kept

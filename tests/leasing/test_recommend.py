@@ -201,10 +201,10 @@ def test_the_request_link_prefills_the_form(frozen):
 def test_queries_are_bounded_however_many_models_fit(frozen, django_assert_max_num_queries):
     slugs = list(CardModel.objects.values_list("slug", flat=True))
     pool(*slugs, cards=2)
-    # one for the models, two for their price books (list and team prices), three per preview
-    # the models, the price books (two), then one batch for the cards, their bookings, the
-    # queue, and the nodes: not a query per model
-    with django_assert_max_num_queries(8):
+    # the models, the price books (three: list and team prices, off-peak windows), then one
+    # batch for the cards (and draining nodes), their bookings, the queue, and the nodes: not
+    # a query per model
+    with django_assert_max_num_queries(9):
         rec = recommend(profile=TaskProfile(task="inference", params_b=1), duration=hours(1))
     # every model that fits is offered (BF16 on the spec sheet), none cut off
     assert len(rec.options) == CardModel.objects.exclude(bf16_tflops=None).count()

@@ -15,7 +15,7 @@ from leasing.lifecycle import maintenance
 
 @admin.register(Region)
 class RegionAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "kind", "parent"]
+    list_display = ["name", "slug", "kind", "parent", "energy_price_kwh"]
     list_filter = ["kind"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
@@ -38,7 +38,7 @@ class CardModelAdmin(admin.ModelAdmin):
         "tdp_w",
         "price_per_hour",
     ]
-    list_filter = ["vendor", "interconnect_kind"]
+    list_filter = ["vendor", "interconnect_kind", "stack_family", "graphics"]
     search_fields = ["name", "slug", "architecture", "family", "software_stack"]
     prepopulated_fields = {"slug": ["name"]}
     fieldsets = [
@@ -63,6 +63,7 @@ class CardModelAdmin(admin.ModelAdmin):
             {
                 "fields": [
                     "software_stack",
+                    ("stack_family", "graphics"),
                     "visible_devices_env",
                     "price_per_hour",
                     "source_url",

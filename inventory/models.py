@@ -48,6 +48,22 @@ class InterconnectKind(models.TextChoices):
     PCIE = "pcie", "PCIe"
 
 
+class StackFamily(models.TextChoices):
+    """The vendor software stack a card's programs are built for: code for one does not run
+    on another without porting (operators, precision, versions), so a request may name one."""
+
+    CUDA = "cuda", "CUDA"
+    CANN = "cann", "CANN"
+    NEUWARE = "neuware", "Neuware"
+    DTK = "dtk", "DTK (ROCm/HIP)"
+    ROCM = "rocm", "ROCm"
+    XPU = "xpu", "XPU (Kunlunxin)"
+    MUSA = "musa", "MUSA"
+    MACA = "maca", "MACA"
+    COREX = "corex", "CoreX (Iluvatar)"
+    OTHER = "other", _("Other")
+
+
 class Precision(models.TextChoices):
     FP64 = "fp64", "FP64"
     FP32 = "fp32", "FP32"
@@ -99,6 +115,16 @@ class Region(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="children",
+    )
+    energy_price_kwh = models.DecimalField(
+        _("energy price (CNY/kWh)"),
+        max_digits=6,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        help_text=_(
+            "Electricity price in this region; the task advisor weighs it. Empty: unknown."
+        ),
     )
 
     class Meta:
@@ -158,6 +184,20 @@ class CardModel(models.Model):
     interconnect_gbs = models.PositiveIntegerField(_("interconnect (GB/s)"), null=True, blank=True)
     tdp_w = models.PositiveIntegerField(_("power (TDP, W)"), null=True, blank=True)
     software_stack = models.CharField(_("software stack"), max_length=60, blank=True)
+    stack_family = models.CharField(
+        _("stack family"),
+        max_length=16,
+        choices=StackFamily.choices,
+        default=StackFamily.OTHER,
+        db_default=StackFamily.OTHER,  # rows written by older code (the 0002 migration)
+        help_text=_("The software stack programs for this card are built with (CUDA, CANN…)."),
+    )
+    graphics = models.BooleanField(
+        _("graphics-capable"),
+        default=False,
+        db_default=False,
+        help_text=_("Has a graphics pipeline (rasterisation, ray tracing; OpenGL/Vulkan/DirectX)."),
+    )
     price_per_hour = models.DecimalField(
         _("price per card-hour"),
         max_digits=10,

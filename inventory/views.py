@@ -19,9 +19,10 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from inventory.charts import readings_charts
-from inventory.filters import PRECISION_FIELDS, CardModelFilterSet, NodeFilterSet
+from inventory.filters import CardModelFilterSet, NodeFilterSet
 from inventory.forms import CardFaultyForm, DrainForm
 from inventory.models import Card, Node, Precision
+from inventory.requirements import PRECISION_FIELDS
 from inventory.selectors import latest_readings
 from leasing.lifecycle import maintenance
 from leasing.lifecycle.selectors import card_holders

@@ -84,6 +84,12 @@ class StallReason(models.TextChoices):
             "Cards of this model are kept out of placement until they recover: too hot, or their node stopped reporting"
         ),
     )
+    REQUIREMENTS = (
+        "requirements",
+        _(
+            "Too few cards of this model are on nodes meeting its requirements (region, network, stack version)"
+        ),
+    )
 
 
 class Priority(models.TextChoices):

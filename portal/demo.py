@@ -20,6 +20,25 @@ REGIONS = [
     ("shenzhen-edge", "深圳边缘 Shenzhen edge", "edge", "shanghai"),
 ]
 
+# Electricity price per region (CNY/kWh): the task advisor shows and weighs the energy.
+ENERGY_PRICES = {"beijing": "0.65", "shanghai": "0.72", "shenzhen-edge": "0.80"}
+
+# The software installed on the nodes, per card model (older nodes run older CUDA).
+SOFTWARE = {
+    "a100-80g-sxm": {"cuda": "12.4"},
+    "h800": {"cuda": "12.4"},
+    "v100-32g": {"cuda": "11.8"},
+    "t4": {"cuda": "11.8"},
+    "ascend-910b": {"cann": "8.0.RC2"},
+    "mlu370-x8": {"neuware": "3.10"},
+    "dcu-k100": {"dtk": "24.04"},
+    "metax-c500": {"maca": "2.24"},
+    "rtx-4090": {"cuda": "12.4"},
+    "kunlunxin-r200": {"xpu": "4.0"},
+    "mtt-s4000": {"musa": "3.1"},
+    "l40s": {"cuda": "12.4"},
+}
+
 # hostname, region, card model slug, cards, interconnect domains, network, Gbps
 NODES = [
     ("bj-a100-01", "beijing", "a100-80g-sxm", 8, 1, "ib", 200),
@@ -63,7 +82,13 @@ def seed_inventory() -> dict[str, int]:
     regions: dict[str, Region] = {}
     for slug, name, kind, parent in REGIONS:
         region, made = Region.objects.get_or_create(
-            slug=slug, defaults={"name": name, "kind": kind, "parent": regions.get(parent)}
+            slug=slug,
+            defaults={
+                "name": name,
+                "kind": kind,
+                "parent": regions.get(parent),
+                "energy_price_kwh": ENERGY_PRICES.get(slug),
+            },
         )
         regions[slug] = region
         created["regions"] += made
@@ -81,6 +106,7 @@ def seed_inventory() -> dict[str, int]:
                 "cpu_cores": 128,
                 "memory_gb": 1024,
                 "labels": {"demo": "true"},
+                "software_versions": SOFTWARE.get(model_slug, {}),
             },
         )
         created["nodes"] += made

@@ -368,6 +368,8 @@ SPECTACULAR_SETTINGS = {
         "AlertKindEnum": "leasing.choices.AlertKind",
         "AlertSeverityEnum": "leasing.choices.AlertSeverity",
         "AlertStatusEnum": "leasing.choices.AlertStatus",
+        "NetworkEnum": "inventory.models.Node.Network",
+        "StackEnum": "inventory.models.StackFamily",
     },
 }
 

@@ -80,6 +80,7 @@ def lease_by_profile(request) -> Lease:
         priority=v["priority"],
         purpose=v.get("purpose"),
         description=v["description"],
+        requirements=dict(v.get("requirements") or {}),
     )
 
 

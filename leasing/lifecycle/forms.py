@@ -10,7 +10,9 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel, Precision
+from inventory.models import CardModel
+from inventory.requirements import REQUIREMENTS, form_field, requirement_errors, stored
+from leasing.advisor.recommend import default_stack
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint, priorities_for
 from leasing.models import REQUEST_KEY_MAX
@@ -30,18 +32,8 @@ class LeaseRequestForm(forms.Form):
         required=False,
         empty_label=_("Any model meeting the requirements below"),
     )
-    min_memory_gb = forms.DecimalField(
-        label=_("Memory per card at least (GB)"),
-        required=False,
-        min_value=0,
-        max_digits=7,
-        decimal_places=1,
-    )
-    precision = forms.ChoiceField(
-        label=_("Must support precision"),
-        required=False,
-        choices=[("", "—"), *Precision.choices],
-    )
+    # The requirements, one field each, from the one declaration (inventory.requirements).
+    locals().update({req.name: form_field(req) for req in REQUIREMENTS})
     count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=MAX_CARDS, initial=1)
     duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
     unit = forms.ChoiceField(
@@ -109,19 +101,19 @@ class LeaseRequestForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        # Requirements matter only when no model is named (the fields are hidden then).
-        data["requirements"] = {
-            k: data[k]
-            for k in ("min_memory_gb", "precision")
-            if data.get(k) not in (None, "") and not data.get("card_model")
-        }
+        # With a model named, the model requirements must hold for it (the service says
+        # so) and the node requirements choose its cards; without, they choose the model.
+        data["requirements"] = stored({r.name: data.get(r.name) for r in REQUIREMENTS})
+        for name, message in requirement_errors(data["requirements"]).items():
+            self.add_error(name, message)
         if (
             not data.get("card_model")
             and not data["requirements"]
             and "card_model" not in self.errors
         ):
             self.add_error(
-                "card_model", _("Pick a card model, or give the memory or precision it must have.")
+                "card_model",
+                _("Pick a card model, or give what the cards must have (memory, stack…)."),
             )
         if data.get("duration") and data.get("unit") in UNITS:
             minutes = data["duration"] * UNITS[data["unit"]]
@@ -199,4 +191,13 @@ def lease_request_initial(request) -> dict:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:
         initial["purpose"] = request.GET["purpose"]
+    if request.GET.get("same_node") == "0":
+        initial["same_node"] = False  # a plan across nodes
+    # The stack the user last leased (or set on their profile), unless the link says.
+    if stack := default_stack(request.user):
+        initial["stack"] = stack
+    for req in REQUIREMENTS:
+        value = request.GET.get(req.name)
+        if value is not None and len(value) <= 60:
+            initial[req.name] = value  # shown as given (empty clears the default)
     return initial

@@ -25,7 +25,7 @@ from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_with_notice
 from leasing.scheduler import planner
 from leasing.scheduler.run import replan
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.transitions import event_record, notify_after_commit, transition
 from portal.audit import audit
 from portal.permissions import is_operator
@@ -199,7 +199,11 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
         if holding is None:
             return "idle"
         lease = holding.lease
-        slots = [s for s in card_slots(card.card_model_id, now=now) if s.card_id != card.pk]
+        slots = [
+            s
+            for s in lease_card_slots(card.card_model_id, now=now, requirements=lease.requirements)
+            if s.card_id != card.pk
+        ]
         timeline = timeline_for(card.card_model_id, now=now)
         siblings = {
             a.card_id: a.card

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -19,6 +18,7 @@ from django.utils.translation import gettext as _
 
 from inventory.filters import CardModelFilterSet
 from inventory.models import CardModel
+from inventory.requirements import BY_NAME, nodes_meeting, requirement_errors, stored
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.validation import capacity_errors, lease_validate_request
 from leasing.scheduler.availability import card_models_with_counts
@@ -28,8 +28,29 @@ from leasing.teams import quotas
 from leasing.teams.admission import Ask, Verdict, admit
 from portal.models import Team
 
-# What a request by requirements may name: the catalogue's filters, the same FilterSet.
-REQUIREMENT_KEYS = set(CardModelFilterSet.base_filters)
+# What a request by requirements may name: the one declaration (inventory.requirements).
+REQUIREMENT_KEYS = set(BY_NAME)
+
+
+def model_meets(card_model: CardModel, requirements: dict) -> None:
+    """Raise ValidationError unless *card_model* meets the model requirements (a request
+    that names a model and a stack never gets cards of another stack)."""
+    for key, value in requirements.items():
+        req = BY_NAME.get(key)
+        if req is None or req.model_q is None:
+            continue
+        if not CardModel.objects.filter(req.model_q(value), pk=card_model.pk).exists():
+            raise ValidationError(
+                {
+                    key: [
+                        _(
+                            "%(model)s does not meet the requirement “%(label)s: %(value)s”; "
+                            "choose another card model or drop the requirement."
+                        )
+                        % {"model": card_model.name, "label": req.label, "value": value}
+                    ]
+                }
+            )
 
 
 def lease_choose_model(
@@ -44,11 +65,13 @@ def lease_choose_model(
 ) -> CardModel:
     """The card model meeting *requirements* that would start soonest (then the cheapest).
 
-    *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
-    figure for it) and ``interconnect``.
+    *requirements* holds keys of ``inventory.requirements.REQUIREMENTS``: the model ones
+    choose the models, the node ones (region, network, stack version) the cards.
     """
     now = now or timezone.now()
     unknown = set(requirements) - REQUIREMENT_KEYS
+    if not unknown and (errors := requirement_errors(requirements)):
+        raise ValidationError(errors)
     if unknown:
         raise ValidationError(
             {
@@ -74,6 +97,7 @@ def lease_choose_model(
             {"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]}
         )
     candidates = list(meeting.qs.filter(total__gte=count))
+    nodes = nodes_meeting(requirements)
     best: tuple | None = None
     for model in candidates:
         start = lease_preview(
@@ -84,6 +108,7 @@ def lease_choose_model(
             same_node=same_node,
             priority=priority,
             now=now,
+            nodes=nodes,
         )
         if start is None:
             continue
@@ -105,11 +130,12 @@ def lease_choose_model(
 
 
 def clean_requirements(requirements: dict | None) -> dict:
-    return {
-        k: float(v) if isinstance(v, Decimal) else v
-        for k, v in (requirements or {}).items()
-        if v not in (None, "")
-    }
+    """*requirements* as a lease keeps them (``inventory.requirements.stored``); what is wrong
+    with them taken together raises ValidationError."""
+    cleaned = stored(requirements or {})
+    if problems := requirement_errors(cleaned):
+        raise ValidationError(problems)
+    return cleaned
 
 
 def validated_model(
@@ -139,6 +165,8 @@ def validated_model(
         "same_node": same_node,
         "now": now,
     }
+    if card_model is not None and requirements:
+        model_meets(card_model, requirements)
     if card_model is None:
         if not requirements:
             raise ValidationError(
@@ -246,11 +274,12 @@ def lease_request_check(
     if start_policy:
         start = offpeak_start_for(start_policy, start=start, duration=duration)
         start_at = start
+    requirements = clean_requirements(requirements)
     card_model = validated_model(
         user=user,
         team=team,
         card_model=card_model,
-        requirements=clean_requirements(requirements),
+        requirements=requirements,
         count=count,
         duration=duration,
         start_at=start_at,
@@ -259,7 +288,15 @@ def lease_request_check(
         same_node=same_node,
         now=now,
     )
-    if errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node):
+    nodes = nodes_meeting(requirements)
+    if errors := capacity_errors(
+        {},
+        card_model=card_model,
+        count=count,
+        same_node=same_node,
+        nodes=nodes,
+        requirements=requirements,
+    ):
         raise ValidationError(errors)
     verdict = admission(
         user=user,
@@ -280,6 +317,7 @@ def lease_request_check(
         priority=priority,
         start_policy=start_policy,
         now=now,
+        nodes=nodes,
     )
     if verdict.borrowed and (when is None or when > now + STARTS_NOW):
         raise ValidationError(borrow_refusal(card_model))  # borrowing never waits

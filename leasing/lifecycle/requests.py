@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
+from inventory.requirements import nodes_meeting
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
@@ -162,10 +163,20 @@ def lease_request(
         # Nobody waits for the model and the request is for now: place it in SQL, written as
         # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
         placed = None
+        nodes = nodes_meeting(requirements)
         if start == now and fastpath.queue_is_empty(card_model.pk):
-            placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
+            placed = fastpath.place_now(
+                card_model.pk, count=count, start=now, end=now + duration, nodes=nodes
+            )
         if not placed and (
-            errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
+            errors := capacity_errors(
+                {},
+                card_model=card_model,
+                count=count,
+                same_node=same_node,
+                nodes=nodes,
+                requirements=requirements,
+            )
         ):
             raise ValidationError(errors)
         verdict = admission(
@@ -322,12 +333,15 @@ def lease_request_by_profile(
     priority: str = Priority.NORMAL,
     purpose: str | None = None,
     description: str = "",
+    requirements: dict | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for cards by task: the top-ranked option's model and count, through lease_request.
 
-    The lease is placed or queued like any other; its description names the task when the
-    user gave none. Raises ValidationError (on ``profile``) when no option fits.
+    The lease is placed or queued like any other, with the *requirements* (stack, region…)
+    and, for a plan across nodes, the network of the plan's nodes; its description names
+    the task when the user gave none. Raises ValidationError (on ``profile``) when no option
+    fits.
     """
     now = now or timezone.now()
     purpose = purpose or PURPOSE_FOR_TASK[Task(profile.task)]
@@ -352,6 +366,7 @@ def lease_request_by_profile(
         now=now,
         limit=1,
         team_id=team.pk,
+        requirements=requirements,
     )
     if not rec.options:
         raise ValidationError({"profile": [rec.message]})
@@ -360,12 +375,13 @@ def lease_request_by_profile(
         user=user,
         team=team,
         card_model=top.card_model,
+        requirements=rec.lease_requirements(top),
         count=top.count,
         duration=duration,
         start_at=start_at,
         priority=priority,
         purpose=purpose,
-        same_node=True,
+        same_node=not top.across_nodes,
         description=description or profile.summary()[:200],
         now=now,
     )

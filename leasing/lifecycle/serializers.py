@@ -7,7 +7,8 @@ from datetime import datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.models import CardModel, InterconnectKind, Precision, Vendor
+from inventory.models import CardModel
+from inventory.serializers import RequirementsSerializer
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
@@ -228,17 +229,6 @@ class LeaseSerializer(serializers.ModelSerializer):
         return LeaseChangeSerializer(change).data if change else None
 
 
-class RequirementsSerializer(StrictSerializer):
-    """Ask for any card model meeting these, instead of naming one."""
-
-    vendor = serializers.ChoiceField(choices=Vendor.choices, required=False)
-    min_memory_gb = serializers.DecimalField(
-        max_digits=7, decimal_places=1, min_value=0, required=False
-    )
-    precision = serializers.ChoiceField(choices=Precision.choices, required=False)
-    interconnect = serializers.ChoiceField(choices=InterconnectKind.choices, required=False)
-
-
 class LeaseRequestSerializer(StrictSerializer):
     card_model = serializers.SlugRelatedField(
         required=False,
@@ -285,11 +275,9 @@ class LeaseRequestSerializer(StrictSerializer):
     )
 
     def validate(self, attrs):
-        if bool(attrs.get("card_model")) == bool(attrs.get("requirements")):
+        if not attrs.get("card_model") and not attrs.get("requirements"):
             raise serializers.ValidationError(
-                {
-                    "card_model": "Give either card_model (a slug) or requirements, not both and not neither."
-                }
+                {"card_model": "Give card_model (a slug), requirements, or both."}
             )
         return attrs
 

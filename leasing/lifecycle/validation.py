@@ -13,6 +13,7 @@ from django.db.models import Count, Max, Sum
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
+from inventory.requirements import NODE_KEYS, nodes_meeting
 from leasing.choices import (
     Priority,
     Purpose,
@@ -27,14 +28,13 @@ logger = logging.getLogger(__name__)
 START_NOW_TOLERANCE = timedelta(seconds=60)
 
 
-def pool_capacity(card_model: CardModel) -> tuple[int, int]:
-    """Cards of the model in service (not retired), and the most on any one node."""
-    per_node = (
-        Card.objects.in_service()
-        .filter(card_model=card_model)
-        .values("node_id")
-        .annotate(n=Count("pk"))
-    )
+def pool_capacity(card_model: CardModel, nodes: frozenset[int] | None = None) -> tuple[int, int]:
+    """Cards of the model in service (not retired), and the most on any one node (of
+    *nodes* only, when given)."""
+    cards = Card.objects.in_service().filter(card_model=card_model)
+    if nodes is not None:
+        cards = cards.filter(node_id__in=sorted(nodes))
+    per_node = cards.values("node_id").annotate(n=Count("pk"))
     agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
     return agg["total"] or 0, agg["most"] or 0
 
@@ -68,11 +68,12 @@ def lease_validate_request(
     same_node: bool,
     now: datetime,
     check_capacity: bool = True,
+    requirements: dict | None = None,
 ) -> None:
     """Raise ValidationError (or PermissionDenied) with a message a person can act on.
 
     ``check_capacity=False`` leaves out whether the pool could ever hold the request (a
-    query over the model's cards): ``lease_request`` asks that only when the request is not
+    query over the model's cards, on the nodes its *requirements* allow): ``lease_request`` asks that only when the request is not
     placed at once, since cards that were just found free answer it already.
     """
     membership = Membership.objects.filter(user=user, team=team).first()
@@ -118,17 +119,50 @@ def lease_validate_request(
             % {"choices": ", ".join(Purpose.values)}
         )
     if count >= 1 and card_model is not None and check_capacity:
-        capacity_errors(errors, card_model=card_model, count=count, same_node=same_node)
+        capacity_errors(
+            errors,
+            card_model=card_model,
+            count=count,
+            same_node=same_node,
+            nodes=nodes_meeting(requirements),
+            requirements=requirements,
+        )
     if errors:
         raise ValidationError(errors)
 
 
 def capacity_errors(
-    errors: dict[str, list[str]], *, card_model: CardModel, count: int, same_node: bool
+    errors: dict[str, list[str]],
+    *,
+    card_model: CardModel,
+    count: int,
+    same_node: bool,
+    nodes: frozenset[int] | None = None,
+    requirements: dict | None = None,
 ) -> dict[str, list[str]]:
-    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*."""
-    total, most_on_node = pool_capacity(card_model)
-    if total == 0:
+    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*.
+
+    *nodes*: the nodes the request's *requirements* allow (region, network, stack version).
+    """
+    total, most_on_node = pool_capacity(card_model, nodes)
+    if nodes is not None and total < count:
+        wanted = ", ".join(
+            f"{k}={v}" for k, v in sorted((requirements or {}).items()) if k in NODE_KEYS
+        )
+        errors.setdefault("requirements", []).append(
+            _(
+                "Only %(total)s %(model)s cards are on nodes meeting %(wanted)s; ask for "
+                "%(total)s or fewer, or loosen the requirements."
+            )
+            % {"total": total, "model": card_model.name, "wanted": wanted}
+            if total
+            else _(
+                "No %(model)s cards are on nodes meeting %(wanted)s; choose another region, "
+                "network or stack version, or another card model."
+            )
+            % {"model": card_model.name, "wanted": wanted}
+        )
+    elif total == 0:
         errors.setdefault("card_model", []).append(
             _("The pool has no %(model)s cards yet; choose another card model.")
             % {"model": card_model.name}

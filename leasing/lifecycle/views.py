@@ -14,7 +14,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from inventory.models import CardModel
+from inventory.models import CardModel, StackFamily
+from leasing.advisor.recommend import default_stack
 from leasing.billing import accrued, prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
@@ -113,7 +114,16 @@ def lease_new(request):
                 return redirect("leasing:detail", lease.pk)
     else:
         form = LeaseRequestForm(initial=lease_request_initial(request), user=request.user)
-    return render(request, "leasing/lease_new.html", {"form": form})
+    stack = default_stack(request.user)
+    return render(
+        request,
+        "leasing/lease_new.html",
+        {"form": form, "default_stack": stack, "default_stack_label": _stack_label(stack)},
+    )
+
+
+def _stack_label(stack: str) -> str:
+    return StackFamily(stack).label if stack in StackFamily.values else stack
 
 
 @login_required

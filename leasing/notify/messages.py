@@ -94,6 +94,10 @@ def stall_text(reason: str, *, same_node: bool) -> tuple[str, str]:
     why = str(StallReason(reason).label) if reason in StallReason.values else reason
     if reason == StallReason.TOO_FEW_CARDS:
         todo = _("Cancel it and ask for fewer cards or another model.")
+    elif reason == StallReason.REQUIREMENTS:
+        todo = _(
+            "Cancel it and ask again with another region, network or stack version, or fewer cards."
+        )
     elif reason == StallReason.NO_NODE_BIG_ENOUGH:
         todo = _("Cancel it, ask for fewer cards, or allow the cards to be spread across nodes.")
     elif reason == StallReason.UNHEALTHY:

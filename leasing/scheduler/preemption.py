@@ -20,7 +20,7 @@ from leasing.models import Allocation, Lease
 from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_with_notice
 from leasing.scheduler import planner, shares
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.transitions import event_record
 
 PREEMPTIBLE_RANK = PRIORITY_RANK[Priority.PREEMPTIBLE]
@@ -103,7 +103,7 @@ def _make_room(
     )
     if not victims:
         return 0
-    cards = card_slots(card_model_id, now=now)
+    cards = lease_card_slots(card_model_id, now=now, requirements=waiting.requirements)
     if planner.place(
         cards,
         timeline_for(card_model_id, now=now),

@@ -3,6 +3,7 @@ start (its place in the queue counted), and whether a change would delay anyone 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -11,7 +12,14 @@ from inventory.models import CardModel
 from leasing.choices import PRIORITY_RANK, Priority
 from leasing.scheduler import planner
 from leasing.scheduler.offpeak import OffPeakHold
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.snapshot import (
+    card_slots,
+    card_slots_of,
+    queued_requests,
+    queues_of,
+    timeline_for,
+    timelines_of,
+)
 
 # Off-peak windows a preview tries before it gives up (each try: the next allowed start).
 OFF_PEAK_TRIES = 30
@@ -27,30 +35,88 @@ def lease_preview(
     priority: str = Priority.NORMAL,
     start_policy: str = "",
     now: datetime | None = None,
+    nodes: frozenset[int] | None = None,
 ) -> datetime | None:
     """When a request like this would start if made now: its place in the queue, no writes.
-
+    *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``).
     With an off-peak *start_policy* the start is the first the policy allows where the cards
-    are free (the queue pass's rule, ``offpeak.OffPeakHold``)."""
+    are free (the queue pass's rule, ``offpeak.OffPeakHold``). The same code as the
+    advisor's previews (``lease_previews``), for one model."""
+    ask = Ask(card_model.pk, count, same_node, nodes)
+    return lease_previews(
+        [ask],
+        duration=duration,
+        start_at=start_at,
+        priority=priority,
+        start_policy=start_policy,
+        now=now,
+    )[card_model.pk].start
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request to preview: *count* cards of a model, on *nodes* (None: any)."""
+
+    card_model_id: int
+    count: int
+    same_node: bool = True
+    nodes: frozenset[int] | None = None
+
+
+def lease_previews(
+    asks: list[Ask],
+    *,
+    duration: timedelta,
+    start_at: datetime | None = None,
+    priority: str = Priority.NORMAL,
+    start_policy: str = "",
+    now: datetime | None = None,
+    cards: dict[int, list[planner.CardSlot]] | None = None,
+) -> dict[int, planner.Decision]:
+    """``lease_preview`` for many models at once (one ask per model): three queries in all,
+    whatever the number of models (the advisor ranks the whole pool). Each decision's
+    ``card_ids`` are the cards the planner would choose; ``start`` None: never fits.
+    *cards*: the models' usable cards (``snapshot.card_slots_of``) when already loaded."""
     now = now or timezone.now()
     not_before = start_at if start_at and start_at > now else now
-    cards = card_slots(card_model.pk, now=now)
-    timeline = timeline_for(card_model.pk, now=now)
+    ids = [a.card_model_id for a in asks]
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
-    ahead = queued_requests(card_model.pk, now=now, min_rank=rank)
-    planner.plan_queue(cards, timeline, ahead)
+    if cards is None:
+        cards = card_slots_of(ids, now=now)
+    timelines = timelines_of(ids, now=now)
+    queues = queues_of(ids, now=now, min_rank=rank)
     offpeak = OffPeakHold()
+    out: dict[int, planner.Decision] = {}
+    for ask in asks:
+        model_cards = cards.get(ask.card_model_id, [])
+        timeline = timelines[ask.card_model_id]
+        planner.plan_queue(model_cards, timeline, queues.get(ask.card_model_id, []))
+        out[ask.card_model_id] = _earliest_allowed(
+            ask, model_cards, timeline, offpeak, start_policy, not_before, duration
+        )
+    return out
+
+
+def _earliest_allowed(
+    ask: Ask,
+    cards: list[planner.CardSlot],
+    timeline: planner.Timeline,
+    offpeak: OffPeakHold,
+    start_policy: str,
+    not_before: datetime,
+    duration: timedelta,
+) -> planner.Decision:
+    """The planner's earliest start for *ask* that the start policy allows."""
     for _try in range(OFF_PEAK_TRIES):
         allowed = offpeak.allowed_start(start_policy, not_before, duration)
         if allowed is None:
-            return None
-        decision = planner.earliest(
-            cards, timeline, planner.Request(0, count, duration, allowed, same_node)
-        )
+            break
+        request = planner.Request(0, ask.count, duration, allowed, ask.same_node, ask.nodes)
+        decision = planner.earliest(planner.cards_for(cards, request), timeline, request)
         if decision.start is None or decision.start == allowed or not start_policy:
-            return decision.start
+            return decision
         not_before = decision.start
-    return None
+    return planner.Decision(0, None)
 
 
 def waiting_delayed(

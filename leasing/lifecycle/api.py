@@ -145,6 +145,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             description=v["description"],
             override_reason=v["override_reason"],
             request_key=key,
+            environment=v.get("environment"),
         )
         # The service's own lease, not a re-read: its user, team and model are the objects
         # passed in, so the allocations (with card and node) are the one query left.

@@ -12,7 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Precision
 from leasing.choices import Priority, Purpose
-from leasing.models import REQUEST_KEY_MAX
+from leasing.models import REQUEST_KEY_MAX, Environment
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
@@ -76,6 +76,13 @@ class LeaseRequestForm(forms.Form):
     same_node = forms.BooleanField(label=_("All cards on one node"), required=False, initial=True)
     description = forms.CharField(
         label=_("What is it for? (optional)"), max_length=200, required=False
+    )
+    environment = forms.ModelChoiceField(
+        label=_("Environment (optional)"),
+        queryset=Environment.objects.filter(active=True).order_by("name"),
+        to_field_name="slug",
+        required=False,
+        empty_label=_("None: the node's own software"),
     )
     # A fresh key per form shown: a double click or a resubmitted page books once.
     request_key = forms.CharField(

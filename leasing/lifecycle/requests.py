@@ -30,6 +30,7 @@ from leasing.lifecycle.validation import (
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     Allocation,
+    Environment,
     Lease,
     LeaseEvent,
 )
@@ -42,6 +43,7 @@ from leasing.scheduler.run import (
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, Verdict, admit
 from leasing.transitions import event_record, hand_over, notify_after_commit
+from leasing.workbench.environments import environment_check
 from portal.models import Team
 from portal.permissions import is_operator
 
@@ -174,6 +176,7 @@ def lease_request(
     description: str = "",
     override_reason: str = "",
     request_key: str = "",
+    environment: Environment | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
@@ -242,6 +245,7 @@ def lease_request(
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
+    environment_check(environment, card_model)
     with transaction.atomic():
         # The team lock serializes quota checks; a team without rules for this request has
         # nothing to check, so its members' requests do not queue behind each other.
@@ -298,6 +302,7 @@ def lease_request(
             approval_reason=verdict.reason,
             approval_breaches=[b.stored() for b in verdict.member_breaches],
             request_key=request_key,
+            environment=environment,
         )
         if request_key:
             # Two copies of one request at the same moment: the second waits on the unique

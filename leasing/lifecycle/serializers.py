@@ -11,7 +11,7 @@ from inventory.models import CardModel, InterconnectKind, Precision, Vendor
 from leasing.choices import Priority, Purpose
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
-from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
+from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
@@ -216,6 +216,15 @@ class LeaseRequestSerializer(StrictSerializer):
     )
 
     requirements = RequirementsSerializer(required=False)
+    environment = serializers.SlugRelatedField(
+        required=False,
+        allow_null=True,
+        slug_field="slug",
+        queryset=Environment.objects.filter(active=True),
+        error_messages={
+            "does_not_exist": "Unknown environment “{value}”; see GET /api/v1/environments/."
+        },
+    )
     override_reason = serializers.CharField(
         max_length=500,
         required=False,

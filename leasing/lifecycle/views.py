@@ -30,6 +30,7 @@ from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.scheduler import preview
 from leasing.teams.approvals import may_decide
+from leasing.workbench.selectors import lease_workbench
 from portal.input import local_next
 from portal.permissions import is_operator
 
@@ -86,6 +87,7 @@ def lease_new(request):
                     same_node=d["same_node"],
                     description=d["description"],
                     request_key=d["request_key"],
+                    environment=d.get("environment"),
                 )
             except ValidationError as exc:
                 _form_errors_from(exc, form)
@@ -180,6 +182,7 @@ def lease_detail(request, pk: int):
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
+        "workbench": lease_workbench(lease, request.user),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
             .distinct()

@@ -22,12 +22,22 @@ from leasing.models.notify import (
     Webhook,
 )
 from leasing.models.teams import MemberLimit, Quota, QuotaLimits
+from leasing.models.workbench import (
+    LIVE_SESSION_STATES,
+    Environment,
+    Session,
+    SessionStatus,
+    SshKey,
+    WorkspaceUsage,
+)
 
 __all__ = [
+    "LIVE_SESSION_STATES",
     "REQUEST_KEY_MAX",
     "Allocation",
     "BackendCall",
     "Delivery",
+    "Environment",
     "Lease",
     "LeaseChange",
     "LeaseEvent",
@@ -39,7 +49,11 @@ __all__ = [
     "PricePeriod",
     "Quota",
     "QuotaLimits",
+    "Session",
+    "SessionStatus",
+    "SshKey",
     "TeamPrice",
     "UsageRecord",
     "Webhook",
+    "WorkspaceUsage",
 ]

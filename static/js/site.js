@@ -19,4 +19,16 @@
       window.print();
     }
   });
+
+  // <button data-copy="#id">: copy that element's text (the ssh command on the lease page).
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-copy]");
+    if (!button) return;
+    var source = document.querySelector(button.dataset.copy);
+    if (!source || !navigator.clipboard) return;
+    navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+      button.dataset.copied = "true";
+      button.textContent = button.dataset.copiedLabel || button.textContent;
+    });
+  });
 })();

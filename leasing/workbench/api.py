@@ -112,7 +112,10 @@ class SessionSerializer(serializers.ModelSerializer):
         return self.context["request"].build_absolute_uri(obj.base_url + sessions.JUPYTERLAB_PATH)
 
     def get_terminal_url(self, obj) -> str:
-        return self.context["request"].build_absolute_uri(obj.base_url + sessions.TERMINAL_PATH)
+        # A new terminal of the session each time it is opened (the page's "Open terminal").
+        return self.context["request"].build_absolute_uri(
+            f"/leases/{obj.lease_id}/session/go/?target=terminal"
+        )
 
 
 class LeaseSessionView(APIView):

@@ -9,8 +9,10 @@ its lease in ``scheduler.run.release_begin`` (``Session.objects.end_for_lease``)
 
 from __future__ import annotations
 
+import json
 import secrets
 import shlex
+import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,9 +28,8 @@ from leasing.models import Environment, Lease, Session, SessionStatus
 from leasing.transitions import event_record
 from leasing.workbench import workspace
 
-# The paths of a session that the lease page links to.
+# Where a session opens, under its base URL.
 JUPYTERLAB_PATH = "lab"
-TERMINAL_PATH = "lab/terminals/1"
 
 
 def port_range() -> tuple[int, int]:
@@ -141,6 +142,44 @@ def session_failed(*, session_id: int, reason: str, now: datetime | None = None)
                 data={"session": session_id},
             )
     return bool(done)
+
+
+def _jupyter_call(session: Session, method: str, path: str, body: dict) -> bytes:
+    url = f"http://{session.address or session.host}:{session.port}{session.base_url}{path}"
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"token {session.token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - to the node
+        return answer.read()
+
+
+def session_terminal_new(session: Session) -> str:
+    """Open a new terminal in the running session; the path (under its base URL) of a
+    JupyterLab layout that shows just that terminal. JupyterLab 4 has no URL for a
+    terminal, so a workspace (its saved layout) holding it is written first."""
+    try:
+        name = str(json.loads(_jupyter_call(session, "POST", "api/terminals", {}))["name"])
+        workspace_id = f"cardpool-terminal-{name}"
+        widget = f"terminal:{name}"
+        layout = {
+            "data": {
+                "layout-restorer:data": {
+                    "main": {
+                        "dock": {"type": "tab-area", "currentIndex": 0, "widgets": [widget]},
+                        "current": widget,
+                    }
+                },
+                widget: {"data": {"name": name}},
+            },
+            "metadata": {"id": workspace_id},
+        }
+        _jupyter_call(session, "PUT", f"lab/api/workspaces/{workspace_id}", layout)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValidationError(_("The session did not open a terminal: %(e)s") % {"e": exc}) from exc
+    return f"lab/workspaces/{workspace_id}"
 
 
 # --- what runs on the node ---------------------------------------------------------------

@@ -10,6 +10,7 @@ urlpatterns = [
     path("sessions/<int:pk>/", views.session_page, name="session_page"),
     path("sessions/<int:pk>/<path:rest>", views.session_page, name="session_page_path"),
     path("leases/<int:pk>/session/", views.session_open, name="session_open"),
+    path("leases/<int:pk>/session/go/", views.session_go, name="session_go"),
     path(
         "leases/<int:pk>/session/<int:session_pk>/stop/",
         views.session_stop,

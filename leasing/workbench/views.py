@@ -15,6 +15,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.crypto import salted_hmac
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -77,16 +78,42 @@ def session_page(request, pk: int, rest: str = ""):
 @login_required
 @require_POST
 def session_open(request, pk: int):
-    """ "Open JupyterLab" / "Open terminal" on the lease page."""
+    """The lease page's "Open JupyterLab" / "Open terminal": start the session if none
+    runs, then go where it opens (``session_go``)."""
     lease = visible_lease(request, pk)
-    target = sessions.TERMINAL_PATH if request.POST.get("target") == "terminal" else ""
+    target = "terminal" if request.POST.get("target") == "terminal" else "lab"
     try:
-        session = sessions.session_open(lease=lease, user=request.user)
+        sessions.session_open(lease=lease, user=request.user)
     except (ValidationError, PermissionDenied) as exc:
         for message in getattr(exc, "messages", [str(exc)]):
             messages.error(request, message)
         return redirect("leasing:detail", lease.pk)
-    return redirect(f"{session.base_url}{target or sessions.JUPYTERLAB_PATH}")
+    return redirect(f"{reverse('session_go', args=[lease.pk])}?target={target}")
+
+
+@login_required
+def session_go(request, pk: int):
+    """While the session starts, a page that reloads itself; once it runs, JupyterLab — or,
+    for a terminal, a new terminal of it."""
+    lease = visible_lease(request, pk)
+    session = Session.objects.filter(lease=lease).order_by("-pk").first()
+    if session is None:
+        return redirect("leasing:detail", lease.pk)
+    gate = sessions.session_gate(user=request.user, session_id=session.pk)
+    if gate.session is None:
+        raise Http404
+    if gate.allow:
+        if request.GET.get("target") == "terminal":
+            try:
+                where = sessions.session_terminal_new(session)
+            except ValidationError as exc:
+                messages.error(request, exc.messages[0])
+                return redirect("leasing:detail", lease.pk)
+            return redirect(f"{session.base_url}{where}")
+        return redirect(f"{session.base_url}{sessions.JUPYTERLAB_PATH}")
+    context = {"session": session, "lease": lease, "state": gate.state}
+    status = 410 if gate.state == "ended" else 200
+    return render(request, "leasing/session_state.html", context, status=status)
 
 
 @login_required

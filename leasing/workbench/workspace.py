@@ -142,7 +142,7 @@ def workspaces_measure(*, now: datetime | None = None) -> dict:
                         "measured_at": now,
                     },
                 )
-                crossed = size >= warn_at and row.warned_at is None
+                crossed = bool(warn_at) and size >= warn_at and row.warned_at is None
                 row.bytes_used, row.files, row.measured_at = size, files, now
                 if crossed:
                     row.warned_at = now

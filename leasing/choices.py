@@ -139,3 +139,4 @@ class Kind(models.TextChoices):
     APPROVAL_DECIDED = "approval_decided", _("Approval decided")
     BUDGET_80 = "budget_80", _("Team budget at 80%")
     BUDGET_100 = "budget_100", _("Team budget used up")
+    WORKSPACE_NEAR_LIMIT = "workspace_near_limit", _("Workspace nearly full")

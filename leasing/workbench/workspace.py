@@ -14,7 +14,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from leasing.choices import Kind
 from leasing.models import WorkspaceUsage
+from leasing.notify.messages import user_notice_send
 
 GIB = 1024**3
 
@@ -61,6 +63,36 @@ def measure(path: str, *, max_entries: int = 2_000_000) -> tuple[int, int]:
                     files += 1
                     total += getattr(st, "st_blocks", 0) * 512 or st.st_size
     return total, files
+
+
+def _warn(row: WorkspaceUsage, owner, kind: str) -> None:
+    """Tell the owner (a team's leads) once per crossing, with the row's mark."""
+    from portal.models import Membership
+
+    if kind == "users":
+        people = [owner]
+    else:
+        people = [
+            m.user
+            for m in Membership.objects.filter(team=owner, role=Membership.Role.LEAD)
+            .select_related("user__profile")
+            .order_by("user_id")
+        ]
+    limit = soft_limit_bytes()
+    params = {
+        "path": row.path,
+        "pct": round(100 * row.bytes_used / limit) if limit else 0,
+        "used": round(row.bytes_used / GIB, 2),
+        "limit": round(limit / GIB, 2),
+    }
+    for person in people:
+        user_notice_send(
+            person,
+            kind=Kind.WORKSPACE_NEAR_LIMIT,
+            message="workspace",
+            params=params,
+            key=f"workspace:{row.pk}:{row.warned_at.isoformat()}:{person.pk}",
+        )
 
 
 @dataclass(frozen=True)
@@ -147,6 +179,7 @@ def workspaces_measure(*, now: datetime | None = None) -> dict:
                 if crossed:
                     row.warned_at = now
                     warn.append(row.pk)
+                    _warn(row, owner, kind)
                 elif size < warn_at:
                     row.warned_at = None  # back under: warn again next time it crosses
                 row.save()

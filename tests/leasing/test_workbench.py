@@ -17,7 +17,14 @@ from inventory import agent_sessions
 from inventory.telemetry import node_token_issue
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import changes, provisioning
-from leasing.models import Environment, LeaseEvent, Session, SshKey, WorkspaceUsage
+from leasing.models import (
+    Environment,
+    LeaseEvent,
+    Notification,
+    Session,
+    SshKey,
+    WorkspaceUsage,
+)
 from leasing.workbench import environments, keys, sessions, workspace
 from leasing.workbench.views import proxy_secret
 from portal.models import AuditEntry
@@ -240,6 +247,8 @@ def test_workspaces_are_measured_and_warned_once_before_the_soft_limit(
     monkeypatch.setattr(workspace, "soft_limit_bytes", lambda: 1_050_000)  # 90 %: 945,000
     assert workspace.workspaces_measure()["warn"] == [row.pk]  # alice's, not the empty team's
     assert workspace.workspaces_measure()["warn"] == []  # once, not every run
+    [notice] = Notification.objects.filter(user=alice, kind="workspace_near_limit")
+    assert str(mine) in notice.title and notice.data["params"]["pct"] >= 90
     (mine / "data" / "a.bin").unlink()
     assert workspace.workspaces_measure()["warn"] == []
     assert WorkspaceUsage.objects.get(pk=row.pk).warned_at is None  # warned again next time

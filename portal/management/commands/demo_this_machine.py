@@ -47,7 +47,9 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, token_file, unix_user, **options):
-        region, _ = Region.objects.get_or_create(slug="this-machine", defaults={"name": "本机 This machine"})
+        region, _ = Region.objects.get_or_create(
+            slug="this-machine", defaults={"name": "本机 This machine"}
+        )
         model, _ = CardModel.objects.get_or_create(
             slug=MODEL,
             defaults={
@@ -88,4 +90,6 @@ class Command(BaseCommand):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600)
         path.write_text(node_token_issue(node=node))
-        self.stdout.write(f"this machine is node {node.hostname} with 2 demo cards; token in {path}")
+        self.stdout.write(
+            f"this machine is node {node.hostname} with 2 demo cards; token in {path}"
+        )

@@ -553,6 +553,8 @@ CARDPOOL_SESSIONS = {
     "WORKSPACE_SOFT_LIMIT_GB": env_int("CARDPOOL_WORKSPACE_SOFT_LIMIT_GB", 100),
     "WORKSPACE_WARN_PERCENT": env_int("CARDPOOL_WORKSPACE_WARN_PERCENT", 90),
     "WORKSPACE_MEASURE_SECONDS": env_int("CARDPOOL_WORKSPACE_MEASURE_SECONDS", 3600),
+    # What the session proxy sends the portal with each question ("": derived from the key).
+    "PROXY_SECRET": env("CARDPOOL_SESSION_PROXY_SECRET", "") or "",
 }
 
 # All periodic jobs, in one place.

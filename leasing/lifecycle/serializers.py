@@ -73,6 +73,9 @@ class LeaseSerializer(serializers.ModelSerializer):
     card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
+    environment = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="The lease's environment (null: none)."
+    )
     duration_minutes = serializers.SerializerMethodField()
     # The cards it holds now (or held last), not those swapped out or dropped before.
     allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
@@ -114,6 +117,7 @@ class LeaseSerializer(serializers.ModelSerializer):
             "purpose",
             "same_node",
             "description",
+            "environment",
             "submitted_at",
             "activated_at",
             "ended_at",

@@ -5,7 +5,6 @@ the portal's own answer at a session URL the proxy does not pass on (starting, e
 from __future__ import annotations
 
 import hmac
-import os
 import re
 
 from django.conf import settings
@@ -31,7 +30,7 @@ def proxy_secret() -> str:
     """What the session proxy sends with each question (``X-Cardpool-Proxy``), so only it may
     ask: from ``CARDPOOL_SESSION_PROXY_SECRET``, else derived from the secret key."""
     return (
-        os.environ.get("CARDPOOL_SESSION_PROXY_SECRET")
+        settings.CARDPOOL_SESSIONS.get("PROXY_SECRET")
         or salted_hmac("cardpool.session-proxy", "v1", secret=settings.SECRET_KEY).hexdigest()
     )
 

@@ -107,7 +107,9 @@ def test_a_fitting_environment_is_kept_on_the_lease(api, alice, vision, a10, tor
         format="json",
     )
     assert r.status_code == 201, r.content
+    assert r.json()["environment"] == "torch"
     assert a10.leases.get().environment == torch_env
+    assert api.get(f"/api/v1/leases/{r.json()['id']}/").json()["environment"] == "torch"
     listed = api.get(f"/api/v1/environments/?card_model={a10.slug}").json()
     assert [e["slug"] for e in listed] == ["torch"]
 

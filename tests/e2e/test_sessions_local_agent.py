@@ -138,7 +138,6 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
     lease = ask(alice, vision, model, count=2, environment=env)
     assert provisioning.provision_step(lease_id=lease.pk)
     lease.refresh_from_db()
-    devices = lease.access["nodes"][0]["env"]["CUDA_VISIBLE_DEVICES"]
     keys.ssh_key_add(user=alice, public_key=KEY)
     session = sessions.session_open(lease=lease, user=alice)
 
@@ -147,6 +146,15 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
     keeper = agent_sessions.SessionKeeper(
         tmp_path / "agent", address="127.0.0.1", home_of=lambda user: homes / user
     )
+    try:
+        _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, homes)
+    finally:  # a failed run must not leave JupyterLab behind
+        for session_id, pid in keeper.running().items():
+            keeper.stop(session_id, pid)
+
+
+def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, homes):
+    devices = lease.access["nodes"][0]["env"]["CUDA_VISIBLE_DEVICES"]
     api = f"{live_server.url}/api/v1/"
     running = lambda: Session.objects.get(pk=session.pk).status == "running"  # noqa: E731
     _rounds(api, token, keeper, running)

@@ -4,11 +4,13 @@ post them to the portal's ``POST /api/v1/telemetry/``.
 
 Standard library only (``pynvml`` from the ``nvidia-ml-py`` package is used when present), so
 this one file can be copied to a node and run with ``python3 agent.py``: that is why it is one
-module of some 700 lines rather than a package (it must stand alone on a node). The parsers are pure
+module of some 780 lines rather than a package (it must stand alone on a node). The parsers are pure
 functions; the portal's DCGM pull (``inventory.telemetry``) uses the same one.
 
 Sources, in order: NVML (``pynvml``), ``nvidia-smi``, ``npu-smi info`` (Huawei Ascend);
-or ``--dcgm URL`` to scrape a DCGM exporter. See docs/telemetry.md.
+or ``--dcgm URL`` to scrape a DCGM exporter. See docs/telemetry.md. With ``--sessions`` it
+also runs the node's browser sessions and SSH keys for the local backend
+(``agent_sessions.py``, copied beside it; docs/operations.md, "Sessions").
 
 Each interval it also asks ``GET /api/v1/checkpoints/`` for leases on this node being
 preempted that declared a checkpoint (local backend): it sends their signal to the processes
@@ -26,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -624,6 +627,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not deliver the checkpoints of preempted leases (local backend; "
         "--once never does)",
     )
+    sessions = parser.add_argument_group("sessions and SSH keys (local backend)")
+    sessions.add_argument(
+        "--sessions", action="store_true", help="also run this node's sessions and SSH keys"
+    )
+    sessions.add_argument(
+        "--no-telemetry", action="store_true", help="sessions and keys only (no cards read)"
+    )
+    sessions.add_argument(
+        "--api", default="", help="the portal's API root (default: --url without telemetry/)"
+    )
+    sessions.add_argument(
+        "--session-interval", type=float, default=5, help="seconds between rounds (default 5)"
+    )
+    sessions.add_argument(
+        "--session-address",
+        default=os.environ.get("CARDPOOL_AGENT_SESSION_ADDRESS", ""),
+        help="address sessions listen on, reachable by the portal's proxy (default: this "
+        "host's address)",
+    )
+    sessions.add_argument(
+        "--state-dir",
+        default=os.environ.get("CARDPOOL_AGENT_STATE_DIR", "/var/lib/cardpool-agent"),
+        help="pid files and session logs (default /var/lib/cardpool-agent)",
+    )
     return parser
 
 
@@ -671,6 +698,8 @@ def main(argv: list[str] | None = None, *, opener=None, sleep=time.sleep) -> int
     if args.cafile:
         extra["context"] = ssl.create_default_context(cafile=args.cafile)
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
+    if args.sessions:
+        return _with_sessions(args, token, log=log, extra=extra, sleep=sleep)
     while True:
         started = time.monotonic()
         try:
@@ -697,6 +726,36 @@ def main(argv: list[str] | None = None, *, opener=None, sleep=time.sleep) -> int
             if args.once:
                 return 1
         sleep(max(0.0, args.interval - (time.monotonic() - started)))
+
+
+def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
+    """The loop with ``--sessions``: a sessions round every --session-interval seconds, and
+    (unless --no-telemetry) a telemetry post every --interval seconds."""
+    try:
+        from inventory import agent_sessions
+    except ImportError:  # copied to a node as two files side by side
+        import agent_sessions  # type: ignore[no-redef]
+
+    address = args.session_address or socket.gethostbyname(socket.gethostname())
+    keeper = agent_sessions.SessionKeeper(args.state_dir, address=address, log=log)
+    api = args.api or args.url.rsplit("telemetry/", 1)[0]
+    next_post = 0.0
+    while True:
+        if not args.no_telemetry and time.monotonic() >= next_post:
+            next_post = time.monotonic() + args.interval
+            try:
+                run_once(args, token, log=log, **extra)
+            except (AgentError, ValueError, OSError) as exc:
+                log(f"cardpool-agent: {exc}")
+        try:
+            agent_sessions.sessions_round(api, token, keeper, timeout=args.timeout)
+        except (OSError, ValueError) as exc:
+            log(f"cardpool-agent: sessions: {exc}")
+            if args.once:
+                return 1
+        if args.once:
+            return 0
+        sleep(args.session_interval)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from leasing.models import (
     Allocation,
     BackendCall,
     Delivery,
+    Environment,
     GuaranteedShare,
     Lease,
     LeaseEvent,
@@ -19,9 +20,12 @@ from leasing.models import (
     OffPeakWindow,
     Price,
     Quota,
+    Session,
+    SshKey,
     Statement,
     TeamPrice,
     UsageRecord,
+    WorkspaceUsage,
 )
 from leasing.teams import services as team_services
 
@@ -289,4 +293,47 @@ class StatementAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(admin.ModelAdmin):
+    """Operators define the environments users pick for their leases."""
+
+    list_display = ["name", "slug", "stack_family", "stack_version", "entry_kind", "active"]
+    list_filter = ["active", "stack_family", "entry_kind"]
+    search_fields = ["name", "slug", "stack_version"]
+    prepopulated_fields = {"slug": ["name"]}
+    filter_horizontal = ["card_models"]
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    """Browser sessions, for operators to see what runs where (they end with their lease)."""
+
+    list_display = ["pk", "lease", "user", "host", "port", "status", "created_at", "ended_at"]
+    list_filter = ["status", "backend"]
+    readonly_fields = [f.name for f in Session._meta.fields if f.name != "token"]
+    exclude = ["token"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(SshKey)
+class SshKeyAdmin(admin.ModelAdmin):
+    list_display = ["user", "name", "fingerprint", "created_at"]
+    search_fields = ["user__username", "fingerprint", "name"]
+    readonly_fields = ["user", "public_key", "fingerprint", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(WorkspaceUsage)
+class WorkspaceUsageAdmin(admin.ModelAdmin):
+    list_display = ["path", "user", "team", "bytes_used", "files", "measured_at", "warned_at"]
+    readonly_fields = ["path", "user", "team", "bytes_used", "files", "measured_at", "warned_at"]
+
+    def has_add_permission(self, request):
         return False

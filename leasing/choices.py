@@ -163,6 +163,7 @@ class Kind(models.TextChoices):
     POOL_ALERT = "pool_alert", _("Pool alert")
     CARD_HEALTH = "card_health", _("Card health")
     STATEMENT_ISSUED = "statement_issued", _("Monthly statement issued")
+    WORKSPACE_NEAR_LIMIT = "workspace_near_limit", _("Workspace nearly full")
 
 
 # --- pool health (leasing.health) ---------------------------------------------------------

@@ -12,6 +12,8 @@ from leasing.lifecycle import api as lease_api
 from leasing.lifecycle import api_agent
 from leasing.notify import api as notify_api
 from leasing.teams import api as team_api
+from leasing.workbench import agent_api
+from leasing.workbench import api as workbench_api
 from portal import api as portal_api
 
 router = DefaultRouter()
@@ -20,6 +22,7 @@ lease_api.register(router)
 team_api.register(router)
 notify_api.register(router)
 health_api.register(router)
+workbench_api.register(router)
 
 urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),
@@ -27,5 +30,7 @@ urlpatterns = [
     *billing_api.urlpatterns,
     *api_telemetry.urlpatterns,
     *api_agent.urlpatterns,
+    *agent_api.urlpatterns,
+    *workbench_api.urlpatterns,
     path("", include(router.urls)),
 ]

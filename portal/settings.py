@@ -554,6 +554,27 @@ CARDPOOL = {
     "PREEMPTIBLE_DISCOUNT": env("CARDPOOL_PREEMPTIBLE_DISCOUNT", "0.5"),
 }
 
+# --- Sessions, SSH keys and workspaces (docs/operations.md, "Sessions") ---------------
+CARDPOOL_SESSIONS = {
+    # Ports a session's JupyterLab may listen on, on its node ("LOW-HIGH").
+    "PORTS": env("CARDPOOL_SESSION_PORTS", "20000-29999"),
+    # The jupyter to run when the lease's environment puts none on PATH (absolute path, readable
+    # and runnable by every holder's Unix user).
+    "JUPYTER": env("CARDPOOL_SESSION_JUPYTER", "jupyter"),
+    # Seconds a session may take to answer before it counts as failed.
+    "START_TIMEOUT": env_int("CARDPOOL_SESSION_START_TIMEOUT", 120),
+    # Where the portal host keeps the output of the session processes it starts (Slurm).
+    "LOG_DIR": env("CARDPOOL_SESSION_LOG_DIR", str(VAR_DIR / "sessions")),
+    # Shared directory holding users/<username> and teams/<slug> workspaces ("" = none).
+    "WORKSPACE_ROOT": env("CARDPOOL_WORKSPACE_ROOT", ""),
+    # Soft limit per workspace, in GiB, and the share of it at which the owner is warned.
+    "WORKSPACE_SOFT_LIMIT_GB": env_int("CARDPOOL_WORKSPACE_SOFT_LIMIT_GB", 100),
+    "WORKSPACE_WARN_PERCENT": env_int("CARDPOOL_WORKSPACE_WARN_PERCENT", 90),
+    "WORKSPACE_MEASURE_SECONDS": env_int("CARDPOOL_WORKSPACE_MEASURE_SECONDS", 3600),
+    # What the session proxy sends the portal with each question ("": derived from the key).
+    "PROXY_SECRET": env("CARDPOOL_SESSION_PROXY_SECRET", "") or "",
+}
+
 # All periodic jobs, in one place.
 CELERY_BEAT_SCHEDULE = {
     "leasing-tick": {
@@ -585,6 +606,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "leasing.tasks_notify.deliveries_sweep",
         "schedule": 60.0,
     },
+    "workspace-measure": {
+        "task": "leasing.tasks.workspaces_measure",
+        "schedule": float(CARDPOOL_SESSIONS["WORKSPACE_MEASURE_SECONDS"]),
+    },
+    "sessions-sweep": {"task": "leasing.tasks.sessions_sweep", "schedule": 30.0},
     "usage-record-missing": {"task": "leasing.tasks_usage.usage_record_missing", "schedule": 300.0},
     # Closes the month that has ended: records running leases' part of it (billing.usage).
     "usage-close-month": {"task": "leasing.tasks_usage.usage_close_month", "schedule": 300.0},

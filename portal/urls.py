@@ -17,6 +17,7 @@ if not settings.CARDPOOL_API_DOCS_PUBLIC:
 
 urlpatterns = [
     path("", include("portal.site_urls")),
+    path("", include("leasing.workbench.urls")),
     path("inventory/", include("inventory.urls")),
     path("leases/", include("leasing.lifecycle.urls")),
     path("leases/", include((lease_urls.telemetry_urlpatterns, "telemetry"))),

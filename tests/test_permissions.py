@@ -42,16 +42,20 @@ from leasing.models import (
     Alert,
     AlertRule,
     Delivery,
+    Environment,
     Lease,
     LeaseChange,
     MemberLimit,
     Notification,
     NotificationPreference,
     Quota,
+    Session,
+    SshKey,
     Webhook,
 )
 from leasing.notify import services as notify_services
 from leasing.teams import services as team_services
+from leasing.workbench import keys, sessions
 from portal.models import Membership, Profile, Team
 from portal.tokens.models import ApiToken
 from portal.tokens.services import token_create
@@ -122,6 +126,8 @@ TEAMS_SEEN = {
     "ops": "vision nlp",
 }
 OWN_NOTES = {"bob": "bob_note", "alice": "alice_note", "lena": "", "fin": "", "ops": ""}
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhJQBSDiV2xchor0V7cbBdxwJBddGfzqfRhxZ6eX+dl"
+ALICE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGyQ0wKOm9WJ0ctIqAavyfmTfNOl6lEs0YgxRoYpOtOS"
 PREVIEW = "card_model={model}&count=1&duration=1&unit=hours&start=now&team=vision"
 
 ROWS = [
@@ -401,6 +407,43 @@ ROWS = [
     r("approval-reject", "POST", "/api/v1/approvals/{pending}/reject/",
       (401, 404, 404, 200, 404, 200), data={"reason": "no"}, api=True,
       probe="leases", writes="lena ops"),
+    # --- sessions: the holder only (an operator may look and stop); the proxy's question -----
+    # Without the proxy's header the question does not exist, for anyone.
+    r("session_auth", "GET", "/sessions/auth/", (404,) * 6),
+    r("session_page", "GET", "/sessions/{alice_session}/", (L, 404, 200, 404, 404, 404)),
+    r("session_page_path", "GET", "/sessions/{alice_session}/lab", (L, 404, 200, 404, 404, 404)),
+    # alice's session is starting already: opening returns it (nothing new); an operator
+    # may not open one on someone else's lease (a message, nothing written).
+    r("session_open", "POST", "/leases/{alice_lease}/session/", (L, 404, M, 404, 404, M),
+      data={"target": "lab"}, probe="sessions"),
+    r("session_go", "GET", "/leases/{alice_lease}/session/go/", (L, 404, 200, 404, 404, 404)),
+    r("session_stop", "POST", "/leases/{alice_lease}/session/{alice_session}/stop/",
+      (L, 404, M, 404, 404, M), probe="sessions", writes="alice ops"),
+    r("lease_environment", "POST", "/leases/{alice_lease}/environment/",
+      (L, 404, M, 404, 404, M), data={"environment": "{env}"}, probe="lease_envs",
+      writes="alice"),
+    r("ssh_key_add", "POST", "/accounts/profile/ssh-keys/", (L, M, M, M, M, M),
+      data={"public_key": KEY, "name": "laptop"}, probe="keys",
+      writes="bob alice lena fin ops"),
+    r("ssh_key_remove", "POST", "/accounts/profile/ssh-keys/{alice_key}/remove/",
+      (L, 404, M, 404, 404, 404), probe="keys", writes="alice"),
+    r("environment-list", "GET", "/api/v1/environments/", API_ALL_IN),
+    r("environment-detail", "GET", "/api/v1/environments/{env}/", API_ALL_IN),
+    r("ssh-key-list", "GET", "/api/v1/ssh-keys/", API_ALL_IN),
+    r("ssh-key-list", "POST", "/api/v1/ssh-keys/", (401, 201, 201, 201, 201, 201),
+      data={"public_key": KEY}, api=True, probe="keys", writes="bob alice lena fin ops"),
+    r("ssh-key-detail", "DELETE", "/api/v1/ssh-keys/{alice_key}/",
+      (401, 404, 204, 404, 404, 404), api=True, probe="keys", writes="alice"),
+    r("api-lease-session", "GET", "/api/v1/leases/{alice_lease}/session/",
+      (401, 404, 200, 404, 404, 200)),
+    r("api-lease-session", "POST", "/api/v1/leases/{alice_lease}/session/",
+      (401, 404, 202, 404, 404, 404), api=True, probe="sessions"),
+    r("api-lease-session", "DELETE", "/api/v1/leases/{alice_lease}/session/",
+      (401, 404, 204, 404, 404, 204), api=True, probe="sessions", writes="alice ops"),
+    # Node agents only (Authorization: Node <token>).
+    r("api-agent-work", "GET", "/api/v1/agent/work/", (401,) * 6),
+    r("api-agent-sessions", "POST", "/api/v1/agent/sessions/", (401,) * 6,
+      data={"sessions": []}, api=True),
 ]  # fmt: skip
 
 # Database state a write may change, read before and after the request.
@@ -429,6 +472,9 @@ STATE = {
     ),
     "alert_rules": lambda: list(AlertRule.objects.order_by("pk").values_list("kind", "threshold")),
     "deliveries": lambda: list(Delivery.objects.order_by("pk").values_list("pk")),
+    "sessions": lambda: list(Session.objects.order_by("pk").values_list("pk", "status")),
+    "lease_envs": lambda: list(Lease.objects.order_by("pk").values_list("pk", "environment")),
+    "keys": lambda: list(SshKey.objects.order_by("pk").values_list("pk", "user_id")),
 }
 
 
@@ -502,6 +548,11 @@ def _build_world() -> World:
             lease=alice_lease, user=alice, minutes=10
         ).pending_change
         token, _key = token_create(user=alice, name="alice's laptop")
+        env = Environment.objects.create(
+            slug="perm-env", name="Perm env", stack_family="cuda", vendors=["nvidia"]
+        )
+        alice_session = sessions.session_open(lease=alice_lease, user=alice)
+        alice_key = keys.ssh_key_add(user=alice, public_key=ALICE_KEY)
         notes = {
             f"{user.username}_note": Notification.objects.create(
                 user=user, lease=lease, kind="lease_active", title=f"marker-{user.username}_note",
@@ -536,6 +587,9 @@ def _build_world() -> World:
             "token": token.pk,
             **{key: obj.pk for key, obj in (notes | hooks | alerts).items()},
             "alice_membership": membership.pk,
+            "alice_session": alice_session.pk,
+            "alice_key": alice_key.pk,
+            "env": env.slug,
             "vision_team": vision.pk,
             "model": model.slug,
             "node": node.hostname,

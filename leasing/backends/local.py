@@ -7,7 +7,7 @@ vendor's runtime reads (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES, ...).
 
 from __future__ import annotations
 
-from leasing.backends.base import Backend, Holding
+from leasing.backends.base import Backend, Holding, SessionSpec
 
 
 class LocalBackend(Backend):
@@ -21,6 +21,10 @@ class LocalBackend(Backend):
 
     def status(self, holding: Holding) -> str:
         return "active" if holding.status == "active" else "released"
+
+    def session_start(self, holding: Holding, spec: SessionSpec) -> dict:
+        # The node's cardpool-agent asks for its sessions and starts them (inventory/agent.py).
+        return {"by": "agent"}
 
     def change(self, holding: Holding) -> dict:
         # Nothing to hold: the records are the truth; the holder is told the new devices.

@@ -166,6 +166,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             request_key=key,
             checkpoint=Checkpoint(**v["checkpoint"]) if v.get("checkpoint") else None,
             start_policy=v.get("start_policy") or "",
+            environment=v.get("environment"),
         )
         # The service's own lease, not a re-read: its user, team and model are the objects
         # passed in, so the allocations (with card and node) are the one query left.

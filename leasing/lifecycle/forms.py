@@ -15,7 +15,7 @@ from inventory.requirements import REQUIREMENTS, form_field, requirement_errors,
 from leasing.advisor.recommend import default_stack
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint, priorities_for
-from leasing.models import REQUEST_KEY_MAX
+from leasing.models import REQUEST_KEY_MAX, Environment
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
@@ -86,6 +86,13 @@ class LeaseRequestForm(forms.Form):
     )
     requeue = forms.BooleanField(
         label=_("Requeue when preempted (a new lease resumes the work)"), required=False
+    )
+    environment = forms.ModelChoiceField(
+        label=_("Environment (optional)"),
+        queryset=Environment.objects.filter(active=True).order_by("name"),
+        to_field_name="slug",
+        required=False,
+        empty_label=_("None: the node's own software"),
     )
     # A fresh key per form shown: a double click or a resubmitted page books once.
     request_key = forms.CharField(

@@ -35,6 +35,7 @@ from leasing.models import (
     BackendCall,
     Lease,
     LeaseEvent,
+    Session,
 )
 from leasing.notify import wording
 from leasing.scheduler.run import (
@@ -136,6 +137,7 @@ def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bo
             ended_at=now,
         ):
             return False
+        Session.objects.end_for_lease(lease_id, at=now, reason="lease_failed")
         cards_free(lease, now)
         replan(lease.card_model_id, now=now)
         usage.usage_record_after_commit(lease_id)

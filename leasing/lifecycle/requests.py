@@ -38,6 +38,7 @@ from leasing.lifecycle.validation import (
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     Allocation,
+    Environment,
     Lease,
     LeaseEvent,
 )
@@ -48,6 +49,7 @@ from leasing.scheduler.run import (
 )
 from leasing.teams import quotas
 from leasing.transitions import event_record, hand_over, notify_after_commit
+from leasing.workbench.environments import environment_check
 from portal.models import Team
 from portal.permissions import is_operator
 
@@ -107,6 +109,7 @@ def lease_request(
     checkpoint: Checkpoint | None = None,
     start_policy: str = StartPolicy.AS_ASKED,
     resumes: Lease | None = None,
+    environment: Environment | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
@@ -153,6 +156,7 @@ def lease_request(
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
+    environment_check(environment, card_model)
     with transaction.atomic():
         # The team lock serializes quota checks; a team without rules for this request has
         # nothing to check, so its members' requests do not queue behind each other.
@@ -226,6 +230,7 @@ def lease_request(
             requeue=bool(checkpoint and checkpoint.requeue),
             resumes=resumes,
             start_policy=start_policy,
+            environment=environment,
         )
         if request_key:
             # Two copies of one request at the same moment: the second waits on the unique

@@ -142,7 +142,7 @@ def with_truth(leases) -> list[Lease]:
 
 def leases_visible_to(user) -> QuerySet[Lease]:
     """A member sees their own leases; a lead their team's; finance and operators all."""
-    leases = with_drains(Lease.objects.select_related("card_model", "team", "user"))
+    leases = with_drains(Lease.objects.select_related("card_model", "team", "user", "environment"))
     if is_operator(user) or is_finance(user):
         return leases
     led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")

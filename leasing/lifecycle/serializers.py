@@ -12,7 +12,7 @@ from inventory.serializers import RequirementsSerializer
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
-from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
+from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
@@ -105,6 +105,9 @@ class LeaseSerializer(serializers.ModelSerializer):
     card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
+    environment = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="The lease's environment (null: none)."
+    )
     duration_minutes = serializers.SerializerMethodField()
     # The cards it holds now (or held last), not those swapped out or dropped before.
     allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
@@ -147,6 +150,7 @@ class LeaseSerializer(serializers.ModelSerializer):
             "purpose",
             "same_node",
             "description",
+            "environment",
             "submitted_at",
             "activated_at",
             "ended_at",
@@ -265,6 +269,15 @@ class LeaseRequestSerializer(StrictSerializer):
             "next_off_peak: start in the next off-peak window (from start_at, or now); "
             "off_peak_only: start and end inside off-peak time."
         ),
+    )
+    environment = serializers.SlugRelatedField(
+        required=False,
+        allow_null=True,
+        slug_field="slug",
+        queryset=Environment.objects.filter(active=True),
+        error_messages={
+            "does_not_exist": "Unknown environment “{value}”; see GET /api/v1/environments/."
+        },
     )
     override_reason = serializers.CharField(
         max_length=500,

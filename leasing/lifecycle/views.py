@@ -33,6 +33,7 @@ from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
+from leasing.workbench.selectors import lease_workbench
 from portal.input import local_next
 from portal.permissions import is_finance, is_operator
 
@@ -100,6 +101,7 @@ def lease_new(request):
                     request_key=d["request_key"],
                     checkpoint=d["checkpoint"],
                     start_policy=d["start_policy"],
+                    environment=d.get("environment"),
                 )
             except ValidationError as exc:
                 _form_errors_from(exc, form)
@@ -193,6 +195,7 @@ def lease_detail(request, pk: int):
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
         "cost": accrued.lease_cost(lease, now=timezone.now()),
+        "workbench": lease_workbench(lease, request.user),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
             .distinct()

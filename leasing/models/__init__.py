@@ -30,8 +30,17 @@ from leasing.models.notify import (
     Webhook,
 )
 from leasing.models.teams import GuaranteedShare, MemberLimit, Quota, QuotaLimits
+from leasing.models.workbench import (
+    LIVE_SESSION_STATES,
+    Environment,
+    Session,
+    SessionStatus,
+    SshKey,
+    WorkspaceUsage,
+)
 
 __all__ = [
+    "LIVE_SESSION_STATES",
     "Alert",
     "AlertRule",
     "REQUEST_KEY_MAX",
@@ -39,6 +48,7 @@ __all__ = [
     "BackendCall",
     "Delivery",
     "GuaranteedShare",
+    "Environment",
     "Lease",
     "LeaseChange",
     "LeaseEvent",
@@ -52,7 +62,11 @@ __all__ = [
     "Quota",
     "Statement",
     "QuotaLimits",
+    "Session",
+    "SessionStatus",
+    "SshKey",
     "TeamPrice",
     "UsageRecord",
     "Webhook",
+    "WorkspaceUsage",
 ]

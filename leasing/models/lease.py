@@ -75,6 +75,14 @@ class Lease(models.Model):
         _("purpose"), max_length=16, choices=Purpose.choices, default=Purpose.DEVELOPMENT
     )
     same_node = models.BooleanField(_("all cards on one node"), default=True)
+    environment = models.ForeignKey(
+        "leasing.Environment",
+        verbose_name=_("environment"),
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="leases",
+    )
     description = models.CharField(_("description"), max_length=200, blank=True)
     borrowed = models.BooleanField(
         _("borrowed"),

@@ -432,6 +432,14 @@ def _holder_card_health(p: Mapping) -> tuple[str, str]:
     return title, body
 
 
+def _workspace(p: Mapping) -> tuple[str, str]:
+    title = _("Workspace %(path)s is %(pct)s%% full") % {"path": p["path"], "pct": p["pct"]}
+    body = _(
+        "It holds %(used)s GiB of its %(limit)s GiB soft limit. Free some space before the limit is reached."
+    ) % {"used": p["used"], "limit": p["limit"]}
+    return title, body
+
+
 MESSAGES: dict[str, Renderer] = {
     "lease": _lease,
     "idle": _idle,
@@ -439,6 +447,7 @@ MESSAGES: dict[str, Renderer] = {
     "alert_opened": _alert_opened,
     "alert_resolved": _alert_resolved,
     "holder_card_health": _holder_card_health,
+    "workspace": _workspace,
     "change": _change,
     "card_swapped": _card_swapped,
     "expiring": _expiring,
@@ -491,6 +500,22 @@ def notice_text(notification: Notification) -> tuple[str, str]:
         except (KeyError, TypeError, ValueError):
             logger.warning("notification %s: cannot render %r", notification.pk, message)
     return notification.title, notification.body
+
+
+def user_notice_send(
+    user, *, kind: str, message: str, params: Mapping, key: str, url: str = ""
+) -> Notification:
+    """``notice_send`` for a notice about no lease (a workspace): worded for *user*."""
+    title, body = render(message, params, language=holder_language(user), zone=holder_zone(user))
+    return notify(
+        user=user,
+        kind=kind,
+        title=title,
+        body=body,
+        url=url,
+        data={"message": message, "params": dict(params)},
+        key=key,
+    )
 
 
 def notice_send(

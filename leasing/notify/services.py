@@ -77,6 +77,7 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.POOL_ALERT,
         Kind.CARD_HEALTH,
         Kind.STATEMENT_ISSUED,
+        Kind.WORKSPACE_NEAR_LIMIT,
     }
 )
 # Events about a team rather than one person's lease: they go to its leads and team hooks.
@@ -90,6 +91,7 @@ SEVERITY = {
     Kind.LEASE_STALLED: "warning",
     Kind.APPROVAL_REQUESTED: "warning",
     Kind.BUDGET_80: "warning",
+    Kind.WORKSPACE_NEAR_LIMIT: "warning",
     Kind.LEASE_FAILED: "danger",
     Kind.PREEMPTION_WARNING: "danger",
     Kind.BUDGET_100: "danger",

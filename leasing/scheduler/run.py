@@ -20,7 +20,7 @@ from inventory.models import Card
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
-from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent
+from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import planner, shares
 from leasing.scheduler.offpeak import OffPeakHold
@@ -299,6 +299,9 @@ def release_begin(
         end_reason=reason,
     ):
         return False
+    # Its browser sessions end with it: their URLs answer "ended" from this commit on, and
+    # the backend's release stops their processes.
+    Session.objects.end_for_lease(lease.pk, at=now)
     cards_free(lease, cut_at)
     replan(lease.card_model_id, now=now)
     enqueue_after_commit("leasing.tasks.release_lease", lease.pk)

@@ -251,8 +251,9 @@ def test_jupyterlab_and_terminal_through_the_portal_on_a_slurm_lease(
 
         # Release: the session URL answers "ended" and the process is gone from the node.
         page.goto(f"{base}/leases/{lease_pk}/")
+        page.locator("form[action$='/release/'] [type=submit]").click()  # asks first
         with page.expect_navigation():
-            page.locator("form[action$='/release/'] [type=submit]").click()
+            page.locator("#confirm-dialog [data-confirm-ok]").click()
         expect(page.locator("#lease-live [data-status=ended]")).to_be_visible(timeout=20_000)
         answer = page.goto(session_url)
         assert answer.status == 410

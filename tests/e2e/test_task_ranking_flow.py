@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from inventory.catalogue import catalogue_sync
 from inventory.models import CardModel
 from leasing.choices import LeaseStatus
 from leasing.models import Lease
@@ -27,6 +28,7 @@ def test_ask_by_task_ranked_with_reasons_then_request_the_top_one(
 ):
     from playwright.sync_api import expect
 
+    catalogue_sync()  # an earlier live-server test may have flushed the shipped models
     for slug, cards in (("a100-80g-sxm", 8), ("mlu370-x8", 8), ("l40s", 4)):
         make_node(CardModel.objects.get(slug=slug), cards=cards, hostname=f"e2e-{slug}")
 

@@ -1,0 +1,228 @@
+"""The queue's order and a plan of it kept up to date instead of rebuilt.
+
+**Order** (``service_key``): priority class first; inside a class, by a *virtual submit
+time*: when the lease was submitted plus a slack that grows with its size (card-hours)
+up to a cap. Every lease declares its duration, so a short one can be served ahead of a
+long one submitted a little earlier, but never ahead of one submitted more than the cap
+before it: the key is fixed when the lease is submitted, so a lease is overtaken only by
+leases submitted before its own virtual time, and everyone who waits long enough comes
+first. That bound is the aging; no key ever changes while a lease waits, which is what
+lets the plan below be updated rather than rebuilt (docs/decisions.md, "queue order").
+
+**Plan** (``QueuePlan``): conservative backfill as ``planner.plan_queue`` decides it: in
+service order, each waiting lease gets the earliest window around the reservations of
+everyone ahead of it. A lease's decision depends only on the timeline and the leases
+ahead, so when a request joins, the leases ahead keep theirs and only the newcomer and
+those behind it are planned again; when time moves on and leases start or end exactly as
+planned, nothing changes at all. Anything else that changes the timeline (an early
+release, a new card, a drain) needs ``rebuild``. tests/leasing/test_queueplan.py holds
+every step to ``plan_queue`` on random timelines.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, earliest, place
+
+# The slack of the virtual submit time: SLACK_PER_CARD_HOUR per card-hour asked, at most
+# SLACK_CAP. Chosen on the Philly trace (bench/trace_replay.py, docs/performance.md).
+SLACK_PER_CARD_HOUR = timedelta(minutes=15)
+SLACK_CAP = timedelta(hours=4)
+
+Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
+
+
+def slack(
+    duration: timedelta,
+    count: int,
+    *,
+    per_card_hour: timedelta = SLACK_PER_CARD_HOUR,
+    cap: timedelta = SLACK_CAP,
+) -> timedelta:
+    """How far behind its submit time a lease of this size is served (see the module)."""
+    card_hours = count * duration / timedelta(hours=1)
+    return min(cap, per_card_hour * card_hours)
+
+
+def service_key(
+    *,
+    rank: int,
+    submitted_at: datetime,
+    duration: timedelta,
+    count: int,
+    lease_id: int,
+    per_card_hour: timedelta = SLACK_PER_CARD_HOUR,
+    cap: timedelta = SLACK_CAP,
+) -> Key:
+    """The lease's place in the queue: higher class first, then the earlier virtual submit
+    time, then the lower id. Fixed at submit (it reads nothing that changes while waiting)."""
+    virtual = submitted_at + slack(duration, count, per_card_hour=per_card_hour, cap=cap)
+    return (-rank, virtual, lease_id)
+
+
+@dataclass
+class Planned:
+    key: Key
+    request: Request
+    decision: Decision
+
+
+class QueuePlan:
+    """Conservative backfill over a queue, kept up to date as requests join and time moves.
+
+    *timeline* holds the busy periods of the leases that hold cards; the plan adds each
+    waiting lease's reservation to it (and takes it back when re-planning), so it always
+    reads: holders + every planned reservation.
+    """
+
+    def __init__(self, cards: Sequence[CardSlot], timeline: Timeline, *, now: datetime):
+        self.cards = cards
+        self.timeline = timeline
+        self.now = now
+        self.keys: list[Key] = []
+        self.entries: list[Planned] = []
+
+    # --- reading ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def decisions(self) -> list[Decision]:
+        """The decisions in service order (what ``plan_queue`` returns for the queue)."""
+        return [e.decision for e in self.entries]
+
+    # --- changing ---------------------------------------------------------------------
+    def rebuild(self, items: Iterable[tuple[Key, Request]]) -> list[Decision]:
+        """Plan the whole queue from scratch on the current timeline (no reservations)."""
+        for entry in self.entries:
+            self._unreserve(entry)
+        ordered = sorted(items, key=lambda kr: kr[0])
+        self.keys = [k for k, _r in ordered]
+        self.entries = [Planned(k, r, self._plan(r)) for k, r in ordered]
+        return self.decisions()
+
+    def add(self, key: Key, request: Request) -> list[Planned]:
+        """A request joins: plan it after everyone ahead; re-plan only those behind it.
+
+        Returns the entries whose decision was (re)made: the newcomer, then those behind."""
+        i = bisect.bisect_right(self.keys, key)
+        behind = self.entries[i:]
+        for entry in reversed(behind):
+            self._unreserve(entry)
+        new = Planned(key, request, self._plan(request))
+        self._replan(behind, added=self._windows(new), removed_from=None)
+        self.keys.insert(i, key)
+        self.entries.insert(i, new)
+        return [new, *behind]
+
+    def remove(self, lease_id: int) -> list[Planned]:
+        """A waiting lease leaves (cancelled, rejected): those behind it may move up."""
+        i = next((n for n, e in enumerate(self.entries) if e.request.lease_id == lease_id), None)
+        if i is None:
+            return []
+        gone = self.entries[i]
+        behind = self.entries[i + 1 :]
+        for entry in reversed(self.entries[i:]):
+            self._unreserve(entry)
+        del self.keys[i]
+        del self.entries[i]
+        self._replan(behind, added=[], removed_from=gone.decision.start)
+        return behind
+
+    def advance(self, now: datetime) -> list[Planned]:
+        """Time moves to *now* with every holder ending when it said it would: take out (and
+        return, in service order) the leases whose planned start has come. Their
+        reservations stay in the timeline: they now hold those cards."""
+        self.now = now
+        self.timeline.prune(now)
+        due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
+        if due:
+            keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
+            self.entries = keep
+            self.keys = [e.key for e in keep]
+        return due
+
+    # --- inside -----------------------------------------------------------------------
+    def _replan(
+        self, behind: list[Planned], *, added: list[tuple], removed_from: datetime | None
+    ) -> None:
+        """Plan *behind* again, in order, after the timeline changed ahead of them: by
+        *added* reservations (start, end) and by reservations taken out, the earliest of
+        which started at *removed_from*.
+
+        What ``earliest`` would decide, without calling it where the answer is known: a
+        lease's earliest start cannot move while every change lies after its window or
+        only adds busy time (adding never makes an earlier moment fit), and its cards are
+        then ``place`` at that start (the same cards unless an added period overlaps its
+        window). Every decision that changes counts as a removal and an addition for those
+        behind it."""
+        for entry in behind:
+            old = entry.decision
+            kept = self._keep(entry, old, added, removed_from)
+            if kept is None:
+                entry.decision = self._plan(entry.request)
+            else:
+                entry.decision = kept
+                self._reserve(entry)
+            if entry.decision != old:
+                if old.start is not None and (removed_from is None or old.start < removed_from):
+                    removed_from = old.start
+                added = added + self._windows(entry)
+
+    def _keep(
+        self, entry: Planned, old: Decision, added: list[tuple], removed_from: datetime | None
+    ) -> Decision | None:
+        """The decision *entry* gets without a search, or None when it needs ``earliest``."""
+        if old.start is None:
+            return old if removed_from is None else None
+        start, end = old.start, old.start + entry.request.duration
+        if removed_from is not None and removed_from < end:
+            return None  # freed time before its end: it may start earlier
+        if not any(a < end and start < b for a, b in added):
+            return old  # nothing new inside its window
+        timeline = self.timeline
+        if not all(timeline.is_free(c, start, end) for c in old.card_ids):
+            return None
+        # its start is still the earliest; the best-fit cards there may differ
+        chosen = place(
+            self.cards,
+            timeline,
+            entry.request.count,
+            start,
+            end,
+            same_node=entry.request.same_node,
+        )
+        return Decision(old.lease_id, start, tuple(chosen)) if chosen is not None else None
+
+    def _windows(self, entry: Planned) -> list[tuple]:
+        d = entry.decision
+        return [] if d.start is None else [(d.start, d.start + entry.request.duration)]
+
+    def _plan(self, request: Request) -> Decision:
+        if request.not_before < self.now:
+            request = replace(request, not_before=self.now)
+        decision = earliest(self.cards, self.timeline, request)
+        if decision.start is not None:
+            end = decision.start + request.duration
+            for card_id in decision.card_ids:
+                self.timeline.add(card_id, decision.start, end)
+        return decision
+
+    def _reserve(self, entry: Planned) -> None:
+        d = entry.decision
+        if d.start is None:
+            return
+        end = d.start + entry.request.duration
+        for card_id in d.card_ids:
+            self.timeline.add(card_id, d.start, end)
+
+    def _unreserve(self, entry: Planned) -> None:
+        d = entry.decision
+        if d.start is None:
+            return
+        end = d.start + entry.request.duration
+        for card_id in d.card_ids:
+            self.timeline.remove(card_id, d.start, end)

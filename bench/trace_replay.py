@@ -462,8 +462,10 @@ def main() -> int:
             )
             if len(res["deprived"]) > 1:
                 worst = max(res["deprived"].items(), key=lambda kv: kv[1])
-                print(f"    below fair share while others above (worst team): {worst[0]} "
-                      f"{worst[1]:.1%} of its waiting time")
+                print(
+                    f"    below fair share while others above (worst team): {worst[0]} "
+                    f"{worst[1]:.1%} of its waiting time"
+                )
             by[policy] = res
             table.append((label, res))
         bad += verdict(label, by)

@@ -361,7 +361,7 @@ def lease_request(
             event_record(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
             notify_after_commit(lease.pk, "approval_requested")
         else:
-            replan(card_model.pk, now=now)
+            replan(card_model.pk, now=now, joined=lease.pk)
             if (
                 verdict.borrowed
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()

@@ -10,7 +10,8 @@ from django.utils import timezone
 from inventory.models import CardModel
 from leasing.choices import PRIORITY_RANK, Priority
 from leasing.scheduler import planner
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.queueplan import QueuePlan, service_key
+from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
 
 
 def lease_preview(
@@ -23,14 +24,19 @@ def lease_preview(
     priority: str = Priority.NORMAL,
     now: datetime | None = None,
 ) -> datetime | None:
-    """When a request like this would start if made now: its place in the queue, no writes."""
+    """When a request like this would start if made now: its place in the queue (everyone
+    the queue order serves before it), no writes."""
     now = now or timezone.now()
     not_before = start_at if start_at and start_at > now else now
     cards = card_slots(card_model.pk, now=now)
     timeline = timeline_for(card_model.pk, now=now)
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
-    ahead = queued_requests(card_model.pk, now=now, min_rank=rank)
-    planner.plan_queue(cards, timeline, ahead)
+    key = service_key(rank=rank, submitted_at=now, duration=duration, count=count, lease_id=0)
+    ahead = [w for w in waiting_for(card_model.pk, now=now, min_rank=rank) if w.key < key]
+    # The plan the last pass stored for them is the plan (re-planned only if it is stale).
+    plan = QueuePlan(cards, timeline, now=now)
+    if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):
+        plan.rebuild((w.key, w.request) for w in ahead)
     decision = planner.earliest(
         cards, timeline, planner.Request(0, count, duration, not_before, same_node)
     )

@@ -104,6 +104,54 @@ class QueuePlan:
         self.entries = [Planned(k, r, self._plan(r)) for k, r in ordered]
         return self.decisions()
 
+    def restore(
+        self, stored: Iterable[tuple[Key, Request, datetime | None, Sequence[int] | None]]
+    ) -> bool:
+        """Take back a plan a pass made earlier (each waiting lease's key, request, planned
+        start and cards; start None: it can never fit), in service order, without planning.
+
+        False, leaving the plan empty, when it cannot be exactly what planning now would
+        give: a lease was never planned, its start has come, or its cards are no longer
+        usable or free. (A plan is exact as long as every change that frees cards re-plans,
+        which is the rule: ``run.replan``.)"""
+        until = {c.card_id: c.usable_until for c in self.cards}
+        entries: list[Planned] = []
+        ok = True
+        for key, request, start, card_ids in stored:
+            if start is None:
+                if card_ids is not None:
+                    ok = False
+                    break
+                entries.append(Planned(key, request, Decision(request.lease_id, None)))
+                continue
+            if (
+                card_ids is None
+                or start <= self.now
+                or start < request.not_before
+                or len(set(card_ids)) != request.count
+            ):
+                ok = False
+                break
+            end = start + request.duration
+            if not all(
+                c in until
+                and (until[c] is None or end <= until[c])
+                and self.timeline.is_free(c, start, end)
+                for c in card_ids
+            ):
+                ok = False
+                break
+            entry = Planned(key, request, Decision(request.lease_id, start, tuple(card_ids)))
+            self._reserve(entry)
+            entries.append(entry)
+        if not ok or any(a.key >= b.key for a, b in zip(entries, entries[1:], strict=False)):
+            for entry in entries:
+                self._unreserve(entry)
+            return False
+        self.entries = entries
+        self.keys = [e.key for e in entries]
+        return True
+
     def add(self, key: Key, request: Request) -> list[Planned]:
         """A request joins: plan it after everyone ahead; re-plan only those behind it.
 

@@ -25,7 +25,8 @@ from leasing.notify.messages import notice_send
 from leasing.scheduler import planner
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.queueplan import Planned, QueuePlan
+from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 from leasing.transitions import cards_free, hand_over, transition
 
 logger = logging.getLogger(__name__)
@@ -38,8 +39,15 @@ class PassResult:
     waiting: dict[int, datetime | None] = field(default_factory=dict)  # lease → estimated start
 
 
-def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
+def schedule_card_model(
+    card_model_id: int, *, now: datetime, joined: int | None = None
+) -> PassResult:
     """Place every queued lease of the model that fits now; give the rest an estimated start.
+
+    With *joined* (a lease that just joined the queue, and nothing else changed), the plan
+    the last pass stored is taken back and only the newcomer and those behind it are
+    planned (``QueuePlan.add``); when that plan cannot be trusted, or without *joined*, the
+    whole queue is planned again. Both decide the same (tests/leasing/test_queueplan.py).
 
     Must run inside a transaction holding the model's lock (leasing.locking). State
     changes go through the compare-and-set helper (leasing.transitions).
@@ -47,26 +55,28 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     assert transaction.get_connection().in_atomic_block, "schedule_card_model needs a transaction"
 
     result = PassResult()
-    queue = queued_requests(card_model_id, now=now)
-    if not queue:
+    waiting = waiting_for(card_model_id, now=now)
+    if not waiting:
         return result
     # Make room for a higher class first, so the plan below already sees the victims'
     # end (their grace period) and gives the waiting lease an honest estimate.
-    preemption_plan(card_model_id, now=now)
-    cards = card_slots(card_model_id, now=now)
-    timeline = timeline_for(card_model_id, now=now)
-    decisions = planner.plan_queue(cards, timeline, queue)
-    requests = {r.lease_id: r for r in queue}
+    marked = preemption_plan(card_model_id, now=now)
+    plan = QueuePlan(
+        card_slots(card_model_id, now=now), timeline_for(card_model_id, now=now), now=now
+    )
+    changed = _join(plan, waiting, joined) if joined is not None and not marked else None
+    if changed is None:
+        plan.rebuild((w.key, w.request) for w in waiting)
+        changed = plan.entries
+    decisions = [e.decision for e in changed]
+    requests = {e.request.lease_id: e.request for e in changed}
     shown = {
-        pk: (estimate, stall)
-        for pk, estimate, stall in Lease.objects.filter(pk__in=requests).values_list(
-            "pk", "estimated_start", "stall_reason"
-        )
+        w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
     }
     in_service: dict[int, int] | None = None
 
     starting: list[tuple[Request, Decision]] = []
-    waiting: list[Lease] = []
+    estimates: list[Lease] = []
     stalled: list[int] = []
     for decision in decisions:
         request = requests[decision.lease_id]
@@ -85,6 +95,7 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
                 end_at=end,
                 estimated_start=None,
                 stall_reason="",
+                planned_cards=None,
             ):
                 Allocation.objects.bulk_create(
                     Allocation(
@@ -100,19 +111,41 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
                 if in_service is None:
                     in_service = in_service_by_node(card_model_id)
                 stall = planner.never_fits_because(in_service, request)
-            if shown.get(decision.lease_id) != (decision.start, stall):
-                waiting.append(
-                    Lease(pk=decision.lease_id, estimated_start=decision.start, stall_reason=stall)
+            planned = decision.card_ids if decision.start is not None else None
+            if shown.get(decision.lease_id) != (decision.start, stall, planned):
+                estimates.append(
+                    Lease(
+                        pk=decision.lease_id,
+                        estimated_start=decision.start,
+                        stall_reason=stall,
+                        planned_cards=None if planned is None else list(planned),
+                    )
                 )
-                if stall and shown.get(decision.lease_id, (None, ""))[1] != stall:
+                if stall and shown.get(decision.lease_id, (None, "", None))[1] != stall:
                     stalled.append(decision.lease_id)
     if starting:
         result.started = start_batch(starting, now=now)
     # One statement per 500 changed estimates, not one per waiting lease (the queue is
     # re-planned on every pass, and a long queue's estimates all move together).
-    Lease.objects.bulk_update(waiting, ["estimated_start", "stall_reason"], batch_size=500)
+    Lease.objects.bulk_update(
+        estimates, ["estimated_start", "stall_reason", "planned_cards"], batch_size=500
+    )
     stalled_tell(stalled)
     return result
+
+
+def _join(plan: QueuePlan, waiting: list[Waiting], joined: int) -> list[Planned] | None:
+    """Plan lease *joined* into the stored plan of everyone else; None when the stored plan
+    cannot be trusted (then the caller plans the whole queue)."""
+    new = next((w for w in waiting if w.request.lease_id == joined), None)
+    if new is None:
+        return None
+    stored = (
+        (w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting if w is not new
+    )
+    if not plan.restore(stored):
+        return None
+    return plan.add(new.key, new.request)
 
 
 def in_service_by_node(card_model_id: int) -> dict[int, int]:
@@ -166,6 +199,7 @@ def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> l
         end_at=ExpressionWrapper(Value(now) + F("duration"), output_field=DateTimeField()),
         estimated_start=None,
         stall_reason="",
+        planned_cards=None,
     )
     if updated != len(ids):
         # Someone else changed one of them (they hold the model's lock too, so this is a
@@ -199,10 +233,10 @@ def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> l
     return [decision.lease_id for _request, decision in starting]
 
 
-def replan(card_model_id: int, *, now: datetime) -> PassResult:
+def replan(card_model_id: int, *, now: datetime, joined: int | None = None) -> PassResult:
     """Run the model's queue pass (the model is locked) and hand what it started to the
-    workers after commit."""
-    result = schedule_card_model(card_model_id, now=now)
+    workers after commit. *joined*: the one change is that this lease joined the queue."""
+    result = schedule_card_model(card_model_id, now=now, joined=joined)
     hand_over(result.started)
     return result
 

@@ -18,10 +18,10 @@ from inventory.models import CardModel
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
-    PRIORITY_RANK,
     LeaseStatus,
     Priority,
     Purpose,
+    queue_rank,
 )
 from leasing.lifecycle.validation import (
     capacity_errors,
@@ -289,7 +289,7 @@ def lease_request(
             status=LeaseStatus.PROVISIONING if placed else verdict.status,
             status_changed_at=now,
             priority=priority,
-            priority_rank=PRIORITY_RANK[priority],
+            priority_rank=queue_rank(priority, purpose),
             purpose=purpose,
             same_node=same_node,
             description=description,

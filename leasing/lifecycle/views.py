@@ -141,6 +141,7 @@ def lease_preview(request):
                 start_at=d["start_at"],
                 same_node=d["same_node"],
                 priority=d["priority"],
+                purpose=d["purpose"],
             )
             context.update(
                 start=start,

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from inventory.models import CardModel
-from leasing.choices import PRIORITY_RANK, Priority
+from leasing.choices import Priority, queue_rank
 from leasing.scheduler import planner
 from leasing.scheduler.queueplan import QueuePlan, service_key
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
@@ -22,6 +22,7 @@ def lease_preview(
     start_at: datetime | None = None,
     same_node: bool = True,
     priority: str = Priority.NORMAL,
+    purpose: str = "",
     now: datetime | None = None,
 ) -> datetime | None:
     """When a request like this would start if made now: its place in the queue (everyone
@@ -30,7 +31,7 @@ def lease_preview(
     not_before = start_at if start_at and start_at > now else now
     cards = card_slots(card_model.pk, now=now)
     timeline = timeline_for(card_model.pk, now=now)
-    rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
+    rank = queue_rank(priority, purpose)
     key = service_key(rank=rank, submitted_at=now, duration=duration, count=count, lease_id=0)
     ahead = [w for w in waiting_for(card_model.pk, now=now, min_rank=rank) if w.key < key]
     # The plan the last pass stored for them is the plan (re-planned only if it is stale).

@@ -34,6 +34,7 @@ SLACK_PER_CARD_HOUR = timedelta(minutes=15)
 SLACK_CAP = timedelta(hours=4)
 
 Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
+Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
 
 
 def slack(
@@ -85,6 +86,10 @@ class QueuePlan:
         self.now = now
         self.keys: list[Key] = []
         self.entries: list[Planned] = []
+        self.node_of = {c.card_id: c.node_id for c in cards}
+        self.by_node: dict[int, list[CardSlot]] = {}
+        for card in cards:
+            self.by_node.setdefault(card.node_id, []).append(card)
 
     # --- reading ----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -161,7 +166,7 @@ class QueuePlan:
         for entry in reversed(behind):
             self._unreserve(entry)
         new = Planned(key, request, self._plan(request))
-        self._replan(behind, added=self._windows(new), removed_from=None)
+        self._replan(behind, added=self._windows(new), freed=[])
         self.keys.insert(i, key)
         self.entries.insert(i, new)
         return [new, *behind]
@@ -177,7 +182,7 @@ class QueuePlan:
             self._unreserve(entry)
         del self.keys[i]
         del self.entries[i]
-        self._replan(behind, added=[], removed_from=gone.decision.start)
+        self._replan(behind, added=[], freed=self._windows(gone))
         return behind
 
     def advance(self, now: datetime) -> list[Planned]:
@@ -194,60 +199,97 @@ class QueuePlan:
         return due
 
     # --- inside -----------------------------------------------------------------------
-    def _replan(
-        self, behind: list[Planned], *, added: list[tuple], removed_from: datetime | None
-    ) -> None:
-        """Plan *behind* again, in order, after the timeline changed ahead of them: by
-        *added* reservations (start, end) and by reservations taken out, the earliest of
-        which started at *removed_from*.
+    def _replan(self, behind: list[Planned], *, added: list[Window], freed: list[Window]) -> None:
+        """Plan *behind* again, in order, after the timeline changed ahead of them: busy time
+        *added* (new reservations) and *freed* (reservations taken out).
 
-        What ``earliest`` would decide, without calling it where the answer is known: a
-        lease's earliest start cannot move while every change lies after its window or
-        only adds busy time (adding never makes an earlier moment fit), and its cards are
-        then ``place`` at that start (the same cards unless an added period overlaps its
-        window). Every decision that changes counts as a removal and an addition for those
-        behind it."""
+        What ``earliest`` and ``place`` would decide, without a search over the whole pool
+        where the answer is known (``_keep``). Every decision that changes adds its old
+        window to *freed* and its new one to *added* for those behind it."""
         for entry in behind:
             old = entry.decision
-            kept = self._keep(entry, old, added, removed_from)
+            kept = self._keep(entry, old, added, freed)
             if kept is None:
                 entry.decision = self._plan(entry.request)
             else:
                 entry.decision = kept
                 self._reserve(entry)
             if entry.decision != old:
-                if old.start is not None and (removed_from is None or old.start < removed_from):
-                    removed_from = old.start
+                freed = freed + self._windows(entry, old)
                 added = added + self._windows(entry)
 
     def _keep(
-        self, entry: Planned, old: Decision, added: list[tuple], removed_from: datetime | None
+        self, entry: Planned, old: Decision, added: list[Window], freed: list[Window]
     ) -> Decision | None:
-        """The decision *entry* gets without a search, or None when it needs ``earliest``."""
-        if old.start is None:
-            return old if removed_from is None else None
-        start, end = old.start, old.start + entry.request.duration
-        if removed_from is not None and removed_from < end:
-            return None  # freed time before its end: it may start earlier
-        if not any(a < end and start < b for a, b in added):
-            return old  # nothing new inside its window
-        timeline = self.timeline
-        if not all(timeline.is_free(c, start, end) for c in old.card_ids):
-            return None
-        # its start is still the earliest; the best-fit cards there may differ
-        chosen = place(
-            self.cards,
-            timeline,
-            entry.request.count,
-            start,
-            end,
-            same_node=entry.request.same_node,
-        )
-        return Decision(old.lease_id, start, tuple(chosen)) if chosen is not None else None
+        """The decision *entry* gets, found without searching the whole pool; None when it
+        needs ``earliest``. The reasoning (held to the full planner by the property tests):
 
-    def _windows(self, entry: Planned) -> list[tuple]:
-        d = entry.decision
-        return [] if d.start is None else [(d.start, d.start + entry.request.duration)]
+        * busy time added never makes an earlier start possible, so only nodes where time
+          was freed before the lease's end can offer an earlier start; if its old cards are
+          still free, its start is the earlier of the old one and the best on those nodes
+          (a one-node request fits on one node at a time, so the search can stay on them);
+        * at that start, ``place`` ranks nodes by their free cards over the window; nodes
+          no change touches in the window rank as before, so the old node and domain stay
+          the best fit unless a touched node now ranks ahead of it.
+        """
+        request = entry.request
+        if old.start is None:
+            return old if not freed else None
+        start, end = old.start, old.start + request.duration
+        timeline = self.timeline
+        before_end = [w for w in freed if w[0] < end]
+        if before_end or any(a < end and start < b for a, b, _n in added):
+            if not all(timeline.is_free(c, start, end) for c in old.card_ids):
+                return None
+        if before_end:
+            if not request.same_node:
+                return None
+            nodes = set().union(*(w[2] for w in before_end))
+            sub = [c for n in sorted(nodes) for c in self.by_node.get(n, ())]
+            if request.not_before < self.now:
+                request = replace(request, not_before=self.now)
+            earlier = earliest(sub, timeline, request)
+            if earlier.start is not None and earlier.start < start:
+                # place over the whole pool at the new start (best fit across every node)
+                chosen = place(
+                    self.cards, timeline, request.count, earlier.start,
+                    earlier.start + request.duration, same_node=True,
+                )  # fmt: skip
+                return (
+                    None if chosen is None else Decision(old.lease_id, earlier.start, tuple(chosen))
+                )
+        touched = set().union(*(w[2] for w in (*added, *freed) if w[0] < end and start < w[1]))
+        if not touched:
+            return old  # nothing changed inside its window: the same cards are the best fit
+        node = self.node_of[old.card_ids[0]]
+        domains = {c.domain for c in self.by_node[node] if c.card_id in set(old.card_ids)}
+        if (
+            node in touched
+            or len(domains) != 1
+            or any(self.node_of[c] != node for c in old.card_ids)
+        ):
+            chosen = place(
+                self.cards, timeline, request.count, start, end, same_node=request.same_node
+            )
+            return None if chosen is None else Decision(old.lease_id, start, tuple(chosen))
+        # the old choice came from place's first step (one node, one domain) on an untouched
+        # node: compare it only with the touched nodes' best
+        mine = _best_domain(self.by_node[node], timeline, request.count, start, end)
+        others = _best_domain(
+            [c for n in sorted(touched) for c in self.by_node.get(n, ())],
+            timeline, request.count, start, end,
+        )  # fmt: skip
+        if mine is None:
+            return None
+        best = mine if others is None or mine[0] < others[0] else others
+        return Decision(old.lease_id, start, best[1])
+
+    def _windows(self, entry: Planned, decision: Decision | None = None) -> list[Window]:
+        d = entry.decision if decision is None else decision
+        if d.start is None:
+            return []
+        nodes = frozenset(self.node_of[c] for c in d.card_ids)
+        return [(d.start, d.start + entry.request.duration, nodes)]
 
     def _plan(self, request: Request) -> Decision:
         if request.not_before < self.now:
@@ -274,3 +316,23 @@ class QueuePlan:
         end = d.start + entry.request.duration
         for card_id in d.card_ids:
             self.timeline.remove(card_id, d.start, end)
+
+
+def _best_domain(cards: Sequence[CardSlot], timeline: Timeline, count, start, end):
+    """``place``'s first step over *cards*: (its ranking key, the cards) of the best node and
+    interconnect domain with *count* cards free over [start, end), or None."""
+    free: dict[int, dict[int, list[int]]] = {}
+    for card in cards:
+        if card.usable_until is not None and end > card.usable_until:
+            continue
+        if timeline.is_free(card.card_id, start, end):
+            free.setdefault(card.node_id, {}).setdefault(card.domain, []).append(card.card_id)
+    best = None
+    for node, domains in free.items():
+        node_free = sum(len(ids) for ids in domains.values())
+        for domain, ids in domains.items():
+            if len(ids) >= count:
+                key = (node_free, len(ids), node, domain)
+                if best is None or key < best[0]:
+                    best = (key, tuple(ids[:count]))
+    return best

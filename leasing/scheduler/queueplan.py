@@ -188,7 +188,11 @@ class QueuePlan:
     def advance(self, now: datetime) -> list[Planned]:
         """Time moves to *now* with every holder ending when it said it would: take out (and
         return, in service order) the leases whose planned start has come. Their
-        reservations stay in the timeline: they now hold those cards."""
+        reservations stay in the timeline: they now hold those cards.
+
+        A lease that starts now from behind one still waiting was planned around it; now it
+        holds its cards, and for the one ahead that is busy time added (the best fit there
+        may change), so those ahead of a starting lease are planned again (``_replan``)."""
         self.now = now
         self.timeline.prune(now)
         due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
@@ -196,19 +200,38 @@ class QueuePlan:
             keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
             self.entries = keep
             self.keys = [e.key for e in keep]
+            last = max(e.key for e in due)
+            ahead = [e for e in keep if e.key < last]
+            if ahead:
+                # the leases behind those (kept or not) were planned after them: re-plan
+                # them too, in order, with what changes counted as usual
+                for entry in reversed(keep):
+                    self._unreserve(entry)
+                started = [(e.key, w) for e in due for w in self._windows(e)]
+                self._replan(keep, added=[], freed=[], started=started)
         return due
 
     # --- inside -----------------------------------------------------------------------
-    def _replan(self, behind: list[Planned], *, added: list[Window], freed: list[Window]) -> None:
+    def _replan(
+        self,
+        behind: list[Planned],
+        *,
+        added: list[Window],
+        freed: list[Window],
+        started: list[tuple[Key, Window]] = (),
+    ) -> None:
         """Plan *behind* again, in order, after the timeline changed ahead of them: busy time
         *added* (new reservations) and *freed* (reservations taken out).
 
         What ``earliest`` and ``place`` would decide, without a search over the whole pool
         where the answer is known (``_keep``). Every decision that changes adds its old
-        window to *freed* and its new one to *added* for those behind it."""
+        window to *freed* and its new one to *added* for those behind it. *started*: leases
+        that hold cards now and were behind some of *behind* (``advance``): added busy time
+        for those ahead of them."""
         for entry in behind:
             old = entry.decision
-            kept = self._keep(entry, old, added, freed)
+            extra = [w for key, w in started if key > entry.key]
+            kept = self._keep(entry, old, added + extra if extra else added, freed)
             if kept is None:
                 entry.decision = self._plan(entry.request)
             else:

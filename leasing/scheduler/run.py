@@ -67,9 +67,14 @@ def schedule_card_model(
     changed = _join(plan, waiting, joined) if joined is not None and not marked else None
     if changed is None:
         plan.rebuild((w.key, w.request) for w in waiting)
-        changed = plan.entries
-    decisions = [e.decision for e in changed]
-    requests = {e.request.lease_id: e.request for e in changed}
+    # Those that start now leave the plan and hold their cards; anyone ahead of them is
+    # planned again around that (QueuePlan.advance), so what is stored is what a pass run
+    # right after this one would decide. Only decisions that differ from the stored ones
+    # are written (below).
+    due = plan.advance(now)
+    entries = due + plan.entries
+    decisions = [e.decision for e in entries]
+    requests = {e.request.lease_id: e.request for e in entries}
     shown = {
         w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
     }

@@ -175,3 +175,23 @@ def test_a_higher_class_comes_first_whatever_its_size():
     high = service_key(rank=200, submitted_at=T + 60 * M, duration=9 * 60 * M, count=8, lease_id=2)
     normal = service_key(rank=100, submitted_at=T, duration=M, count=1, lease_id=1)
     assert high < normal
+
+
+def test_a_lease_starting_from_behind_counts_for_those_ahead_of_it():
+    """Found by the property test: a lease planned behind a waiting one starts now; for the
+    one ahead its cards are busy time added, and the best fit there changes."""
+    cards = [CardSlot(10 + i, 1, 0) for i in range(4)] + [CardSlot(20 + i, 2, 0) for i in range(3)]
+    specs = [(1, 1, 0, False, 0)] * 4 + [(1, 1, 1, False, 0), (1, 2, 0, False, 0)]
+    items = {n: keyed(n, spec) for n, spec in enumerate(specs, start=1)}
+    plan = QueuePlan(cards, Timeline(), now=T)
+    plan.rebuild(items.values())
+    plan.remove(1)
+    del items[1]
+    busy = {}
+    for entry in plan.advance(T):
+        busy[entry.decision.card_ids[0]] = [
+            (entry.decision.start, entry.decision.start + entry.request.duration)
+        ]
+        del items[entry.request.lease_id]
+    assert plan.decisions() == full_plan(cards, busy, items.values(), T)
+    assert plan.decisions()[0].card_ids == (11,)

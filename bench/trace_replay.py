@@ -346,6 +346,10 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         "eta_not_late": sum(1 for x in late if x <= 0) / len(late) if late else None,
         "eta_p95_late": pct(late, 0.95) if late else None,
         "deprived": {t: deprived[t] / waited_time[t] for t in teams if waited_time[t]},
+        "team_mean": {
+            t: statistics.fmean((j.start - j.submit).total_seconds() for j in jobs if j.team == t)
+            for t in teams
+        },
         "double": double,
         "passes": passes,
         "wall": wall,

@@ -505,6 +505,7 @@ CONTENT_SECURITY_POLICY = {
 }
 SILENCED_SYSTEM_CHECKS = env_list("CARDPOOL_SILENCED_CHECKS")
 
+
 # --- Cardpool ------------------------------------------------------------------------
 def _purpose_priority(raw: str) -> dict[str, str]:
     """``inference=high,development=normal`` (purpose=priority class); fails loudly when

@@ -50,7 +50,9 @@ def test_without_the_setting_purpose_does_not_change_the_order(
 
 def test_purpose_never_lowers_a_class_and_preemptible_stays_preemptible(inference_first):
     assert queue_rank(Priority.CRITICAL, Purpose.INFERENCE) == PRIORITY_RANK[Priority.CRITICAL]
-    assert queue_rank(Priority.PREEMPTIBLE, Purpose.INFERENCE) == PRIORITY_RANK[Priority.PREEMPTIBLE]
+    assert (
+        queue_rank(Priority.PREEMPTIBLE, Purpose.INFERENCE) == PRIORITY_RANK[Priority.PREEMPTIBLE]
+    )
     assert queue_rank(Priority.NORMAL, Purpose.TRAINING) == PRIORITY_RANK[Priority.NORMAL]
     assert queue_rank(Priority.NORMAL, Purpose.INFERENCE) == PRIORITY_RANK[Priority.HIGH]
 

@@ -469,7 +469,8 @@ def main() -> int:
                 worst = max(res["deprived"].items(), key=lambda kv: kv[1])
                 print(
                     f"    below fair share while others above (worst team): {worst[0]} "
-                    f"{worst[1]:.1%} of its waiting time"
+                    f"{worst[1]:.1%} of its waiting time; mean wait by team: "
+                    + ", ".join(f"{t} {w:,.0f} s" for t, w in res["team_mean"].items())
                 )
             by[policy] = res
             table.append((label, res))

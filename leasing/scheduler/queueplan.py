@@ -14,7 +14,8 @@ service order, each waiting lease gets the earliest window around the reservatio
 everyone ahead of it. A lease's decision depends only on the timeline and the leases
 ahead, so when a request joins, the leases ahead keep theirs and only the newcomer and
 those behind it are planned again; when time moves on and leases start or end exactly as
-planned, nothing changes at all. Anything else that changes the timeline (an early
+planned, only those ahead of a lease that started from behind them are looked at again (its
+cards are now held, which can change their best fit). Anything else that changes the timeline (an early
 release, a new card, a drain) needs ``rebuild``. tests/leasing/test_queueplan.py holds
 every step to ``plan_queue`` on random timelines.
 """

@@ -36,6 +36,7 @@ SLACK_CAP = timedelta(hours=4)
 
 Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
 Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
+_NOT_BEFORE = object()  # _keep: search from the old start on
 
 
 def slack(
@@ -233,7 +234,12 @@ class QueuePlan:
             old = entry.decision
             extra = [w for key, w in started if key > entry.key]
             kept = self._keep(entry, old, added + extra if extra else added, freed)
-            if kept is None:
+            if kept is _NOT_BEFORE:
+                later = entry.request
+                if old.start > later.not_before:
+                    later = replace(later, not_before=old.start)
+                entry.decision = self._plan(later)
+            elif kept is None:
                 entry.decision = self._plan(entry.request)
             else:
                 entry.decision = kept
@@ -244,9 +250,9 @@ class QueuePlan:
 
     def _keep(
         self, entry: Planned, old: Decision, added: list[Window], freed: list[Window]
-    ) -> Decision | None:
+    ) -> Decision | object | None:
         """The decision *entry* gets, found without searching the whole pool; None when it
-        needs ``earliest``. The reasoning (held to the full planner by the property tests):
+        needs ``earliest``; ``_NOT_BEFORE`` when it needs it only from its old start on. The reasoning (held to the full planner by the property tests):
 
         * busy time added never makes an earlier start possible, so only nodes where time
           was freed before the lease's end can offer an earlier start; if its old cards are
@@ -264,7 +270,11 @@ class QueuePlan:
         before_end = [w for w in freed if w[0] < end]
         if before_end or any(a < end and start < b for a, b, _n in added):
             if not all(timeline.is_free(c, start, end) for c in old.card_ids):
-                return None
+                if before_end:
+                    return None
+                # only busy time added: it cannot start before its old start, which is
+                # still a candidate (the period ending there was not taken out)
+                return _NOT_BEFORE
         if before_end:
             if not request.same_node:
                 return None

@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -183,6 +185,70 @@ def demo_env(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def demo_sessions(env: dict, var_dir: Path, host: str, port: str) -> tuple[str, list]:
+    """When nginx and JupyterLab are here: this machine becomes a node whose cardpool-agent
+    runs the sessions, and nginx (the session proxy) listens on the demo's port in front of
+    the portal. Returns the portal's own address and the extra children ([] = no sessions)."""
+    if os.environ.get("CARDPOOL_DEMO_SESSIONS") == "1":
+        ensure_venv("sessions")
+    jupyter = VENV / "bin" / "jupyter"
+    if shutil.which("nginx") is None or not jupyter.exists():
+        say("sessions off: they need nginx and JupyterLab (CARDPOOL_DEMO_SESSIONS=1 installs it)")
+        return f"{host}:{port}", []
+    manage = [str(PY), "manage.py"]
+    workspaces = var_dir / "workspaces"
+    for sub in ("users", "teams"):
+        (workspaces / sub).mkdir(parents=True, exist_ok=True)
+        (workspaces / sub).chmod(0o1777)
+    env["CARDPOOL_SESSION_JUPYTER"] = str(jupyter)
+    env.setdefault("CARDPOOL_WORKSPACE_ROOT", str(workspaces))
+    token_file = var_dir / "agent-token"
+    run(*manage, "demo_this_machine", "--token-file", str(token_file), env=env)
+    inner = f"127.0.0.1:{_free_port()}"
+    conf = var_dir / "nginx" / "nginx.conf"
+    run(
+        *manage,
+        "session_proxy_config",
+        "--listen",
+        f"{host}:{port}",
+        "--portal",
+        inner,
+        "--var-dir",
+        str(var_dir / "nginx"),
+        "--output",
+        str(conf),
+        env=env,
+    )
+    agent = [
+        str(PY),
+        "-m",
+        "inventory.agent",
+        "--sessions",
+        "--no-telemetry",
+        "--url",
+        f"http://{inner}/api/v1/telemetry/",
+        "--token-file",
+        str(token_file),
+        "--state-dir",
+        str(var_dir / "agent"),
+        "--session-address",
+        "127.0.0.1",
+        "--session-interval",
+        "2",
+    ]
+    children = [
+        Child("proxy", ["nginx", "-c", str(conf)], env=env),
+        Child("agent", agent, env=env),
+    ]
+    return inner, children
+
+
 def demo() -> int:
     ensure_venv()
     env = demo_env(dict(os.environ))
@@ -196,9 +262,11 @@ def demo() -> int:
     celery = [str(PY), "-m", "celery", "-A", "portal"]
     var_dir = Path(env.get("CARDPOOL_VAR_DIR", ROOT / "var"))
     var_dir.mkdir(parents=True, exist_ok=True)
+    web_at, session_children = demo_sessions(env, var_dir, host, port)
     supervisor = Supervisor(
         [
-            Child("web", [*manage, "runserver", "--noreload", f"{host}:{port}"], env=env),
+            *session_children,
+            Child("web", [*manage, "runserver", "--noreload", web_at], env=env),
             # One worker, no broadcasts between workers (gossip, mingle, heartbeats): there is
             # nobody to talk to, and they are what the server-less broker handles worst.
             Child(
@@ -234,8 +302,13 @@ def demo() -> int:
         say(f"demo logins (password '{password}'):")
         say("  alice  member of team vision      lena  lead of team vision")
         say("  bob    member of team nlp         fin   finance")
-        say("  ops    operator (also /admin/)")
+        say("  chen   member of team vision      ops   operator (also /admin/)")
         say("a Celery worker and beat run alongside (restarted if they stop);")
+        if session_children:
+            say("this machine is a node too: lease a 'Demo card (this machine)' and open")
+            say("JupyterLab from the lease page (nginx and cardpool-agent run alongside;")
+            say("bob has room in his quota; sessions run as the Unix user of the same name,")
+            say("or as you when the demo does not run as root);")
         say("press Ctrl-C to stop everything")
         while True:
             supervisor.step()

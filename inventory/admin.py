@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.contrib import admin
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from inventory.models import Card, CardModel, Node, Region
 from leasing.lifecycle import maintenance
@@ -14,7 +15,7 @@ from leasing.lifecycle import maintenance
 
 @admin.register(Region)
 class RegionAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "kind", "parent"]
+    list_display = ["name", "slug", "kind", "parent", "energy_price_kwh"]
     list_filter = ["kind"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
@@ -37,7 +38,7 @@ class CardModelAdmin(admin.ModelAdmin):
         "tdp_w",
         "price_per_hour",
     ]
-    list_filter = ["vendor", "interconnect_kind"]
+    list_filter = ["vendor", "interconnect_kind", "stack_family", "graphics"]
     search_fields = ["name", "slug", "architecture", "family", "software_stack"]
     prepopulated_fields = {"slug": ["name"]}
     fieldsets = [
@@ -62,6 +63,7 @@ class CardModelAdmin(admin.ModelAdmin):
             {
                 "fields": [
                     "software_stack",
+                    ("stack_family", "graphics"),
                     "visible_devices_env",
                     "price_per_hour",
                     "source_url",
@@ -103,7 +105,21 @@ class NodeAdmin(admin.ModelAdmin):
         at = timezone.now() + timedelta(hours=1)
         for node in queryset:
             warned = maintenance.node_drain(user=request.user, node=node, drain_at=at)
-            self.message_user(request, f"{node.hostname}: draining, {warned} holder(s) warned")
+            # Starts with a word: the admin capitalises a message's first letter (hostnames
+            # are lower case).
+            self.message_user(
+                request,
+                ngettext(
+                    "Node %(node)s drains at %(at)s; %(n)s holder warned.",
+                    "Node %(node)s drains at %(at)s; %(n)s holders warned.",
+                    warned,
+                )
+                % {
+                    "node": node.hostname,
+                    "at": f"{timezone.localtime(at):%Y-%m-%d %H:%M}",
+                    "n": warned,
+                },
+            )
 
 
 @admin.register(Card)
@@ -121,6 +137,10 @@ class CardAdmin(admin.ModelAdmin):
 
         for card in queryset:
             outcome = maintenance.card_mark_faulty(
-                user=request.user, card=card, note="marked in the admin"
+                user=request.user, card=card, note=_("marked in the admin")
             )
-            self.message_user(request, f"{card}: faulty; lease {outcome}")
+            self.message_user(
+                request,
+                _("Card %(card)s is faulty: %(outcome)s.")
+                % {"card": card, "outcome": maintenance.FAULTY_OUTCOMES.get(outcome, outcome)},
+            )

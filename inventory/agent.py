@@ -4,11 +4,18 @@ post them to the portal's ``POST /api/v1/telemetry/``.
 
 Standard library only (``pynvml`` from the ``nvidia-ml-py`` package is used when present), so
 this one file can be copied to a node and run with ``python3 agent.py``: that is why it is one
-module of some 575 lines rather than a package (it must stand alone on a node). The parsers are pure
+module of some 780 lines rather than a package (it must stand alone on a node). The parsers are pure
 functions; the portal's DCGM pull (``inventory.telemetry``) uses the same one.
 
 Sources, in order: NVML (``pynvml``), ``nvidia-smi``, ``npu-smi info`` (Huawei Ascend);
-or ``--dcgm URL`` to scrape a DCGM exporter. See docs/telemetry.md.
+or ``--dcgm URL`` to scrape a DCGM exporter. See docs/telemetry.md. With ``--sessions`` it
+also runs the node's browser sessions and SSH keys for the local backend
+(``agent_sessions.py``, copied beside it; docs/operations.md, "Sessions").
+
+Each interval it also asks ``GET /api/v1/checkpoints/`` for leases on this node being
+preempted that declared a checkpoint (local backend): it sends their signal to the processes
+started with the lease's devices variable (``CUDA_VISIBLE_DEVICES=…`` naming one of its
+cards) and runs their command, then reports ``POST /api/v1/checkpoints/<lease>/``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import math
 import os
 import re
 import shutil
+import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -450,6 +459,111 @@ def post_with_retries(
             attempt += 1
 
 
+# --- Checkpoints of preempted leases (local backend) ------------------------------------------
+
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "CONT")
+
+
+def processes_using(env_var: str, devices: list[int], *, proc: Path = Path("/proc")) -> list[int]:
+    """Processes started with *env_var* naming one of *devices* (what the lease's access
+    details tell the holder to export), this agent excepted. Unreadable ones are skipped."""
+    wanted = {str(d) for d in devices}
+    prefix = f"{env_var}=".encode()
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(prefix):
+                named = item[len(prefix) :].decode(errors="replace").split(",")
+                if wanted & {n.strip() for n in named}:
+                    found.append(int(entry.name))
+                break
+    return sorted(found)
+
+
+def deliver_checkpoint(
+    item: dict, *, proc: Path = Path("/proc"), kill=os.kill, run=subprocess.run
+) -> tuple[bool, str]:
+    """Send one lease's checkpoint signal and run its command; (ok, what was done)."""
+    done, ok = [], True
+    signal_name = str(item.get("signal") or "")
+    env_var, devices = str(item.get("env_var") or ""), list(item.get("devices") or [])
+    if signal_name:
+        if signal_name not in SIGNALS:
+            return False, f"unknown signal {signal_name}"
+        pids = processes_using(env_var, devices, proc=proc) if env_var else []
+        for pid in pids:
+            try:
+                kill(pid, getattr(signal, f"SIG{signal_name}"))
+            except OSError as exc:
+                ok = False
+                done.append(f"pid {pid}: {exc.strerror}")
+        done.append(f"SIG{signal_name} to {len(pids)} process(es)")
+    if item.get("command"):
+        env = {**os.environ, env_var: ",".join(str(d) for d in devices)} if env_var else None
+        try:
+            result = run(  # noqa: S603 - the holder's own checkpoint command
+                ["/bin/sh", "-c", str(item["command"])],
+                env=env,
+                capture_output=True,
+                timeout=int(item.get("seconds") or COMMAND_TIMEOUT),
+                check=False,
+            )
+            ok = ok and result.returncode == 0
+            done.append(f"command exited {result.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            ok = False
+            done.append(f"command failed: {exc}")
+    return ok, "; ".join(done)
+
+
+def get_json(url: str, token: str, *, timeout: float = 10, opener=None, context=None):
+    """GET with the node token; the portal's JSON answer, or PostError."""
+    opener = opener or urlopen
+    request = Request(  # noqa: S310 - the operator gives the portal's URL
+        url,
+        headers={"Authorization": f"Node {token}", "Accept": "application/json"},
+    )
+    kwargs: dict = {"timeout": timeout}
+    if context is not None:
+        kwargs["context"] = context
+    try:
+        with opener(request, **kwargs) as response:
+            return json.loads(response.read() or b"[]")
+    except HTTPError as exc:
+        raise PostError(f"The portal answered {exc.code}", retry=exc.code >= 500) from exc
+    except (URLError, TimeoutError, ConnectionError) as exc:
+        raise PostError(f"Cannot reach {url}: {getattr(exc, 'reason', exc)}", retry=True) from exc
+
+
+def checkpoints_url(telemetry_url: str) -> str:
+    """The checkpoints endpoint beside the telemetry one."""
+    base = telemetry_url.rstrip("/")
+    if base.endswith("/telemetry"):
+        base = base[: -len("/telemetry")]
+    return f"{base}/checkpoints/"
+
+
+def checkpoints_once(url: str, token: str, *, opener=None, context=None, **deliver) -> int:
+    """Deliver every checkpoint due on this node and report each; returns how many."""
+    due = get_json(url, token, opener=opener, context=context)
+    for item in due:
+        ok, detail = deliver_checkpoint(item, **deliver)
+        post_samples(
+            f"{url}{int(item['lease'])}/",
+            token,
+            {"ok": ok, "detail": detail},
+            opener=opener,
+            context=context,
+        )
+    return len(due)
+
+
 # --- Command line -----------------------------------------------------------------------------
 
 
@@ -507,6 +621,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dry-run", action="store_true", help="print what would be posted and exit"
     )
+    parser.add_argument(
+        "--no-checkpoints",
+        action="store_true",
+        help="do not deliver the checkpoints of preempted leases (local backend; "
+        "--once never does)",
+    )
+    sessions = parser.add_argument_group("sessions and SSH keys (local backend)")
+    sessions.add_argument(
+        "--sessions", action="store_true", help="also run this node's sessions and SSH keys"
+    )
+    sessions.add_argument(
+        "--no-telemetry", action="store_true", help="sessions and keys only (no cards read)"
+    )
+    sessions.add_argument(
+        "--api", default="", help="the portal's API root (default: --url without telemetry/)"
+    )
+    sessions.add_argument(
+        "--session-interval", type=float, default=5, help="seconds between rounds (default 5)"
+    )
+    sessions.add_argument(
+        "--session-address",
+        default=os.environ.get("CARDPOOL_AGENT_SESSION_ADDRESS", ""),
+        help="address sessions listen on, reachable by the portal's proxy (default: this "
+        "host's address)",
+    )
+    sessions.add_argument(
+        "--state-dir",
+        default=os.environ.get("CARDPOOL_AGENT_STATE_DIR", "/var/lib/cardpool-agent"),
+        help="pid files and session logs (default /var/lib/cardpool-agent)",
+    )
     return parser
 
 
@@ -554,10 +698,22 @@ def main(argv: list[str] | None = None, *, opener=None, sleep=time.sleep) -> int
     if args.cafile:
         extra["context"] = ssl.create_default_context(cafile=args.cafile)
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
+    if args.sessions:
+        return _with_sessions(args, token, log=log, extra=extra, sleep=sleep)
     while True:
         started = time.monotonic()
         try:
             stored = run_once(args, token, log=log, **extra)
+            if not (args.no_checkpoints or args.once):
+                try:
+                    checkpoints_once(
+                        checkpoints_url(args.url),
+                        token,
+                        opener=opener,
+                        context=extra.get("context"),
+                    )
+                except PostError as exc:
+                    log(f"cardpool-agent: checkpoints: {exc}")
             if args.once:
                 print(f"cardpool-agent: posted, {stored} new samples stored")
                 return 0
@@ -570,6 +726,36 @@ def main(argv: list[str] | None = None, *, opener=None, sleep=time.sleep) -> int
             if args.once:
                 return 1
         sleep(max(0.0, args.interval - (time.monotonic() - started)))
+
+
+def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
+    """The loop with ``--sessions``: a sessions round every --session-interval seconds, and
+    (unless --no-telemetry) a telemetry post every --interval seconds."""
+    try:
+        from inventory import agent_sessions
+    except ImportError:  # copied to a node as two files side by side
+        import agent_sessions  # type: ignore[no-redef]
+
+    address = args.session_address or socket.gethostbyname(socket.gethostname())
+    keeper = agent_sessions.SessionKeeper(args.state_dir, address=address, log=log)
+    api = args.api or args.url.rsplit("telemetry/", 1)[0]
+    next_post = 0.0
+    while True:
+        if not args.no_telemetry and time.monotonic() >= next_post:
+            next_post = time.monotonic() + args.interval
+            try:
+                run_once(args, token, log=log, **extra)
+            except (AgentError, ValueError, OSError) as exc:
+                log(f"cardpool-agent: {exc}")
+        try:
+            agent_sessions.sessions_round(api, token, keeper, timeout=args.timeout)
+        except (OSError, ValueError) as exc:
+            log(f"cardpool-agent: sessions: {exc}")
+            if args.once:
+                return 1
+        if args.once:
+            return 0
+        sleep(args.session_interval)
 
 
 if __name__ == "__main__":

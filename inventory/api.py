@@ -11,8 +11,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from inventory.filters import PRECISION_FIELDS, CardFilterSet, CardModelFilterSet, NodeFilterSet
+from inventory.filters import CardFilterSet, CardModelFilterSet, NodeFilterSet
 from inventory.models import Card, CardModel, Node
+from inventory.requirements import PRECISION_FIELDS
 from leasing.lifecycle import maintenance
 from leasing.scheduler import availability
 from portal.input import DateTimeField, StrictSerializer
@@ -52,6 +53,8 @@ class CardModelSerializer(serializers.ModelSerializer):
             "interconnect_gbs",
             "tdp_w",
             "software_stack",
+            "stack_family",
+            "graphics",
             "price_per_hour",
             "source_url",
             "total",

@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_slug
 from django.db import models, transaction
 
-from inventory.models import CardModel, InterconnectKind, Vendor
+from inventory.models import CardModel, InterconnectKind, StackFamily, Vendor
 
 CATALOGUE_PATH = Path(__file__).resolve().parent / "data" / "card_models.yaml"
 
@@ -39,6 +39,7 @@ _FIELDS: dict[str, models.Field] = {
 _CHOICES: dict[str, frozenset[str]] = {
     "vendor": frozenset(Vendor.values),
     "interconnect_kind": frozenset(InterconnectKind.values),
+    "stack_family": frozenset(StackFamily.values),
 }
 
 
@@ -138,6 +139,10 @@ def _convert(field: models.Field, value: Any) -> Any:
         if isinstance(field, models.CharField | models.TextField):
             return ""
         raise ValueError("may not be empty")
+    if isinstance(field, models.BooleanField):
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
     if isinstance(field, models.DecimalField):
         return _decimal(field, value)
     if isinstance(field, models.IntegerField):

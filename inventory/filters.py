@@ -9,56 +9,91 @@ from __future__ import annotations
 
 import django_filters
 from django import forms
+from django.core.validators import RegexValidator
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import Card, CardModel, InterconnectKind, Node, Precision, Region, Vendor
+from inventory.models import Card, CardModel, Node, Region
+from inventory.requirements import (
+    REQUIREMENTS,
+    VERSION_PATTERN,
+    Requirement,
+    model_q,
+    models_with_cards_on,
+    nodes_meeting,
+    requirement_errors,
+    stored,
+)
 
-# The spec-sheet field that holds the peak figure for each precision.
-PRECISION_FIELDS: dict[str, str] = {
-    Precision.FP64: "fp64_tflops",
-    Precision.FP32: "fp32_tflops",
-    Precision.TF32: "tf32_tflops",
-    Precision.FP16: "fp16_tflops",
-    Precision.BF16: "bf16_tflops",
-    Precision.FP8: "fp8_tflops",
-    Precision.INT8: "int8_tops",
-}
+
+def _requirement_filter(req: Requirement) -> django_filters.Filter:
+    """The FilterSet's shape of one requirement (``inventory.requirements``)."""
+    method = "filter_requirement" if req.on == "model" else "filter_node_requirement"
+    common = {"label": req.label, "method": method}
+    if req.kind == "choice":
+        return django_filters.ChoiceFilter(choices=req.choices, empty_label=_("Any"), **common)
+    if req.kind == "number":
+        return django_filters.NumberFilter(
+            min_value=0, widget=forms.NumberInput(attrs={"step": "any"}), **common
+        )
+    if req.kind == "version":
+        return django_filters.CharFilter(
+            max_length=40,
+            validators=[RegexValidator(VERSION_PATTERN, _("Enter a version such as 12.2."))],
+            **common,
+        )
+    return django_filters.ModelChoiceFilter(
+        queryset=Region.objects.all(), to_field_name="slug", empty_label=_("Any region"), **common
+    )
+
+
+class RequirementsForm(forms.Form):
+    """The FilterSet's form: the requirements' cross-field rule on top of each field's."""
+
+    def clean(self):
+        data = super().clean()
+        for name, message in requirement_errors(data).items():
+            self.add_error(name, message)
+        return data
 
 
 class CardModelFilterSet(django_filters.FilterSet):
-    """The catalogue (page and ``/api/v1/card-models/``) and asking by requirements."""
+    """The catalogue (page and ``/api/v1/card-models/``) and asking by requirements: one
+    filter per entry of ``inventory.requirements.REQUIREMENTS``. Node requirements keep the
+    models with cards on a node meeting all of them together."""
 
-    vendor = django_filters.ChoiceFilter(
-        label=_("Vendor"), choices=Vendor.choices, empty_label=_("All vendors")
-    )
-    min_memory_gb = django_filters.NumberFilter(
-        label=_("Memory at least (GB)"),
-        field_name="memory_gb",
-        lookup_expr="gte",
-        min_value=0,
-        widget=forms.NumberInput(attrs={"step": "any"}),
-    )
-    precision = django_filters.ChoiceFilter(
-        label=_("Supports precision"),
-        choices=Precision.choices,
-        method="filter_precision",
-        empty_label=_("Any precision"),
-    )
-    interconnect = django_filters.ChoiceFilter(
-        label=_("Interconnect"),
-        field_name="interconnect_kind",
-        choices=InterconnectKind.choices,
-        empty_label=_("Any interconnect"),
+    locals().update({req.name: _requirement_filter(req) for req in REQUIREMENTS})
+
+    pool = django_filters.ChoiceFilter(
+        label=_("Show"),
+        choices=[("in", _("Models in this pool")), ("all", _("Every model in the catalogue"))],
+        method="filter_pool",
+        empty_label=None,
     )
 
     class Meta:
         model = CardModel
         fields: list[str] = []
+        form = RequirementsForm
 
-    def filter_precision(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
-        """Models whose spec sheet lists a figure for the precision."""
-        return queryset.filter(**{f"{PRECISION_FIELDS[value]}__isnull": False})
+    def filter_requirement(self, queryset: QuerySet, name: str, value) -> QuerySet:
+        """A model requirement filters here."""
+        return queryset.filter(model_q({name: value}))
+
+    def filter_node_requirement(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        """Node requirements filter together, in ``filter_queryset`` (a region's slug)."""
+        return queryset
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        queryset = super().filter_queryset(queryset)
+        nodes = nodes_meeting(stored(self.form.cleaned_data))
+        if nodes is not None:
+            queryset = queryset.filter(models_with_cards_on(nodes))
+        return queryset
+
+    def filter_pool(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        """``in``: models this pool has cards of (the queryset counts them as ``total``)."""
+        return queryset.filter(total__gt=0) if value == "in" else queryset
 
 
 class NodeFilterSet(django_filters.FilterSet):

@@ -48,6 +48,22 @@ class InterconnectKind(models.TextChoices):
     PCIE = "pcie", "PCIe"
 
 
+class StackFamily(models.TextChoices):
+    """The vendor software stack a card's programs are built for: code for one does not run
+    on another without porting (operators, precision, versions), so a request may name one."""
+
+    CUDA = "cuda", "CUDA"
+    CANN = "cann", "CANN"
+    NEUWARE = "neuware", "Neuware"
+    DTK = "dtk", "DTK (ROCm/HIP)"
+    ROCM = "rocm", "ROCm"
+    XPU = "xpu", "XPU (Kunlunxin)"
+    MUSA = "musa", "MUSA"
+    MACA = "maca", "MACA"
+    COREX = "corex", "CoreX (Iluvatar)"
+    OTHER = "other", _("Other")
+
+
 class Precision(models.TextChoices):
     FP64 = "fp64", "FP64"
     FP32 = "fp32", "FP32"
@@ -99,6 +115,16 @@ class Region(models.Model):
         blank=True,
         on_delete=models.PROTECT,
         related_name="children",
+    )
+    energy_price_kwh = models.DecimalField(
+        _("energy price (CNY/kWh)"),
+        max_digits=6,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        help_text=_(
+            "Electricity price in this region; the task advisor weighs it. Empty: unknown."
+        ),
     )
 
     class Meta:
@@ -158,6 +184,20 @@ class CardModel(models.Model):
     interconnect_gbs = models.PositiveIntegerField(_("interconnect (GB/s)"), null=True, blank=True)
     tdp_w = models.PositiveIntegerField(_("power (TDP, W)"), null=True, blank=True)
     software_stack = models.CharField(_("software stack"), max_length=60, blank=True)
+    stack_family = models.CharField(
+        _("stack family"),
+        max_length=16,
+        choices=StackFamily.choices,
+        default=StackFamily.OTHER,
+        db_default=StackFamily.OTHER,  # rows written by older code (the 0002 migration)
+        help_text=_("The software stack programs for this card are built with (CUDA, CANN…)."),
+    )
+    graphics = models.BooleanField(
+        _("graphics-capable"),
+        default=False,
+        db_default=False,
+        help_text=_("Has a graphics pipeline (rasterisation, ray tracing; OpenGL/Vulkan/DirectX)."),
+    )
     price_per_hour = models.DecimalField(
         _("price per card-hour"),
         max_digits=10,
@@ -201,7 +241,9 @@ class CardModel(models.Model):
 # --- the one "usable card" rule --------------------------------------------------------
 # A card can hold a lease over [start, end) when it is healthy and its node takes leases
 # then: active, or draining with the drain at or after the end (after the start when the
-# end is not known: the planner then cuts the window at the drain). Placement, the fast
+# end is not known: the planner then cuts the window at the drain), and whose readings are
+# sound (``Card.health``: not hot past the operators' threshold, its node not silent; set by
+# the pool-health rules in ``leasing.health``). Placement, the fast
 # path, the catalogue's free counts, the pool page and /metrics all use this one rule.
 
 
@@ -219,8 +261,12 @@ class CardQuerySet(models.QuerySet):
         return self.exclude(status=Card.Status.RETIRED)
 
     def usable(self, start: datetime, end: datetime | None = None) -> CardQuerySet:
-        """Cards that can hold a lease over [start, end): healthy, on a node taking leases."""
-        return self.filter(status=Card.Status.OK).filter(node_takes_leases_q(start, end))
+        """Cards that can hold a lease over [start, end): healthy (not faulty, and neither
+        running hot nor on a node that stopped reporting: ``Card.health``), on a node taking
+        leases."""
+        return self.filter(status=Card.Status.OK, health=Card.Health.OK).filter(
+            node_takes_leases_q(start, end)
+        )
 
 
 class Node(models.Model):
@@ -266,6 +312,7 @@ class Node(models.Model):
         max_length=128,
         blank=True,
         editable=False,
+        db_index=True,  # looked up on every telemetry post
         help_text=_("SHA-256 of the token the node agent sends telemetry with."),
     )
     dcgm_url = models.URLField(
@@ -330,8 +377,20 @@ class Card(models.Model):
         default=0,
         help_text=_("Cards sharing an NVLink/HCCS island in the node share a domain number."),
     )
+
+    class Health(models.TextChoices):
+        """What the card's readings say (set by the pool-health rules, never by hand): a card
+        that is not ``ok`` takes no new lease until it recovers."""
+
+        OK = "ok", _("Readings normal")
+        HOT = "hot", _("Too hot")
+        UNKNOWN = "unknown", _("Node silent")
+
     status = models.CharField(_("status"), max_length=16, choices=Status.choices, default=Status.OK)
     health_note = models.CharField(_("health"), max_length=200, blank=True)
+    health = models.CharField(
+        _("readings"), max_length=16, choices=Health.choices, default=Health.OK, editable=False
+    )
 
     objects = CardQuerySet.as_manager()
 
@@ -359,6 +418,8 @@ class CardSample(models.Model):
     power_w = models.FloatField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("card sample")
+        verbose_name_plural = _("card samples")
         indexes = [models.Index(fields=["card", "at"], name="cardsample_card_at_idx")]
         constraints = [
             models.UniqueConstraint(fields=["card", "at"], name="cardsample_unique_card_at")
@@ -379,8 +440,11 @@ class CardHourly(models.Model):
     memory_used_max_mb = models.FloatField(null=True, blank=True)
     temperature_max_c = models.FloatField(null=True, blank=True)
     power_avg_w = models.FloatField(null=True, blank=True)
+    power_max_w = models.FloatField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("hourly card reading")
+        verbose_name_plural = _("hourly card readings")
         constraints = [
             models.UniqueConstraint(fields=["card", "hour"], name="cardhourly_unique_card_hour")
         ]

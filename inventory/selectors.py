@@ -126,41 +126,91 @@ def _downsample(points: list[tuple[datetime, float]], most: int) -> list[tuple[d
     ]
 
 
+# Each reading and the hourly roll-up that stands for it once the raw samples are gone.
+HOURLY_OF = {
+    "utilization_pct": "utilization_avg",
+    "temperature_c": "temperature_max_c",
+    "power_w": "power_avg_w",
+    "memory_used_mb": "memory_used_max_mb",
+}
+
+
+def latest_readings(card_ids: list[int], since: datetime) -> dict[int, dict]:
+    """Each card's latest value of each reading since *since* (one query), and its time."""
+    latest: dict[int, dict] = {}
+    rows = (
+        CardSample.objects.filter(card_id__in=card_ids, at__gte=since)
+        .order_by("at")
+        .values_list("card_id", "at", *HOURLY_OF)
+    )
+    for card_id, at, *values in rows:
+        seen = latest.setdefault(card_id, {})
+        seen["at"] = at
+        for key, value in zip(HOURLY_OF, values, strict=True):
+            if value is not None:
+                seen[key] = value
+    return latest
+
+
 def card_series(
     windows: list[tuple[Card, datetime, datetime]],
     since: datetime,
     until: datetime,
     *,
     max_points: int = 360,
+    reading: str = "utilization_pct",
 ) -> list[dict]:
-    """Utilisation over time of each card in *windows* (card, from, to), for a chart: only
-    what was read inside each card's own window (not a previous holder's work).
+    """One reading (utilisation by default; ``HOURLY_OF`` lists the others) over time of each
+    card in *windows* (card, from, to), for a chart: only what was read inside each card's
+    own window (not a previous holder's work).
 
-    ``[{"card_id", "label", "points": [(at, utilization_pct), …]}]``, one entry per card in
-    node/index order; hourly averages where raw samples are gone, raw samples otherwise,
-    averaged down to at most *max_points* per card. Two queries.
+    ``[{"card_id", "label", "points": [(at, value), …]}]``, one entry per card in
+    node/index order; the hourly roll-up (``HOURLY_OF``) where raw samples are gone, raw
+    samples otherwise, averaged down to at most *max_points* per card. Two queries.
     """
+    return card_series_many(windows, since, until, (reading,), max_points=max_points)[reading]
+
+
+def card_series_many(
+    windows: list[tuple[Card, datetime, datetime]],
+    since: datetime,
+    until: datetime,
+    readings: tuple[str, ...],
+    *,
+    max_points: int = 360,
+) -> dict[str, list[dict]]:
+    """``card_series`` for several readings at once: ``{reading: series}``. Two queries in
+    all, however many readings."""
     ids = [card.pk for card, _s, _e in windows]
-    hourly: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for card_id, hour, avg in CardHourly.objects.filter(
-        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until, utilization_avg__isnull=False
-    ).values_list("card_id", "hour", "utilization_avg"):
-        hourly[card_id].append((hour, avg))
-    raw: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
-    for card_id, at, util in CardSample.objects.filter(
-        card_id__in=ids, at__gte=since, at__lte=until, utilization_pct__isnull=False
-    ).values_list("card_id", "at", "utilization_pct"):
-        raw[card_id].append((at, util))
-    series = []
-    for card, start, end in sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index)):
-        # Only what was read inside this window: not a previous holder's work.
-        own = [p for p in hourly[card.pk] if start - HOUR < p[0] < end]
-        own += [p for p in raw[card.pk] if start <= p[0] <= end]
-        series.append(
-            {
-                "card_id": card.pk,
-                "label": f"{card.node.hostname}#{card.index}",
-                "points": _downsample(sorted(own), max_points),
-            }
-        )
-    return series
+    summaries = [HOURLY_OF[reading] for reading in readings]
+    hourly: dict[str, dict[int, list]] = {reading: defaultdict(list) for reading in readings}
+    for card_id, hour, *values in CardHourly.objects.filter(
+        card_id__in=ids, hour__gt=since - HOUR, hour__lt=until
+    ).values_list("card_id", "hour", *summaries):
+        for reading, value in zip(readings, values, strict=True):
+            if value is not None:
+                hourly[reading][card_id].append((hour, value))
+    raw: dict[str, dict[int, list]] = {reading: defaultdict(list) for reading in readings}
+    for card_id, at, *values in CardSample.objects.filter(
+        card_id__in=ids, at__gte=since, at__lte=until
+    ).values_list("card_id", "at", *readings):
+        for reading, value in zip(readings, values, strict=True):
+            if value is not None:
+                raw[reading][card_id].append((at, value))
+    ordered = sorted(windows, key=lambda w: (w[0].node.hostname, w[0].index))
+    out: dict[str, list[dict]] = {}
+    for reading in readings:
+        series = []
+        for card, start, end in ordered:
+            # Only what was read inside this window: not a previous holder's work.
+            own = [p for p in hourly[reading][card.pk] if start - HOUR < p[0] < end]
+            own += [p for p in raw[reading][card.pk] if start <= p[0] <= end]
+            series.append(
+                {
+                    "card_id": card.pk,
+                    "label": f"{card.node.hostname}#{card.index}",
+                    "points": _downsample(sorted(own), max_points),
+                }
+            )
+        out[reading] = series
+    return out

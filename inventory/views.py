@@ -3,23 +3,35 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import F, OrderBy
 from django.http import HttpRequest, HttpResponse, QueryDict
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+from django.views.decorators.http import require_POST
 
-from inventory.filters import PRECISION_FIELDS, CardModelFilterSet, NodeFilterSet
+from inventory.charts import readings_charts
+from inventory.filters import CardModelFilterSet, NodeFilterSet
+from inventory.forms import CardFaultyForm, DrainForm
 from inventory.models import Card, Node, Precision
+from inventory.requirements import PRECISION_FIELDS
+from inventory.selectors import latest_readings
+from leasing.lifecycle import maintenance
+from leasing.lifecycle.selectors import card_holders
 from leasing.scheduler.availability import (
     card_models_with_counts,
     node_cards_by_domain,
     nodes_with_counts,
 )
+from portal.permissions import is_operator
 
 NODES_PER_PAGE = 50
 NODES_ON_MODEL_PAGE = 50
@@ -34,9 +46,12 @@ NODES_ON_MODEL_PAGE = 50
 LEGACY_NAMES = {"min_memory": "min_memory_gb"}
 
 
-def _bound(filterset_class, request: HttpRequest, queryset=None):
-    """The FilterSet bound to the query string (old parameter names read as the new ones)."""
+def _bound(filterset_class, request: HttpRequest, queryset=None, defaults=None):
+    """The FilterSet bound to the query string (old parameter names read as the new ones),
+    *defaults* where the query string says nothing."""
     data = request.GET.copy()
+    for name, value in (defaults or {}).items():
+        data.setdefault(name, value)
     for old, new in LEGACY_NAMES.items():
         if old in data and new not in data and new in filterset_class.base_filters:
             data.setlist(new, data.getlist(old))
@@ -139,8 +154,17 @@ def _headers(
 @login_required
 def catalogue(request: HttpRequest) -> HttpResponse:
     """Card models side by side on the numbers that matter, with what is free now."""
-    filterset = _bound(CardModelFilterSet, request, card_models_with_counts(timezone.now()))
+    # The page shows the models this pool has by default (the catalogue knows many more);
+    # "every model" is one choice away. The API lists every model unless asked.
+    filterset = _bound(
+        CardModelFilterSet,
+        request,
+        card_models_with_counts(timezone.now()),
+        defaults={"pool": "in"},
+    )
     filters = _applied(filterset)
+    if filters.get("pool") == "in" and "pool" not in request.GET:
+        del filters["pool"]  # the default is no filter the person set
     models = filterset.qs
     column, descending = _parse_sort(request.GET.get("sort"))
     if column is not None:
@@ -214,6 +238,11 @@ def node_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+READINGS_HOURS = 24  # the node page's charts
+READINGS_FRESH = timedelta(minutes=5)  # a card's "now" readings on its tile
+CHARTED_READINGS = ("temperature_c", "power_w", "memory_used_mb")
+
+
 @login_required
 def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
     """A node and its cards grouped by interconnect domain, each free or in use now."""
@@ -222,7 +251,8 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
     takes_leases = node.takes_leases(now)
     domains = []
     totals = {"cards": 0, "available": 0, "busy": 0}
-    for number, cards in node_cards_by_domain(node, now):
+    domains_cards = node_cards_by_domain(node, now)
+    for number, cards in domains_cards:
         in_service = [c for c in cards if c.status != Card.Status.RETIRED]
         domain = {
             "number": number,
@@ -236,8 +266,118 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
         totals["cards"] += domain["total"]
         totals["available"] += domain["available"]
         totals["busy"] += domain["busy"]
+    all_cards = [card for _number, cards in domains_cards for card in cards]
+    latest = latest_readings([c.pk for c in all_cards], now - READINGS_FRESH)
+    for card in all_cards:
+        card.latest = latest.get(card.pk)
+    since = now - timedelta(hours=READINGS_HOURS)
+    windows = [(card, since, now) for card in all_cards if card.status != Card.Status.RETIRED]
+    operator = is_operator(request.user)
+    holders = card_holders(node.pk, now)
+    for domain in domains:
+        for card in domain["cards"]:
+            lease = holders.get(card.pk)
+            # Operators see who holds each card; others see only that it is theirs.
+            card.holder = (
+                lease if lease and (operator or lease.user_id == request.user.pk) else None
+            )
     return render(
         request,
         "inventory/node.html",
-        {"node": node, "domains": domains, "totals": totals, "takes_leases": takes_leases},
+        {
+            "node": node,
+            "domains": domains,
+            "totals": totals,
+            "takes_leases": takes_leases,
+            "kept_out": sum(c.health != Card.Health.OK for c in all_cards),
+            "readings": readings_charts(
+                windows, since, now, ("utilization_pct", *CHARTED_READINGS)
+            ),
+            "operator": operator,
+            "drain_form": DrainForm(
+                initial={
+                    "drain_at": timezone.localtime(now + timedelta(hours=1)).replace(
+                        second=0, microsecond=0, tzinfo=None
+                    )
+                }
+            ),
+            "can_undrain": node.status in (Node.Status.DRAINING, Node.Status.MAINTENANCE),
+        },
     )
+
+
+def _operator_run(request, action) -> None:
+    try:
+        action()
+    except ValidationError as exc:
+        for message in exc.messages:
+            messages.error(request, message)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+
+
+@login_required
+@require_POST
+def node_drain(request: HttpRequest, hostname: str) -> HttpResponse:
+    """An operator drains the node at a chosen time (the maintenance service warns holders)."""
+    node = get_object_or_404(Node, hostname=hostname)
+    form = DrainForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, error)
+        return redirect("inventory:node", hostname)
+
+    def drain():
+        at = form.cleaned_data["drain_at"]
+        warned = maintenance.node_drain(user=request.user, node=node, drain_at=at)
+        messages.success(
+            request,
+            ngettext(
+                "Node %(node)s drains at %(at)s; %(n)s holder warned.",
+                "Node %(node)s drains at %(at)s; %(n)s holders warned.",
+                warned,
+            )
+            % {
+                "node": node.hostname,
+                "at": f"{timezone.localtime(at):%Y-%m-%d %H:%M}",
+                "n": warned,
+            },
+        )
+
+    _operator_run(request, drain)
+    return redirect("inventory:node", hostname)
+
+
+@login_required
+@require_POST
+def node_undrain(request: HttpRequest, hostname: str) -> HttpResponse:
+    node = get_object_or_404(Node, hostname=hostname)
+
+    def undrain():
+        maintenance.node_undrain(user=request.user, node=node)
+        messages.success(request, _("Node %(node)s takes leases again.") % {"node": node.hostname})
+
+    _operator_run(request, undrain)
+    return redirect("inventory:node", hostname)
+
+
+@login_required
+@require_POST
+def card_faulty(request: HttpRequest, hostname: str, index: int) -> HttpResponse:
+    card = get_object_or_404(
+        Card.objects.select_related("node"), node__hostname=hostname, index=index
+    )
+    form = CardFaultyForm(request.POST)
+    note = form.cleaned_data["note"] if form.is_valid() else ""
+
+    def mark():
+        outcome = maintenance.card_mark_faulty(user=request.user, card=card, note=note)
+        messages.success(
+            request,
+            _("Card %(card)s is faulty: %(outcome)s.")
+            % {"card": card, "outcome": maintenance.FAULTY_OUTCOMES.get(outcome, outcome)},
+        )
+
+    _operator_run(request, mark)
+    return redirect("inventory:node", hostname)

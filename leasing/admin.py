@@ -2,19 +2,30 @@
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils.translation import gettext_lazy as _
 
+from leasing.health import services as health_services
 from leasing.lifecycle import changes, releases
 from leasing.models import (
+    Alert,
+    AlertRule,
     Allocation,
     BackendCall,
     Delivery,
+    Environment,
+    GuaranteedShare,
     Lease,
     LeaseEvent,
     MemberLimit,
+    OffPeakWindow,
     Price,
     Quota,
+    Session,
+    SshKey,
+    Statement,
     TeamPrice,
     UsageRecord,
+    WorkspaceUsage,
 )
 from leasing.teams import services as team_services
 
@@ -85,19 +96,20 @@ class LeaseAdmin(admin.ModelAdmin):
             except (ValidationError, PermissionDenied) as exc:
                 self.message_user(
                     request,
-                    f"lease {lease.pk}: {' '.join(getattr(exc, 'messages', [str(exc)]))}",
+                    _("Lease %(id)s: %(why)s")
+                    % {"id": lease.pk, "why": " ".join(getattr(exc, "messages", [str(exc)]))},
                     messages.WARNING,
                 )
 
-    @admin.action(description="Release the selected leases now")
+    @admin.action(description=_("Release the selected leases now"))
     def release_selected(self, request, queryset):
         self._each(request, queryset, changes.lease_release)
 
-    @admin.action(description="Failed releases: send the release to the backend again")
+    @admin.action(description=_("Failed releases: send the release to the backend again"))
     def retry_failed_releases(self, request, queryset):
         self._each(request, queryset, releases.lease_release_retry)
 
-    @admin.action(description="Failed releases: mark released (the cards were freed by hand)")
+    @admin.action(description=_("Failed releases: mark released (the cards were freed by hand)"))
     def resolve_failed_releases(self, request, queryset):
         self._each(request, queryset, releases.lease_release_resolve)
 
@@ -119,6 +131,35 @@ class QuotaAdmin(admin.ModelAdmin):
         team_services.quota_set(
             user=request.user, team=obj.team, card_model=obj.card_model, **limits
         )
+
+
+@admin.register(GuaranteedShare)
+class GuaranteedShareAdmin(admin.ModelAdmin):
+    """Cards always available to a team within a time; lent to others while idle."""
+
+    list_display = ["team", "card_model", "family", "cards", "within_minutes"]
+    list_filter = ["team"]
+
+    def save_model(self, request, obj, form, change):
+        team_services.share_set(
+            user=request.user,
+            team=obj.team,
+            card_model=obj.card_model,
+            family=obj.family,
+            cards=obj.cards,
+            within_minutes=obj.within_minutes,
+        )
+
+    def delete_model(self, request, obj):
+        team_services.share_remove(user=request.user, share=obj)
+
+
+@admin.register(OffPeakWindow)
+class OffPeakWindowAdmin(admin.ModelAdmin):
+    """Off-peak periods of the week (site time zone) and their tariff: the price book's
+    prices by time of day."""
+
+    list_display = ["weekday", "start_hour", "end_hour", "price_factor"]
 
 
 @admin.register(MemberLimit)
@@ -198,4 +239,101 @@ class DeliveryAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    """Operators' thresholds; a rule without a row runs with its defaults."""
+
+    list_display = ("kind", "threshold", "for_minutes", "severity", "enabled", "updated_at")
+
+    def save_model(self, request, obj, form, change):
+        try:
+            health_services.alert_rule_set(
+                user=request.user,
+                kind=obj.kind,
+                threshold=obj.threshold,
+                for_minutes=obj.for_minutes,
+                severity=obj.severity,
+                enabled=obj.enabled,
+            )
+        except (PermissionDenied, ValidationError) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    """The alerts' record (acknowledge and silence on the alerts page or the API)."""
+
+    list_display = ("kind", "subject", "severity", "status", "opened_at", "resolved_at")
+    list_filter = ("status", "kind", "severity")
+    readonly_fields = [f.name for f in Alert._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Statement)
+class StatementAdmin(admin.ModelAdmin):
+    """Read-only: issued by billing.statements once a month is closed."""
+
+    list_display = ["number", "team", "month", "issued_at", "cost", "currency"]
+    list_filter = ["month", "team"]
+    list_select_related = ["team"]
+    search_fields = ["number", "team__name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Environment)
+class EnvironmentAdmin(admin.ModelAdmin):
+    """Operators define the environments users pick for their leases."""
+
+    list_display = ["name", "slug", "stack_family", "stack_version", "entry_kind", "active"]
+    list_filter = ["active", "stack_family", "entry_kind"]
+    search_fields = ["name", "slug", "stack_version"]
+    prepopulated_fields = {"slug": ["name"]}
+    filter_horizontal = ["card_models"]
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    """Browser sessions, for operators to see what runs where (they end with their lease)."""
+
+    list_display = ["pk", "lease", "user", "host", "port", "status", "created_at", "ended_at"]
+    list_filter = ["status", "backend"]
+    readonly_fields = [f.name for f in Session._meta.fields if f.name != "token"]
+    exclude = ["token"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(SshKey)
+class SshKeyAdmin(admin.ModelAdmin):
+    list_display = ["user", "name", "fingerprint", "created_at"]
+    search_fields = ["user__username", "fingerprint", "name"]
+    readonly_fields = ["user", "public_key", "fingerprint", "created_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(WorkspaceUsage)
+class WorkspaceUsageAdmin(admin.ModelAdmin):
+    list_display = ["path", "user", "team", "bytes_used", "files", "measured_at", "warned_at"]
+    readonly_fields = ["path", "user", "team", "bytes_used", "files", "measured_at", "warned_at"]
+
+    def has_add_permission(self, request):
         return False

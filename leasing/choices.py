@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class LeaseStatus(models.TextChoices):
@@ -77,6 +78,18 @@ class StallReason(models.TextChoices):
         "no_node_big_enough",
         _("No single node has that many usable cards of this model"),
     )
+    UNHEALTHY = (
+        "unhealthy",
+        _(
+            "Cards of this model are kept out of placement until they recover: too hot, or their node stopped reporting"
+        ),
+    )
+    REQUIREMENTS = (
+        "requirements",
+        _(
+            "Too few cards of this model are on nodes meeting its requirements (region, network, stack version)"
+        ),
+    )
 
 
 class Priority(models.TextChoices):
@@ -106,6 +119,14 @@ def queue_rank(priority: str, purpose: str = "") -> int:
         return rank
     lifted = settings.CARDPOOL.get("PURPOSE_PRIORITY", {}).get(purpose)
     return max(rank, PRIORITY_RANK[lifted]) if lifted in PRIORITY_RANK else rank
+
+
+class StartPolicy(models.TextChoices):
+    """When a request may start, besides its asked start (off-peak windows, site time zone)."""
+
+    AS_ASKED = "", _("As asked")
+    NEXT_OFF_PEAK = "next_off_peak", _("In the next off-peak window")
+    OFF_PEAK_ONLY = "off_peak_only", _("Only inside an off-peak window")
 
 
 class Purpose(models.TextChoices):
@@ -152,3 +173,38 @@ class Kind(models.TextChoices):
     APPROVAL_DECIDED = "approval_decided", _("Approval decided")
     BUDGET_80 = "budget_80", _("Team budget at 80%")
     BUDGET_100 = "budget_100", _("Team budget used up")
+    POOL_ALERT = "pool_alert", _("Pool alert")
+    CARD_HEALTH = "card_health", _("Card health")
+    STATEMENT_ISSUED = "statement_issued", _("Monthly statement issued")
+    WORKSPACE_NEAR_LIMIT = "workspace_near_limit", _("Workspace nearly full")
+
+
+# --- pool health (leasing.health) ---------------------------------------------------------
+
+
+class AlertKind(models.TextChoices):
+    """The pool-health rules; each has a Prometheus counterpart in
+    deploy/prometheus/cardpool-rules.yml (label ``cardpool_rule``)."""
+
+    CARD_HOT = "card_hot", _("Card too hot")
+    POWER_LIMIT = "power_limit", _("Card at its power limit")
+    MEMORY_FULL = "memory_full", _("Card memory nearly full")
+    NODE_SILENT = "node_silent", _("Node silent")
+    FAILURE_RATE = "failure_rate", _("Lease failure rate")
+    CARD_IDLE = "card_idle", _("Leased card idle")
+
+
+class AlertSeverity(models.TextChoices):
+    INFO = "info", _("Info")
+    WARNING = "warning", _("Warning")
+    CRITICAL = "critical", _("Critical")
+
+
+class AlertStatus(models.TextChoices):
+    OPEN = "open", pgettext_lazy("alert", "Open")
+    ACKNOWLEDGED = "acknowledged", _("Acknowledged")
+    RESOLVED = "resolved", _("Resolved")
+
+
+# An alert that still lasts (one per rule and subject at a time: a partial unique constraint).
+LASTING_ALERT_STATES = (AlertStatus.OPEN, AlertStatus.ACKNOWLEDGED)

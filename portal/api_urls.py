@@ -7,9 +7,13 @@ from inventory import api as inventory_api
 from inventory import api_telemetry
 from leasing.advisor import api as advisor_api
 from leasing.billing import api as billing_api
+from leasing.health import api as health_api
 from leasing.lifecycle import api as lease_api
+from leasing.lifecycle import api_agent
 from leasing.notify import api as notify_api
 from leasing.teams import api as team_api
+from leasing.workbench import agent_api
+from leasing.workbench import api as workbench_api
 from portal import api as portal_api
 
 router = DefaultRouter()
@@ -17,11 +21,16 @@ inventory_api.register(router)
 lease_api.register(router)
 team_api.register(router)
 notify_api.register(router)
+health_api.register(router)
+workbench_api.register(router)
 
 urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),
     *advisor_api.urlpatterns,
     *billing_api.urlpatterns,
     *api_telemetry.urlpatterns,
+    *api_agent.urlpatterns,
+    *agent_api.urlpatterns,
+    *workbench_api.urlpatterns,
     path("", include(router.urls)),
 ]

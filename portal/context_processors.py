@@ -7,6 +7,7 @@ def site(request):
     profile = getattr(user, "profile", None) if user is not None and user.is_authenticated else None
     return {
         "SITE_TIME_ZONE": settings.TIME_ZONE,
+        "currency": settings.CARDPOOL_CURRENCY,
         "is_operator": bool(profile and profile.is_operator) or bool(user and user.is_superuser),
         "is_finance": bool(profile and profile.is_finance),
     }

@@ -20,6 +20,25 @@ REGIONS = [
     ("shenzhen-edge", "深圳边缘 Shenzhen edge", "edge", "shanghai"),
 ]
 
+# Electricity price per region (CNY/kWh): the task advisor shows and weighs the energy.
+ENERGY_PRICES = {"beijing": "0.65", "shanghai": "0.72", "shenzhen-edge": "0.80"}
+
+# The software installed on the nodes, per card model (older nodes run older CUDA).
+SOFTWARE = {
+    "a100-80g-sxm": {"cuda": "12.4"},
+    "h800": {"cuda": "12.4"},
+    "v100-32g": {"cuda": "11.8"},
+    "t4": {"cuda": "11.8"},
+    "ascend-910b": {"cann": "8.0.RC2"},
+    "mlu370-x8": {"neuware": "3.10"},
+    "dcu-k100": {"dtk": "24.04"},
+    "metax-c500": {"maca": "2.24"},
+    "rtx-4090": {"cuda": "12.4"},
+    "kunlunxin-r200": {"xpu": "4.0"},
+    "mtt-s4000": {"musa": "3.1"},
+    "l40s": {"cuda": "12.4"},
+}
+
 # hostname, region, card model slug, cards, interconnect domains, network, Gbps
 NODES = [
     ("bj-a100-01", "beijing", "a100-80g-sxm", 8, 1, "ib", 200),
@@ -43,11 +62,17 @@ USERS = [
     ("alice", "alice@example.com", "Alice", False, False),
     ("lena", "lena@example.com", "Lena", False, False),
     ("bob", "bob@example.com", "Bob", False, False),
+    ("chen", "chen@example.com", "Chen", False, False),
     ("fin", "fin@example.com", "Fin", True, False),
     ("ops", "ops@example.com", "Ops", False, True),
 ]
 
-MEMBERSHIPS = [("alice", "vision", "member"), ("lena", "vision", "lead"), ("bob", "nlp", "member")]
+MEMBERSHIPS = [
+    ("alice", "vision", "member"),
+    ("lena", "vision", "lead"),
+    ("bob", "nlp", "member"),
+    ("chen", "vision", "member"),
+]
 
 
 @transaction.atomic
@@ -57,7 +82,13 @@ def seed_inventory() -> dict[str, int]:
     regions: dict[str, Region] = {}
     for slug, name, kind, parent in REGIONS:
         region, made = Region.objects.get_or_create(
-            slug=slug, defaults={"name": name, "kind": kind, "parent": regions.get(parent)}
+            slug=slug,
+            defaults={
+                "name": name,
+                "kind": kind,
+                "parent": regions.get(parent),
+                "energy_price_kwh": ENERGY_PRICES.get(slug),
+            },
         )
         regions[slug] = region
         created["regions"] += made
@@ -75,6 +106,7 @@ def seed_inventory() -> dict[str, int]:
                 "cpu_cores": 128,
                 "memory_gb": 1024,
                 "labels": {"demo": "true"},
+                "software_versions": SOFTWARE.get(model_slug, {}),
             },
         )
         created["nodes"] += made
@@ -167,27 +199,44 @@ def seed_quotas() -> int:
         defaults={"max_concurrent_cards": 4, "max_lease_hours": 48},
     )
     made += created
+    # chen's requests longer than a day wait for lena: the demo's approval to show.
+    chen = Membership.objects.get(user__username="chen", team__slug="vision")
+    _, created = MemberLimit.objects.get_or_create(
+        membership=chen, card_model=None, defaults={"max_lease_hours": 24}
+    )
+    made += created
     Team.objects.filter(slug="nlp").update(allow_borrowing=True)
     return made
 
 
 def seed_leases() -> int:
     """A few leases so the pages have something to show; only on the first run."""
+    from django.utils import timezone
+
     from leasing.lifecycle.requests import lease_request
     from leasing.models import Lease
 
     User = get_user_model()
     if Lease.objects.exclude(description="demo history").exists():
         return 0
-    alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+    alice, bob, chen, lena = (
+        User.objects.get(username=name) for name in ("alice", "bob", "chen", "lena")
+    )
     vision, nlp = Team.objects.get(slug="vision"), Team.objects.get(slug="nlp")
+    tomorrow_9 = timezone.localtime().replace(hour=9, minute=0, second=0, microsecond=0)
+    tomorrow_9 += timedelta(days=1)
     wanted = [
-        (alice, vision, "a100-80g-sxm", 4, timedelta(hours=6), "training"),
-        (bob, nlp, "ascend-910b", 8, timedelta(hours=12), "training"),
-        (bob, nlp, "rtx-4090", 2, timedelta(hours=3), "inference"),
+        # alice holds 2 of her 4 cards: the first thing she asks for is granted at once.
+        (alice, vision, "a100-80g-sxm", 2, timedelta(hours=6), "training", None),
+        (bob, nlp, "ascend-910b", 8, timedelta(hours=12), "training", None),
+        (bob, nlp, "rtx-4090", 2, timedelta(hours=3), "inference", None),
+        # two days is over chen's one-day limit: it waits for lena's approval.
+        (chen, vision, "a100-80g-sxm", 2, timedelta(hours=48), "training", None),
+        # a reservation, so the calendar and the pool timeline show one in its slot.
+        (lena, vision, "h800", 4, timedelta(hours=3), "training", tomorrow_9),
     ]
     made = 0
-    for user, team, slug, count, duration, purpose in wanted:
+    for user, team, slug, count, duration, purpose, start_at in wanted:
         model = CardModel.objects.filter(slug=slug).first()
         if model is not None and model.cards.exists():
             lease_request(
@@ -197,6 +246,7 @@ def seed_leases() -> int:
                 count=count,
                 duration=duration,
                 purpose=purpose,
+                start_at=start_at,
             )
             made += 1
     return made

@@ -9,6 +9,8 @@ from django import forms
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
+from inventory.models import StackFamily
+
 
 @cache
 def _timezone_choices() -> list[tuple[str, str]]:
@@ -18,6 +20,12 @@ def _timezone_choices() -> list[tuple[str, str]]:
 class PreferencesForm(forms.Form):
     timezone = forms.ChoiceField(label=_("Time zone"), required=False)
     language = forms.ChoiceField(label=_("Language"), choices=settings.LANGUAGES)
+    stack = forms.ChoiceField(
+        label=_("Software stack"),
+        required=False,
+        choices=[("", _("Any (the stack of my last lease)")), *StackFamily.choices],
+        help_text=_("Requests and the task advisor start with it; you can change it each time."),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

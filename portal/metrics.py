@@ -1,6 +1,7 @@
 """``/metrics`` for Prometheus: the pool read from the database at scrape time.
 
-A custom collector runs a fixed number of aggregate queries per scrape (eight), however
+A custom collector runs a fixed number of aggregate queries per scrape (eight, and the
+pool-health families of ``portal.metrics_health``), however
 large the pool or its history: counts are grouped in the database, and the two latency
 histograms look only at the last hour of lease events (``LeaseEvent.at`` is indexed).
 
@@ -45,6 +46,7 @@ from inventory.models import Card, CardModel, node_takes_leases_q
 from leasing.choices import OPEN_STATES, Channel, LeaseStatus
 from leasing.models import Delivery, Lease, LeaseEvent
 from leasing.scheduler.availability import covering_allocations, held_back_allocations
+from portal.metrics_health import health_metrics
 from portal.permissions import is_operator
 
 CARD_STATES = ("free", "held", "faulty", "retired", "down")
@@ -200,6 +202,7 @@ class PoolCollector:
         for channel in DELIVERY_CHANNELS:
             failed.add_metric([channel.value], by_channel.get(channel, 0))
         yield failed
+        yield from health_metrics(now, models)
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:

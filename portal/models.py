@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from inventory.models import StackFamily
+
 
 class Department(models.Model):
     """An optional grouping of teams (for reports)."""
@@ -118,6 +120,13 @@ class Profile(models.Model):
         default=default_warning_offsets,
         blank=True,
         help_text=_("Minutes before the end of each lease to warn, e.g. [1440, 60, 10]."),
+    )
+    stack = models.CharField(
+        _("software stack"),
+        max_length=16,
+        blank=True,
+        choices=StackFamily.choices,
+        help_text=_("The stack your code is built for; requests and the advisor assume it."),
     )
     slurm_user = models.CharField(
         _("Slurm user"),

@@ -13,16 +13,22 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
+from inventory.models import StackFamily
 from portal.models import Membership, Profile, Team
 from portal.permissions import is_operator, leads_team
 from portal.usernames import username_check
 
 
 def profile_update(
-    *, user: AbstractBaseUser, timezone: str, language: str | None = None
+    *,
+    user: AbstractBaseUser,
+    timezone: str,
+    language: str | None = None,
+    stack: str | None = None,
 ) -> Profile:
     """Save the user's preferred time zone ("" means the site's), used by UserTimezoneMiddleware,
-    and language (notices sent while they are away are worded in it)."""
+    and language (notices sent while they are away are worded in it), and the software stack
+    requests assume until told otherwise."""
     if timezone and timezone not in zoneinfo.available_timezones():
         raise ValidationError({"timezone": _("Unknown time zone.")})
     defaults = {"timezone": timezone}
@@ -30,6 +36,10 @@ def profile_update(
         if language and language not in dict(settings.LANGUAGES):
             raise ValidationError({"language": _("Unknown language.")})
         defaults["language"] = language
+    if stack is not None:
+        if stack and stack not in StackFamily.values:
+            raise ValidationError({"stack": _("Unknown software stack.")})
+        defaults["stack"] = stack
     profile, _created = Profile.objects.update_or_create(user=user, defaults=defaults)
     return profile
 

@@ -295,6 +295,10 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_I18N = True
 USE_TZ = True
 TIME_ZONE = env("CARDPOOL_TIME_ZONE", "Asia/Shanghai")
+# The currency every price and cost is in (ISO 4217): named in reports, exports, statements.
+CARDPOOL_CURRENCY = env("CARDPOOL_CURRENCY", "CNY")
+if not (len(CARDPOOL_CURRENCY) == 3 and CARDPOOL_CURRENCY.isalpha()):
+    raise ImproperlyConfigured(f"CARDPOOL_CURRENCY={CARDPOOL_CURRENCY!r}: use a code like CNY")
 
 # --- Static files: everything served by the portal itself, no CDN ----------------------
 STATIC_URL = "/static/"
@@ -303,7 +307,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.min.js from the plotly package
+    "portal.staticfinders.PlotlyFinder",  # vendor/plotly.css, from the vendored plotly.js bundle
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -361,6 +365,11 @@ SPECTACULAR_SETTINGS = {
         "InterconnectEnum": "inventory.models.InterconnectKind",
         "VendorEnum": "inventory.models.Vendor",
         "PrecisionEnum": "inventory.models.Precision",
+        "AlertKindEnum": "leasing.choices.AlertKind",
+        "AlertSeverityEnum": "leasing.choices.AlertSeverity",
+        "AlertStatusEnum": "leasing.choices.AlertStatus",
+        "NetworkEnum": "inventory.models.Node.Network",
+        "StackEnum": "inventory.models.StackFamily",
     },
 }
 
@@ -396,7 +405,12 @@ CELERY_TASK_ALWAYS_EAGER = (
 CELERY_TIMEZONE = TIME_ZONE
 # Task modules live in the leasing packages; each task's name is pinned to the one it had
 # before the move (``leasing.tasks.tick`` …), and callers send work by that name.
-CELERY_IMPORTS = ("leasing.lifecycle.tasks", "leasing.notify.tasks", "leasing.billing.tasks")
+CELERY_IMPORTS = (
+    "leasing.lifecycle.tasks",
+    "leasing.notify.tasks",
+    "leasing.billing.tasks",
+    "leasing.health.tasks",
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A down broker must fail a publish fast (leasing.enqueue logs it; the sweeps re-find the
 # work): one quick retry (a pooled connection that died with a Redis restart), short timeouts.
@@ -543,10 +557,14 @@ CARDPOOL = {
     "IDLE_GRACE_MINUTES": env_int("CARDPOOL_IDLE_GRACE_MINUTES", 30),
     # Time a preempted lease's holder gets to checkpoint.
     "PREEMPT_GRACE_MINUTES": env_int("CARDPOOL_PREEMPT_GRACE_MINUTES", 10),
+    # The longest checkpoint time a request may declare (its preemption grace at most).
+    "CHECKPOINT_MAX_SECONDS": env_int("CARDPOOL_CHECKPOINT_MAX_SECONDS", 1800),
     # Raw telemetry samples are kept this long, then summarised into hourly rows (at least 2).
     "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
     # Seconds between pulls from the nodes' DCGM exporters.
     "TELEMETRY_PULL_SECONDS": env_int("CARDPOOL_TELEMETRY_PULL_SECONDS", 30),
+    # Seconds between passes of the pool-health rules (alerts; hot or silent cards kept out).
+    "HEALTH_SECONDS": env_int("CARDPOOL_HEALTH_SECONDS", 30),
     # Bearer token Prometheus scrapes /metrics with (empty: operators' sessions only).
     "METRICS_TOKEN": env("CARDPOOL_METRICS_TOKEN", ""),
     # Preemptible leases pay this fraction of the price (0…1; checked in leasing.billing.prices).
@@ -555,6 +573,27 @@ CARDPOOL = {
     # request's class, and a preemptible request stays preemptible): e.g. "inference=high"
     # serves inference before training when the pool is tight (docs/operations.md, "Queue").
     "PURPOSE_PRIORITY": _purpose_priority(env("CARDPOOL_PURPOSE_PRIORITY", "")),
+}
+
+# --- Sessions, SSH keys and workspaces (docs/operations.md, "Sessions") ---------------
+CARDPOOL_SESSIONS = {
+    # Ports a session's JupyterLab may listen on, on its node ("LOW-HIGH").
+    "PORTS": env("CARDPOOL_SESSION_PORTS", "20000-29999"),
+    # The jupyter to run when the lease's environment puts none on PATH (absolute path, readable
+    # and runnable by every holder's Unix user).
+    "JUPYTER": env("CARDPOOL_SESSION_JUPYTER", "jupyter"),
+    # Seconds a session may take to answer before it counts as failed.
+    "START_TIMEOUT": env_int("CARDPOOL_SESSION_START_TIMEOUT", 120),
+    # Where the portal host keeps the output of the session processes it starts (Slurm).
+    "LOG_DIR": env("CARDPOOL_SESSION_LOG_DIR", str(VAR_DIR / "sessions")),
+    # Shared directory holding users/<username> and teams/<slug> workspaces ("" = none).
+    "WORKSPACE_ROOT": env("CARDPOOL_WORKSPACE_ROOT", ""),
+    # Soft limit per workspace, in GiB, and the share of it at which the owner is warned.
+    "WORKSPACE_SOFT_LIMIT_GB": env_int("CARDPOOL_WORKSPACE_SOFT_LIMIT_GB", 100),
+    "WORKSPACE_WARN_PERCENT": env_int("CARDPOOL_WORKSPACE_WARN_PERCENT", 90),
+    "WORKSPACE_MEASURE_SECONDS": env_int("CARDPOOL_WORKSPACE_MEASURE_SECONDS", 3600),
+    # What the session proxy sends the portal with each question ("": derived from the key).
+    "PROXY_SECRET": env("CARDPOOL_SESSION_PROXY_SECRET", "") or "",
 }
 
 # All periodic jobs, in one place.
@@ -579,10 +618,20 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inventory.tasks.summarise_telemetry",
         "schedule": 3600.0,
     },
+    "health-evaluate": {
+        "task": "leasing.tasks_health.evaluate_health",
+        "schedule": float(CARDPOOL["HEALTH_SECONDS"]),
+        "options": {"expires": float(CARDPOOL["HEALTH_SECONDS"])},  # a late pass is redundant
+    },
     "notifications-deliveries-sweep": {
         "task": "leasing.tasks_notify.deliveries_sweep",
         "schedule": 60.0,
     },
+    "workspace-measure": {
+        "task": "leasing.tasks.workspaces_measure",
+        "schedule": float(CARDPOOL_SESSIONS["WORKSPACE_MEASURE_SECONDS"]),
+    },
+    "sessions-sweep": {"task": "leasing.tasks.sessions_sweep", "schedule": 30.0},
     "usage-record-missing": {"task": "leasing.tasks_usage.usage_record_missing", "schedule": 300.0},
     # Closes the month that has ended: records running leases' part of it (billing.usage).
     "usage-close-month": {"task": "leasing.tasks_usage.usage_close_month", "schedule": 300.0},

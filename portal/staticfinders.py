@@ -1,10 +1,13 @@
-"""Serve plotly.js from the installed plotly package, so charts need no CDN.
+"""plotly.js's style rules as a file, so charts need neither a CDN nor an inline <style>.
 
-Only ``plotly.min.js`` is exposed (as ``vendor/plotly.min.js``), not the package's
-datasets and widget bundle; with it ``vendor/plotly.css``: the rules plotly.js would otherwise
+The portal draws bars and lines only, so it serves plotly.js's *basic* partial bundle
+(``static/vendor/plotly-basic.min.js``, 1.2 MB, from the npm package plotly.js-basic-dist-min
+of the same plotly.js version as the Python package — a test holds them together) instead of
+the package's full 4.8 MB ``plotly.min.js``; ``static/js/charts.js`` loads it only on a page
+that has a chart. This finder adds ``vendor/plotly.css``: the rules plotly.js would otherwise
 write into an inline <style> element (refused by the Content-Security-Policy), taken from the
-same plotly.min.js so they match its version. Pages with charts link it with the id plotly.js
-looks for (``plotly.js-style-global``, class ``no-inline-styles``), and plotly.js writes none.
+same bundle so they match its version. charts.js links it with the id plotly.js looks for
+(``plotly.js-style-global``, class ``no-inline-styles``), and plotly.js writes none.
 """
 
 from __future__ import annotations
@@ -18,12 +21,20 @@ from django.conf import settings
 from django.contrib.staticfiles.finders import BaseFinder
 from django.core.files.storage import FileSystemStorage
 
-PLOTLY_DIR = Path(plotly.__file__).parent / "package_data"
-PUBLIC_NAME = "vendor/plotly.min.js"
+PLOTLY_DIR = Path(plotly.__file__).parent / "package_data"  # the Python package's full bundle
+BUNDLE = Path(__file__).resolve().parent.parent / "static" / "vendor" / "plotly-basic.min.js"
+PUBLIC_NAME = "vendor/plotly-basic.min.js"
+LOCALE_NAMES = {"zh-hans": ("zh-CN", "vendor/plotly-locale-zh-cn.js")}  # page language → plotly's
 CSS_NAME = "vendor/plotly.css"
 # plotly.js's global style rules: {"X,X div":'…', …}, X the plot, Y the notifier.
 _RULES = re.compile(r"\{\"X,X div\":.*?\"\}", re.S)
 _RULE = re.compile(r'"((?:[^"\\]|\\.)*)":(?:\'((?:[^\'\\]|\\.)*)\'|"((?:[^"\\]|\\.)*)")')
+
+
+def bundle_version(script: str) -> str:
+    """The plotly.js version a bundle's banner names ("plotly.js (basic - minified) v4.1.1")."""
+    found = re.search(r"plotly\.js[^\n]*? v(\d+\.\d+\.\d+)", script[:400])
+    return found.group(1) if found else ""
 
 
 def plotly_css(script: str) -> str:
@@ -52,7 +63,7 @@ _MAPLIBRE_ID = re.compile(
 @cache
 def inline_style_ids() -> tuple[str, ...]:
     """Ids of the <style> elements plotly.js would create when no element has them yet."""
-    script = (PLOTLY_DIR / "plotly.min.js").read_text(encoding="utf-8")
+    script = BUNDLE.read_text(encoding="utf-8")
     return tuple(match.group(1) for match in _MAPLIBRE_ID.finditer(script))
 
 
@@ -60,7 +71,7 @@ def _css_dir() -> Path:
     """vendor/plotly.css, written next to the collected files when missing or out of date."""
     folder = Path(settings.VAR_DIR) / "plotly-css"
     target = folder / "plotly.css"
-    css = plotly_css((PLOTLY_DIR / "plotly.min.js").read_text(encoding="utf-8"))
+    css = plotly_css(BUNDLE.read_text(encoding="utf-8"))
     if not target.exists() or target.read_text(encoding="utf-8") != css:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
@@ -70,11 +81,6 @@ def _css_dir() -> Path:
 
 
 class PlotlyFinder(BaseFinder):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.storage = FileSystemStorage(location=str(PLOTLY_DIR))
-        self.storage.prefix = "vendor"
-
     @cached_property
     def css_dir(self) -> Path:
         return _css_dir()  # only when a file is looked for (not on every system check)
@@ -90,14 +96,11 @@ class PlotlyFinder(BaseFinder):
 
     def find(self, path, find_all=False, **kwargs):
         match = None
-        if path == PUBLIC_NAME:
-            match = str(PLOTLY_DIR / "plotly.min.js")
-        elif path == CSS_NAME:
+        if path == CSS_NAME:
             match = str(self.css_dir / "plotly.css")
         if find_all or kwargs.get("all"):
             return [match] if match else []
         return match
 
     def list(self, ignore_patterns):
-        yield "plotly.min.js", self.storage
         yield "plotly.css", self.css_storage

@@ -17,10 +17,12 @@ if not settings.CARDPOOL_API_DOCS_PUBLIC:
 
 urlpatterns = [
     path("", include("portal.site_urls")),
+    path("", include("leasing.workbench.urls")),
     path("inventory/", include("inventory.urls")),
     path("leases/", include("leasing.lifecycle.urls")),
     path("leases/", include((lease_urls.telemetry_urlpatterns, "telemetry"))),
     path("notifications/", include("leasing.notify.urls")),
+    path("alerts/", include("leasing.health.urls")),
     path("reports/", include("leasing.billing.urls")),
     path("api/v1/", include("portal.api_urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),

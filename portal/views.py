@@ -9,14 +9,16 @@ from leasing.choices import OPEN_STATES, LeaseStatus
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Lease
 from leasing.scheduler.availability import card_models_with_counts
+from portal import home
 from portal.models import Membership
 from portal.views_pool import next_free
 
 
 @login_required
 def dashboard(request):
-    """The pool at a glance (free now / total per card model, queue length, when a busy model
-    frees up) and my open leases."""
+    """Each person's home: what their roles do most first (portal.home: an operator's pool
+    health, finance's month, a lead's approvals and team), then my open leases and the pool
+    at a glance (free now / total per card model, queue length, when a busy model frees up)."""
     now = timezone.now()
     board = list(
         card_models_with_counts(now)
@@ -32,6 +34,7 @@ def dashboard(request):
     for cm in board:
         cm.frees_at = frees_at.get(cm.pk)
     context = {
+        **home.home_panels(request.user, now),
         "board": board,
         "my_open": lease_selectors.with_truth(
             lease_selectors.my_leases(request.user).filter(status__in=OPEN_STATES)[:10]

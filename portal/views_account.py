@@ -28,6 +28,7 @@ def _render(request, *, preferences=None, token_form=None, new_key=None, status=
         initial={
             "timezone": profile.timezone if profile else "",
             "language": translation.get_language(),
+            "stack": profile.stack if profile else "",
         }
     )
     context = {
@@ -54,6 +55,7 @@ def profile(request):
             user=request.user,
             timezone=form.cleaned_data["timezone"],
             language=form.cleaned_data["language"],
+            stack=form.cleaned_data["stack"],
         )
     except ValidationError as exc:
         form.add_error(None, exc.messages)

@@ -35,12 +35,13 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import Card, CardModel, node_takes_leases_q
+from inventory.models import Card, CardModel, Node, node_takes_leases_q
 from leasing.choices import WAITING_STATES, LeaseStatus
+from leasing.health import selectors as health_selectors
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler import planner, snapshot
-from leasing.scheduler.availability import covering_allocations
+from leasing.scheduler.availability import card_models_with_counts, covering_allocations
 from portal import charts
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
@@ -268,22 +269,28 @@ def _local(hours: list[datetime], now: datetime) -> list[str]:
     return [charts.local_time(t) for t in ends]
 
 
-def utilisation_chart(name: str, x, held: list[int], total: int, down: int) -> str:
-    free = [max(total - h - down, 0) for h in held]
+def utilisation_chart(x, series: dict[str, list[float]]) -> str:
+    """One chart for the whole pool: the share of each model's cards held, hour by hour (a
+    line per model), instead of a stacked chart per model."""
     fig = go.Figure()
-    fig.add_scatter(x=x, y=held, name=_("held"), stackgroup="one", line={"color": "#2563eb"})
-    fig.add_scatter(x=x, y=free, name=_("free"), stackgroup="one", line={"color": "#16a34a"})
-    fig.add_scatter(
-        x=x, y=[down] * len(x), name=_("down"), stackgroup="one", line={"color": "#9ca3af"}
-    )
-    fig.update_layout(title={"text": escape(name), "font": {"size": 14}})
-    return charts.render(fig, y_title=_("cards"), height=240, titled=True, y_from_zero=True)
+    for name, points in series.items():
+        fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
+    fig.update_yaxes(range=[0, 100], ticksuffix="%")
+    _numeric_dates(fig)
+    return charts.render(fig, y_title=_("cards held"), height=300, titled=True)
+
+
+def _numeric_dates(fig: go.Figure) -> None:
+    """Time axes in numbers only (12-01 09:00), never month names in English on a Chinese
+    page (plotly.js writes "Dec 1" whatever the page's language)."""
+    fig.update_xaxes(tickformat="%m-%d %H:%M", hoverformat="%Y-%m-%d %H:%M")
 
 
 def queue_chart(x, series: dict[str, list[int]]) -> str:
     fig = go.Figure()
     for name, points in sorted(series.items()):
         fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
+    _numeric_dates(fig)
     return charts.render(
         fig, y_title=_("leases waiting"), height=260, titled=True, y_from_zero=True
     )
@@ -332,10 +339,11 @@ def pool(request):
     models = list(
         CardModel.objects.filter(pk__in=list(totals))
         .order_by("vendor", "-memory_gb", "name")
-        .values("pk", "name")
+        .values("pk", "name", "slug")
     )
     ids = [m["pk"] for m in models]
     names = {m["pk"]: m["name"] for m in models}
+    slugs = {m["pk"]: m["slug"] for m in models}
     hours = _hour_starts(now)
     x = _local(hours, now)
     held = held_per_hour(now, hours, ids)
@@ -343,10 +351,41 @@ def pool(request):
     queue = queue_per_hour(now, hours, ids)
     waits = queue_waits(now, ids)
     users = top_users(now, request.user)
+    shares = {
+        names[i]: [round(100 * h / totals[i], 1) if totals.get(i) else 0.0 for h in held[i]]
+        for i in ids
+    }
+    free_now = dict(card_models_with_counts(now).filter(pk__in=ids).values_list("pk", "available"))
+    rows = [
+        {
+            "name": names[i],
+            "slug": slugs[i],
+            "total": totals.get(i, 0),
+            "held": held[i][-1],
+            "free": free_now.get(i, 0),
+            "down": down.get(i, 0),
+            "waiting": queue[i][-1],
+            "share_7d": round(sum(shares[names[i]]) / len(hours)) if hours else 0,
+        }
+        for i in ids
+    ]
+    in_service = sum(r["total"] for r in rows)
+    summary = {
+        "total": in_service,
+        "held": sum(r["held"] for r in rows),
+        "free": sum(r["free"] for r in rows),
+        "down": sum(r["down"] for r in rows),
+        "waiting": sum(r["waiting"] for r in rows),
+        "share_7d": round(sum(sum(held[i]) for i in ids) * 100 / (in_service * len(hours)))
+        if in_service
+        else 0,
+        "nodes_out": Node.objects.exclude(status=Node.Status.ACTIVE).count(),
+    }
     context = {
-        "utilisation": [
-            utilisation_chart(names[i], x, held[i], totals.get(i, 0), down.get(i, 0)) for i in ids
-        ],
+        "health": health_selectors.health_summary(now),
+        "summary": summary,
+        "rows": rows,
+        "utilisation": utilisation_chart(x, shares) if ids else "",
         "queue_chart": queue_chart(x, {names[i]: queue[i] for i in ids}) if ids else "",
         "wait_chart": wait_chart({names[i]: waits[i] for i in waits}) if waits else "",
         "users_chart": top_users_chart(users) if users else "",

@@ -7,7 +7,7 @@ from decimal import Decimal
 import factory
 from django.contrib.auth import get_user_model
 
-from inventory.models import Card, CardModel, InterconnectKind, Node, Region, Vendor
+from inventory.models import Card, CardModel, InterconnectKind, Node, Region, StackFamily, Vendor
 from portal.models import Membership, Profile, Team
 
 
@@ -69,6 +69,7 @@ class CardModelFactory(factory.django.DjangoModelFactory):
     fp16_tflops = Decimal("312")
     interconnect_kind = InterconnectKind.NVLINK
     interconnect_gbs = 600
+    stack_family = StackFamily.CUDA
     price_per_hour = Decimal("10.00")
 
 

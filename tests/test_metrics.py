@@ -13,7 +13,7 @@ import time_machine
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from inventory.models import Card, Node
+from inventory.models import Card, CardModel, CardSample, Node
 from leasing.choices import EndReason, LeaseStatus
 from leasing.models import Allocation, Delivery, Lease, LeaseEvent, Notification
 from tests.factories import CardModelFactory, make_node
@@ -261,7 +261,8 @@ def test_scrape_costs_a_fixed_number_of_queries(pool, token, django_assert_max_n
     for i in range(5):
         extra = CardModelFactory(slug=f"extra{i}")
         make_node(extra, cards=8)
-    with django_assert_max_num_queries(8):
+    # Eight for the pool, six for pool health (portal.metrics_health), whatever the pool's size.
+    with django_assert_max_num_queries(14):
         response = scrape(Client(), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200
 
@@ -274,13 +275,88 @@ def test_grafana_dashboard_uses_only_metrics_we_emit(pool, token):
     dashboard = json.loads(DASHBOARD.read_text())
     assert dashboard["schemaVersion"] >= 36
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    # One card with fresh readings and a reporting node, so the health series are written.
+    card = Card.objects.select_related("node", "card_model").first()
+    CardModel.objects.filter(pk=card.card_model_id).update(tdp_w=700)
+    Node.objects.filter(pk=card.node_id).update(telemetry_seen_at=NOW)
+    CardSample.objects.create(
+        card=card, at=NOW, utilization_pct=50, temperature_c=70, power_w=400, memory_used_mb=9
+    )
     assert len(exprs) >= 6
-    referenced = {name for expr in exprs for name in re.findall(r"\bcardpool_[a-z_]+", expr)}
+    referenced = {
+        name for expr in exprs for name in re.findall(r"\b(?:cardpool|DCGM_FI)_[A-Za-z_]+", expr)
+    }
     emitted = {
         name for name, _labels in samples(scrape(Client(), HTTP_AUTHORIZATION=f"Bearer {TOKEN}"))
     }
     assert referenced, "the dashboard references no metric"
     assert referenced - emitted == set()
     titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
-    for topic in ("free cards", "leases", "queue", "request", "reclamation", "deliver"):
+    for topic in (
+        "free cards",
+        "leases",
+        "queue",
+        "request",
+        "reclamation",
+        "deliver",
+        "temperature",
+        "power",
+        "memory",
+        "telemetry age",
+        "alerts",
+    ):
         assert topic in titles
+
+
+# --- pool health: DCGM-compatible readings, node ages, alerts ---------------------------------
+
+
+@pytest.mark.django_db
+def test_card_readings_use_dcgm_names_and_labels(token):
+    from inventory.telemetry import telemetry_record
+    from leasing.health.services import health_evaluate
+
+    h800 = CardModelFactory(slug="h800-t", name="NVIDIA H800", tdp_w=700, memory_gb=80)
+    node = make_node(h800, cards=2, hostname="gpu-a01")
+    quiet = make_node(h800, cards=1, hostname="gpu-q")
+    with time_machine.travel(NOW - timedelta(minutes=10), tick=False):
+        telemetry_record(node=quiet, samples=[{"index": 0, "utilization_pct": 5}])
+    with time_machine.travel(NOW, tick=False):
+        telemetry_record(
+            node=node,
+            samples=[
+                {
+                    "index": 1,
+                    "utilization_pct": 97,
+                    "temperature_c": 92,
+                    "power_w": 705,
+                    "memory_used_mb": 80000,
+                }
+            ],
+        )
+        health_evaluate()
+        values = samples(scrape(Client(), HTTP_AUTHORIZATION=f"Bearer {TOKEN}"))
+    labels = tuple(
+        sorted(
+            {
+                "gpu": "1",
+                "UUID": "gpu-a01-1",
+                "device": "card1",
+                "modelName": "NVIDIA H800",
+                "Hostname": "gpu-a01",
+            }.items()
+        )
+    )
+    assert values[("DCGM_FI_DEV_GPU_TEMP", labels)] == 92
+    assert values[("DCGM_FI_DEV_POWER_USAGE", labels)] == 705
+    assert values[("DCGM_FI_DEV_GPU_UTIL", labels)] == 97
+    assert values[("DCGM_FI_DEV_FB_USED", labels)] == 80000
+    assert values[("DCGM_FI_DEV_FB_FREE", labels)] == 80 * 1024 - 80000
+    assert values[("cardpool_card_power_limit_watts", labels)] == 700
+    # A card with no fresh reading has no value (its series goes stale), not an old one.
+    assert not any(k[0] == "DCGM_FI_DEV_GPU_TEMP" and ("gpu", "0") in k[1] for k in values)
+    assert values[("cardpool_node_telemetry_age_seconds", (("Hostname", "gpu-q"),))] == 600
+    silent = (("rule", "node_silent"), ("severity", "critical"), ("status", "open"))
+    assert ("cardpool_alerts", silent) in values
+    assert values[("cardpool_alerts", silent)] == 1
+    assert values[("cardpool_cards_health", (("health", "unknown"), ("model", "h800-t")))] == 1

@@ -33,23 +33,30 @@ from django.db import transaction
 from django.urls import URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import changes as lease_changes
 from leasing.lifecycle import provisioning
 from leasing.lifecycle import requests as lease_requests
 from leasing.models import (
+    Alert,
+    AlertRule,
     Delivery,
+    Environment,
     Lease,
     LeaseChange,
     MemberLimit,
     Notification,
     NotificationPreference,
     Quota,
+    Session,
+    SshKey,
     Webhook,
 )
 from leasing.notify import services as notify_services
 from leasing.teams import services as team_services
-from portal.models import Membership, Profile
+from leasing.workbench import keys, sessions
+from portal.models import Membership, Profile, Team
 from portal.tokens.models import ApiToken
 from portal.tokens.services import token_create
 from tests.factories import (
@@ -119,6 +126,8 @@ TEAMS_SEEN = {
     "ops": "vision nlp",
 }
 OWN_NOTES = {"bob": "bob_note", "alice": "alice_note", "lena": "", "fin": "", "ops": ""}
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhJQBSDiV2xchor0V7cbBdxwJBddGfzqfRhxZ6eX+dl"
+ALICE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGyQ0wKOm9WJ0ctIqAavyfmTfNOl6lEs0YgxRoYpOtOS"
 PREVIEW = "card_model={model}&count=1&duration=1&unit=hours&start=now&team=vision"
 
 ROWS = [
@@ -137,6 +146,7 @@ ROWS = [
       (L, 404, M, 404, 404, 404), probe="tokens", writes="alice"),
     # --- pages: notifications and webhooks ------------------------------------------------
     r("notifications:list", "GET", "/notifications/", ALL_IN, sees=OWN_NOTES),
+    r("notifications:bell", "GET", "/notifications/bell/", (286, 200, 200, 200, 200, 200)),
     r("notifications:read", "POST", "/notifications/{alice_note}/read/",
       (L, 404, M, 404, 404, 404), probe="notes", writes="alice"),
     r("notifications:read_all", "POST", "/notifications/read-all/", (L, M, M, M, M, M),
@@ -166,11 +176,19 @@ ROWS = [
     r("metrics", "GET", "/metrics", (401, 403, 403, 403, 403, 200)),
     # --- pages: teams ------------------------------------------------------------------
     r("team_list", "GET", "/teams/", ALL_IN, sees=TEAMS_SEEN),
-    r("team_detail", "GET", "/teams/vision/", (L, 404, 404, 200, 200, 200),
-      sees={"lena": "alice_lease pending", "fin": "alice_lease pending",
+    # Members see their own team's page (its use, who holds what); approvals are for managers.
+    r("team_detail", "GET", "/teams/vision/", (L, 404, 200, 200, 200, 200),
+      sees={"alice": "alice_lease", "lena": "alice_lease pending", "fin": "alice_lease pending",
             "ops": "alice_lease pending"}),
-    r("team_detail", "GET", "/teams/nlp/", (L, 404, 404, 404, 200, 200),
-      sees={"fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_detail", "GET", "/teams/nlp/", (L, 200, 404, 404, 200, 200),
+      sees={"bob": "bob_lease", "fin": "bob_lease", "ops": "bob_lease"}),
+    r("team_member_add", "POST", "/teams/vision/members/", (L, 404, 404, M, M, M),
+      data={"member-username": "bob"}, probe="memberships", writes="lena ops"),
+    r("team_member_remove", "POST", "/teams/vision/members/{alice_membership}/remove/",
+      (L, 404, 404, M, M, M), probe="memberships", writes=""),  # alice holds cards: refused
+    r("team_idle_policy", "POST", "/teams/vision/idle/", (L, 404, 404, M, M, M),
+      data={"idle-idle_threshold_pct": "10", "idle-idle_minutes": "30",
+            "idle-idle_reclaim": "on"}, probe="teams", writes="lena ops"),
     r("team_set_limit", "POST", "/teams/vision/limits/", (L, 404, 404, M, M, M),
       data={"limit-member": "{alice_membership}", "limit-card_model": "",
             "limit-max_concurrent_cards": "3"},
@@ -200,6 +218,8 @@ ROWS = [
     r("leasing:preview", "GET", "/leases/preview/?" + PREVIEW, ALL_IN),
     r("leasing:calendar", "GET", "/leases/calendar/", ALL_IN),
     r("leasing:calendar_model", "GET", "/leases/calendar/{model}/", ALL_IN),
+    r("leasing:timeline", "GET", "/leases/timeline/", ALL_IN),
+    r("leasing:timeline_model", "GET", "/leases/timeline/{model}/", ALL_IN),
     r("leasing:detail", "GET", "/leases/{alice_lease}/", (L, 404, 200, 200, 200, 200)),
     r("leasing:detail", "GET", "/leases/{bob_lease}/", (L, 200, 404, 404, 200, 200)),
     r("telemetry:lease_utilisation", "GET", "/leases/{alice_lease}/utilisation/", (L, 404, 200, 200, 200, 200)),
@@ -242,6 +262,13 @@ ROWS = [
     r("inventory:card_model", "GET", "/inventory/models/{model}/", ALL_IN),
     r("inventory:nodes", "GET", "/inventory/nodes/", ALL_IN),
     r("inventory:node", "GET", "/inventory/nodes/{node}/", ALL_IN),
+    # The node page's maintenance forms: operators only (others get the refusal as a message).
+    r("inventory:node_drain", "POST", "/inventory/nodes/{node}/drain/", (L, M, M, M, M, M),
+      data={"drain_at": "2099-01-01T00:00"}, probe="nodes", writes="ops"),
+    r("inventory:node_undrain", "POST", "/inventory/nodes/{node}/undrain/",
+      (L, M, M, M, M, M), probe="nodes"),  # the node is active: nothing to undrain
+    r("inventory:card_faulty", "POST", "/inventory/nodes/{node}/cards/0/faulty/",
+      (L, M, M, M, M, M), data={"note": "matrix"}, probe="cards", writes="ops"),
     # --- API: root, schema, token --------------------------------------------------------
     r("api-root", "GET", "/api/v1/", API_ALL_IN),
     r("api-schema", "GET", "/api/v1/schema/", API_ALL_IN),
@@ -314,6 +341,9 @@ ROWS = [
     # Node agents only (Authorization: Node <token>): no person's session or token works.
     r("api-telemetry", "POST", "/api/v1/telemetry/", (401,) * 6,
       data={"samples": [{"index": 0, "utilization_pct": 1}]}, api=True),
+    r("api-checkpoints", "GET", "/api/v1/checkpoints/", (401,) * 6, api=True),
+    r("api-checkpoint-delivered", "POST", "/api/v1/checkpoints/{alice_lease}/", (401,) * 6,
+      data={"ok": True}, api=True),
     r("api-estimate", "POST", "/api/v1/estimate/", API_ALL_IN,
       data={"profile": {"task": "qlora", "params_b": 7}, "duration_minutes": 60}, api=True,
       probe="leases"),
@@ -321,6 +351,26 @@ ROWS = [
     r("api-reports-usage", "GET", "/api/v1/reports/usage/", (401, 403, 403, 200, 200, 200)),
     r("api-reports-usage", "GET", "/api/v1/reports/usage/?team=nlp&format=csv",
       (401, 403, 403, 400, 200, 200)),
+    # --- pool alerts: operators only (page and API) --------------------------------------
+    r("alerts:list", "GET", "/alerts/", (L, 403, 403, 403, 403, 200)),
+    r("alerts:acknowledge", "POST", "/alerts/{alert}/acknowledge/", (L, 403, 403, 403, 403, M),
+      probe="alerts", writes="ops"),
+    r("alerts:silence", "POST", "/alerts/{alert}/silence/", (L, 403, 403, 403, 403, M),
+      data={"minutes": "60"}, probe="alerts", writes="ops"),
+    r("alert-list", "GET", "/api/v1/alerts/", (401, 403, 403, 403, 403, 200)),
+    r("alert-detail", "GET", "/api/v1/alerts/{api_alert}/", (401, 403, 403, 403, 403, 200)),
+    r("alert-acknowledge", "POST", "/api/v1/alerts/{api_alert}/acknowledge/",
+      (401, 403, 403, 403, 403, 200), api=True, probe="alerts", writes="ops"),
+    r("alert-silence", "POST", "/api/v1/alerts/{api_alert}/silence/",
+      (401, 403, 403, 403, 403, 200), data={"minutes": 30}, api=True, probe="alerts",
+      writes="ops"),
+    r("alert-rule-list", "GET", "/api/v1/alert-rules/", (401, 403, 403, 403, 403, 200)),
+    r("alert-rule-detail", "GET", "/api/v1/alert-rules/card_hot/",
+      (401, 403, 403, 403, 403, 200)),
+    r("alert-rule-detail", "PUT", "/api/v1/alert-rules/card_hot/",
+      (401, 403, 403, 403, 403, 200),
+      data={"threshold": 90, "for_minutes": 5, "severity": "warning"}, api=True,
+      probe="alert_rules", writes="ops"),
     # --- API: notifications (each user's own; operators too see only theirs) ---------------
     r("notification-list", "GET", "/api/v1/notifications/", API_ALL_IN, sees=OWN_NOTES),
     r("notification-detail", "GET", "/api/v1/notifications/{alice_note}/",
@@ -333,6 +383,16 @@ ROWS = [
     r("team-list", "GET", "/api/v1/teams/", API_ALL_IN, sees=TEAMS_SEEN),
     r("team-detail", "GET", "/api/v1/teams/vision/", (401, 404, 200, 200, 200, 200)),
     r("team-detail", "GET", "/api/v1/teams/nlp/", (401, 200, 404, 404, 200, 200)),
+    r("team-shares", "GET", "/api/v1/teams/vision/shares/", (401, 404, 200, 200, 200, 200)),
+    r("team-shares", "PUT", "/api/v1/teams/vision/shares/", (401, 404, 403, 403, 403, 200),
+      data=[], api=True),
+    r("team-members", "GET", "/api/v1/teams/vision/members/", (401, 404, 200, 200, 200, 200)),
+    r("team-members", "POST", "/api/v1/teams/vision/members/",
+      (401, 404, 403, 201, 403, 201), data={"username": "bob"}, api=True,
+      probe="memberships", writes="lena ops"),
+    # alice holds cards on vision's account: nobody takes her out until they end.
+    r("team-member", "DELETE", "/api/v1/teams/vision/members/alice/",
+      (401, 404, 403, 400, 403, 400), probe="memberships"),
     r("team-quotas", "GET", "/api/v1/teams/vision/quotas/", (401, 404, 200, 200, 200, 200)),
     r("team-quotas", "GET", "/api/v1/teams/nlp/quotas/", (401, 200, 404, 404, 200, 200)),
     r("team-quotas", "PUT", "/api/v1/teams/vision/quotas/", (401, 404, 403, 403, 403, 200),
@@ -347,6 +407,43 @@ ROWS = [
     r("approval-reject", "POST", "/api/v1/approvals/{pending}/reject/",
       (401, 404, 404, 200, 404, 200), data={"reason": "no"}, api=True,
       probe="leases", writes="lena ops"),
+    # --- sessions: the holder only (an operator may look and stop); the proxy's question -----
+    # Without the proxy's header the question does not exist, for anyone.
+    r("session_auth", "GET", "/sessions/auth/", (404,) * 6),
+    r("session_page", "GET", "/sessions/{alice_session}/", (L, 404, 200, 404, 404, 404)),
+    r("session_page_path", "GET", "/sessions/{alice_session}/lab", (L, 404, 200, 404, 404, 404)),
+    # alice's session is starting already: opening returns it (nothing new); an operator
+    # may not open one on someone else's lease (a message, nothing written).
+    r("session_open", "POST", "/leases/{alice_lease}/session/", (L, 404, M, 404, 404, M),
+      data={"target": "lab"}, probe="sessions"),
+    r("session_go", "GET", "/leases/{alice_lease}/session/go/", (L, 404, 200, 404, 404, 404)),
+    r("session_stop", "POST", "/leases/{alice_lease}/session/{alice_session}/stop/",
+      (L, 404, M, 404, 404, M), probe="sessions", writes="alice ops"),
+    r("lease_environment", "POST", "/leases/{alice_lease}/environment/",
+      (L, 404, M, 404, 404, M), data={"environment": "{env}"}, probe="lease_envs",
+      writes="alice"),
+    r("ssh_key_add", "POST", "/accounts/profile/ssh-keys/", (L, M, M, M, M, M),
+      data={"public_key": KEY, "name": "laptop"}, probe="keys",
+      writes="bob alice lena fin ops"),
+    r("ssh_key_remove", "POST", "/accounts/profile/ssh-keys/{alice_key}/remove/",
+      (L, 404, M, 404, 404, 404), probe="keys", writes="alice"),
+    r("environment-list", "GET", "/api/v1/environments/", API_ALL_IN),
+    r("environment-detail", "GET", "/api/v1/environments/{env}/", API_ALL_IN),
+    r("ssh-key-list", "GET", "/api/v1/ssh-keys/", API_ALL_IN),
+    r("ssh-key-list", "POST", "/api/v1/ssh-keys/", (401, 201, 201, 201, 201, 201),
+      data={"public_key": KEY}, api=True, probe="keys", writes="bob alice lena fin ops"),
+    r("ssh-key-detail", "DELETE", "/api/v1/ssh-keys/{alice_key}/",
+      (401, 404, 204, 404, 404, 404), api=True, probe="keys", writes="alice"),
+    r("api-lease-session", "GET", "/api/v1/leases/{alice_lease}/session/",
+      (401, 404, 200, 404, 404, 200)),
+    r("api-lease-session", "POST", "/api/v1/leases/{alice_lease}/session/",
+      (401, 404, 202, 404, 404, 404), api=True, probe="sessions"),
+    r("api-lease-session", "DELETE", "/api/v1/leases/{alice_lease}/session/",
+      (401, 404, 204, 404, 404, 204), api=True, probe="sessions", writes="alice ops"),
+    # Node agents only (Authorization: Node <token>).
+    r("api-agent-work", "GET", "/api/v1/agent/work/", (401,) * 6),
+    r("api-agent-sessions", "POST", "/api/v1/agent/sessions/", (401,) * 6,
+      data={"sessions": []}, api=True),
 ]  # fmt: skip
 
 # Database state a write may change, read before and after the request.
@@ -360,13 +457,24 @@ STATE = {
     ),
     "limits": lambda: list(MemberLimit.objects.order_by("pk").values()),
     "users": lambda: list(get_user_model().objects.order_by("pk").values_list("pk", "username")),
+    "nodes": lambda: list(Node.objects.order_by("pk").values_list("pk", "status", "drain_at")),
+    "cards": lambda: list(Card.objects.order_by("pk").values_list("pk", "status")),
+    "memberships": lambda: list(Membership.objects.order_by("pk").values_list("pk", "role")),
+    "teams": lambda: list(Team.objects.order_by("pk").values()),
     "quotas": lambda: list(Quota.objects.order_by("pk").values()),
     "tokens": lambda: list(ApiToken.objects.order_by("pk").values_list("pk", "user_id")),
     "profiles": lambda: list(Profile.objects.order_by("pk").values_list("pk", "timezone")),
     "notes": lambda: list(Notification.objects.order_by("pk").values_list("pk", "read_at")),
     "prefs": lambda: list(NotificationPreference.objects.order_by("pk").values()),
     "webhooks": lambda: list(Webhook.objects.order_by("pk").values_list("pk", "name")),
+    "alerts": lambda: list(
+        Alert.objects.order_by("pk").values_list("pk", "status", "silenced_until")
+    ),
+    "alert_rules": lambda: list(AlertRule.objects.order_by("pk").values_list("kind", "threshold")),
     "deliveries": lambda: list(Delivery.objects.order_by("pk").values_list("pk")),
+    "sessions": lambda: list(Session.objects.order_by("pk").values_list("pk", "status")),
+    "lease_envs": lambda: list(Lease.objects.order_by("pk").values_list("pk", "environment")),
+    "keys": lambda: list(SshKey.objects.order_by("pk").values_list("pk", "user_id")),
 }
 
 
@@ -440,6 +548,11 @@ def _build_world() -> World:
             lease=alice_lease, user=alice, minutes=10
         ).pending_change
         token, _key = token_create(user=alice, name="alice's laptop")
+        env = Environment.objects.create(
+            slug="perm-env", name="Perm env", stack_family="cuda", vendors=["nvidia"]
+        )
+        alice_session = sessions.session_open(lease=alice_lease, user=alice)
+        alice_key = keys.ssh_key_add(user=alice, public_key=ALICE_KEY)
         notes = {
             f"{user.username}_note": Notification.objects.create(
                 user=user, lease=lease, kind="lease_active", title=f"marker-{user.username}_note",
@@ -456,6 +569,13 @@ def _build_world() -> World:
                 url="https://hooks.example.org/vision",
             ),
         }  # fmt: skip
+        alerts = {
+            key: Alert.objects.create(
+                kind="card_hot", severity="warning", subject=f"card:{card.pk}", card=card,
+                opened_at=T0, last_seen_at=T0, value=92,
+            )
+            for key, card in zip(("alert", "api_alert"), node.cards.order_by("index"), strict=False)
+        }  # fmt: skip
     assert pending.status == LeaseStatus.PENDING_APPROVAL
     assert alice_lease.status == bob_lease.status == LeaseStatus.ACTIVE
     return World(
@@ -465,8 +585,11 @@ def _build_world() -> World:
             "pending": pending.pk,
             "change": change.pk,
             "token": token.pk,
-            **{key: obj.pk for key, obj in (notes | hooks).items()},
+            **{key: obj.pk for key, obj in (notes | hooks | alerts).items()},
             "alice_membership": membership.pk,
+            "alice_session": alice_session.pk,
+            "alice_key": alice_key.pk,
+            "env": env.slug,
             "vision_team": vision.pk,
             "model": model.slug,
             "node": node.hostname,

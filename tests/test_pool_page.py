@@ -119,11 +119,36 @@ def test_page_renders_charts(client, pool, alice):
     response = get(client, alice)
     assert response.status_code == 200
     page = response.content.decode()
-    assert "vendor/plotly.min.js" in page
+    assert 'class="plotly-chart" data-figure=' in page
     for chart in ("utilisation", "queue", "waits", "users"):
         assert f'data-chart="{chart}"' in page
     assert page.count('class="plotly-chart" data-figure=') == 4
     assert 'aria-current="page">Pool<' in page
+
+
+def test_summary_numbers_lead_the_page(client, pool, alice):
+    page = get(client, alice).content.decode()
+    assert page.index('id="pool-summary"') < page.index('data-chart="utilisation"')
+
+    def stat(name):
+        block = page.split(f'data-stat="{name}"', 1)[1]
+        return re.search(r'class="stat__value">([^<]*)<', block).group(1)
+
+    assert (stat("total"), stat("held"), stat("free"), stat("down")) == ("4", "1", "3", "0")
+    assert stat("waiting") == "0"
+    # alice held 8 h + 1 h and bob 3 h of 4 cards × 168 h: 12 / 672 = 1.8 %, read at each
+    # hour's end (bob's 3 h and the past lease count by the hours they cover at an hour's end).
+    assert stat("share").endswith("%")
+    row = page.split('<tr data-model="a100">', 1)[1].split("</tr>", 1)[0]
+    assert re.findall(r'class="num">([^<]*)<', row)[:5] == ["4", "1", "3", "0", "0"]
+
+
+def test_time_axes_show_numbers_not_month_names(client, pool, alice):
+    page = get(client, alice).content.decode()
+    for chart in ("utilisation", "queue"):
+        figure = page.split(f'data-chart="{chart}"', 1)[1]
+        data = json.loads(html.unescape(re.search(r'data-figure="([^"]*)"', figure).group(1)))
+        assert data["layout"]["xaxis"]["tickformat"] == "%m-%d %H:%M"
 
 
 def _top_users_labels(page: str) -> list[str]:
@@ -181,7 +206,9 @@ def test_query_count_is_bounded_with_1000_cards(
     with django_assert_max_num_queries(25):
         response = fetch(client)
     assert response.status_code == 200
-    assert response.content.decode().count('data-chart="utilisation"') == 5
+    page = response.content.decode()
+    assert page.count('data-chart="utilisation"') == 1  # one chart, a line per model
+    assert page.count("<tr data-model=") == 5
 
 
 def test_dashboard_says_when_a_busy_model_frees_up(

@@ -36,11 +36,13 @@ def test_seed_demo_is_idempotent_and_complete(db, settings):
         ("alice", "vision", "member"),
         ("lena", "vision", "lead"),
         ("bob", "nlp", "member"),
+        ("chen", "vision", "member"),
     }
     users = {u.username: u for u in get_user_model().objects.select_related("profile")}
     assert users["fin"].profile.is_finance and users["ops"].profile.is_operator
     assert all(
-        users[name].check_password("pw-demo") for name in ("alice", "lena", "bob", "fin", "ops")
+        users[name].check_password("pw-demo")
+        for name in ("alice", "lena", "bob", "chen", "fin", "ops")
     )
     assert Lease.objects.exists()
     from leasing.models import MemberLimit, Quota

@@ -18,7 +18,7 @@ from drf_spectacular.generators import EndpointEnumerator, SchemaGenerator
 from inventory import telemetry
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import requests as lease_requests
-from leasing.models import Lease, LeaseChange, Notification, Quota
+from leasing.models import Alert, Lease, LeaseChange, Notification, Quota
 from portal.input import StrictInputMixin
 from tests.factories import CardModelFactory, make_node
 
@@ -81,12 +81,20 @@ def seeded(alice, lena, ops, vision):
     note = Notification.objects.create(
         user=ops, kind="lease_active", title="t", created_at=timezone.now()
     )
+    alert = Alert.objects.create(
+        kind="card_hot",
+        severity="warning",
+        subject="card:1",
+        opened_at=timezone.now(),
+        last_seen_at=timezone.now(),
+    )
     return {
         "pk": {
             "approvals": waiting.pk,
             "lease-changes": change.pk,
             "leases": lease.pk,
             "notifications": note.pk,
+            "alerts": alert.pk,
         },
         "hostname": node.hostname,
         "uuid": str(node.cards.first().uuid),
@@ -102,6 +110,8 @@ def _fill(path: str, seeded: dict) -> str:
         .replace("{hostname}", seeded["hostname"])
         .replace("{uuid}", seeded["uuid"])
         .replace("{slug}", seeded["slug"])
+        .replace("{lease_id}", str(seeded["pk"]["leases"]))
+        .replace("{kind}", "card_hot")
     )
 
 
@@ -110,9 +120,9 @@ def test_every_write_route_names_an_unknown_field(api, seeded, ops, path, method
     url = _fill(path, seeded)
     body: object = {UNKNOWN: 1}
     extra = {}
-    if url.endswith("/quotas/"):
+    if url.endswith("/quotas/") or url.endswith("/shares/"):
         body = [{UNKNOWN: 1}]
-    if url.endswith("/telemetry/"):
+    if url.endswith("/telemetry/") or "/checkpoints/" in url or "/agent/" in url:
         extra["HTTP_AUTHORIZATION"] = f"Node {seeded['node_token']}"
     else:
         api.force_authenticate(ops)

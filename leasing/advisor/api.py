@@ -24,7 +24,9 @@ from leasing.advisor.serializers import (
 class EstimateView(APIView):
     """The memory a task needs, broken down with the formulas, and the card models that fit.
 
-    Ranked: free now first (cheapest first), then soonest free. Nothing is written.
+    Ranked by what the task needs (training speed, memory bandwidth, memory fit, rendering
+    on graphics cards), its cost and when it starts: docs/estimator.md. Every option that
+    fits is listed, the models left out with the reason. Nothing is written.
     """
 
     @extend_schema(
@@ -42,6 +44,8 @@ class EstimateView(APIView):
             start_at=v.get("start_at"),
             priority=v["priority"],
             team_id=priced_team_id(request.user),
+            requirements=dict(v.get("requirements") or {}),
+            start_policy=v.get("start_policy") or "",
         )
         return Response(RecommendationSerializer(rec, context={"request": request}).data)
 

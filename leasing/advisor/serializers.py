@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inventory.serializers import RequirementsSerializer
 from leasing.advisor.estimator import (
     LIMITS,
     EstimateError,
@@ -23,7 +24,7 @@ from leasing.advisor.estimator import (
     Task,
     TaskProfile,
 )
-from leasing.choices import Priority, Purpose
+from leasing.choices import Priority, Purpose, StartPolicy
 from portal.input import DateTimeField, StrictSerializer
 from portal.models import Team
 
@@ -103,9 +104,19 @@ def _check_duration(minutes: int) -> int:
 
 class EstimateRequestSerializer(StrictSerializer):
     profile = TaskProfileSerializer()
+    requirements = RequirementsSerializer(
+        required=False, help_text="What the cards must have: stack, region, vendor…"
+    )
     duration_minutes = _duration_field()
     start_at = DateTimeField(required=False, allow_null=True)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
+    start_policy = serializers.ChoiceField(
+        choices=StartPolicy.choices,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="next_off_peak or off_peak_only: start (and price) where the policy allows.",
+    )
 
     def validate_duration_minutes(self, value: int) -> int:
         return _check_duration(value)
@@ -115,6 +126,9 @@ class LeaseByProfileSerializer(StrictSerializer):
     """POST /api/v1/leases/ with a ``profile`` instead of ``card_model``: the top option is asked for."""
 
     profile = TaskProfileSerializer()
+    requirements = RequirementsSerializer(
+        required=False, help_text="What the cards must have: stack, region, vendor…"
+    )
     duration_minutes = _duration_field()
     start_at = DateTimeField(required=False, allow_null=True)
     team = serializers.SlugRelatedField(
@@ -175,6 +189,23 @@ class OptionSerializer(serializers.Serializer):
     card_model = serializers.CharField(source="card_model.slug")
     card_model_name = serializers.CharField(source="card_model.name")
     count = serializers.IntegerField()
+    nodes = serializers.IntegerField(
+        help_text="Nodes the cards span (more than 1: a plan across nodes)."
+    )
+    network = serializers.CharField(help_text="A plan across nodes: the nodes' network.")
+    efficiency = RoundedFloatField(
+        allow_null=True, help_text="Training on several cards: share of the time computing."
+    )
+    fit = RoundedFloatField(help_text="The task's figure over the best option's (0–1).")
+    score = RoundedFloatField(
+        help_text="Fit, cost and start weighed for the task (docs/estimator.md)."
+    )
+    energy_cost = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        allow_null=True,
+        help_text="Where the region's price is known.",
+    )
     memory_gb = RoundedFloatField(help_text="Memory of one card.")
     per_card_gb = RoundedFloatField(help_text="Estimated need on each card.")
     headroom = RoundedFloatField(help_text="Share of each card's memory left free.")
@@ -187,6 +218,9 @@ class OptionSerializer(serializers.Serializer):
         source="card_model.price_per_hour", max_digits=10, decimal_places=2
     )
     cost = serializers.DecimalField(max_digits=14, decimal_places=2)
+    off_peak = serializers.BooleanField(
+        help_text="Starts in an off-peak window: its tariff is in the cost."
+    )
     explanation = serializers.CharField()
     request_url = serializers.SerializerMethodField()
 
@@ -202,6 +236,7 @@ class LeftOutSerializer(serializers.Serializer):
 
 class RecommendationSerializer(serializers.Serializer):
     estimate = EstimateSerializer()
+    requirements = serializers.DictField(help_text="The requirements the options meet.")
     duration_minutes = serializers.SerializerMethodField()
     purpose = serializers.CharField()
     options = serializers.SerializerMethodField()

@@ -12,9 +12,11 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.shortcuts import render
 from django.utils.translation import gettext_lazy as _
 
+from inventory.requirements import BY_NAME, form_field, requirement_errors, stored
 from leasing.advisor.estimator import (
     LIMITS,
     EstimateError,
@@ -23,8 +25,12 @@ from leasing.advisor.estimator import (
     Task,
     TaskProfile,
 )
-from leasing.advisor.recommend import priced_team_id, recommend
+from leasing.advisor.recommend import default_stack, priced_team_id, recommend
 from leasing.advisor.serializers import request_url
+from leasing.choices import StartPolicy
+
+# The requirements the estimate page asks for (the request form has them all).
+PROFILE_REQUIREMENTS = ("stack", "min_stack_version", "region", "vendor")
 
 # What the page shows before the user has said anything.
 INITIAL = {
@@ -88,9 +94,23 @@ class EstimateForm(forms.Form):
         min_value=1,
         max_value=settings.CARDPOOL["MAX_LEASE_MINUTES"] // 60,
     )
+    # What the cards must have: the same declaration as the request form's.
+    locals().update({name: form_field(BY_NAME[name]) for name in PROFILE_REQUIREMENTS})
+    start_policy = forms.ChoiceField(
+        label=_("When"),
+        required=False,
+        choices=[
+            ("", _("As soon as possible")),
+            (StartPolicy.NEXT_OFF_PEAK, _("In the next off-peak window (cheaper)")),
+            (StartPolicy.OFF_PEAK_ONLY, _("Only inside an off-peak window (start and end)")),
+        ],
+    )
 
     def clean(self):
         data = super().clean()
+        data["requirements"] = stored({name: data.get(name) for name in PROFILE_REQUIREMENTS})
+        for name, message in requirement_errors(data["requirements"]).items():
+            self.add_error(name, message)
         if self.errors:
             return data
         try:
@@ -114,19 +134,27 @@ class EstimateForm(forms.Form):
 @login_required
 def estimate(request):
     """GET: the profile form; with a profile, the breakdown and the ranked options."""
-    form = EstimateForm(request.GET if "task" in request.GET else INITIAL)
-    context: dict = {"form": form}
+    initial = INITIAL | {"stack": default_stack(request.user)}
+    form = EstimateForm(request.GET if "task" in request.GET else initial)
+    context: dict = {"form": form, "default_stack": initial["stack"]}
+    rec = None
     if form.is_valid():
-        rec = recommend(
-            profile=form.cleaned_data["profile"],
-            duration=timedelta(hours=form.cleaned_data["duration"]),
-            team_id=priced_team_id(request.user),
-        )
+        try:
+            rec = recommend(
+                profile=form.cleaned_data["profile"],
+                duration=timedelta(hours=form.cleaned_data["duration"]),
+                team_id=priced_team_id(request.user),
+                requirements=form.cleaned_data["requirements"],
+                start_policy=form.cleaned_data.get("start_policy") or "",
+            )
+        except ValidationError as exc:
+            context["problems"] = exc.messages
+    if rec is not None:
         context.update(
             rec=rec,
             options=[(option, request_url(rec, option)) for option in rec.options],
         )
-    else:
+    elif not form.is_valid():
         context["problems"] = [
             f"{form.fields[name].label}: {error}" if name in form.fields else error
             for name, errors in form.errors.items()

@@ -19,6 +19,7 @@ from leasing.backends.base import (
     Holding,
     NodeCards,
     PermanentBackendError,
+    SessionSpec,
     TransientBackendError,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "Holding",
     "NodeCards",
     "PermanentBackendError",
+    "SessionSpec",
     "TransientBackendError",
     "backend_name_for",
     "get_backend",

@@ -50,6 +50,18 @@ class Holding:
     backend: str = ""
 
 
+@dataclass(frozen=True)
+class SessionSpec:
+    """A browser session to run on one node of a holding: a bash script (read from stdin,
+    so its secrets never show in a process list) that ends by exec-ing the program, which
+    must listen on ``port`` of the node's address (``$CARDPOOL_SESSION_IP``)."""
+
+    session_id: int
+    host: str
+    port: int
+    script: str
+
+
 class Backend:
     """Hands cards over and takes them back. Every call is idempotent on the lease id,
     and is called only from Celery tasks."""
@@ -68,8 +80,24 @@ class Backend:
         """'active', 'released' or 'unknown', as the backend sees it."""
         raise NotImplementedError
 
+    def session_start(self, holding: Holding, spec: SessionSpec) -> dict:
+        """Start *spec* on its node as the holder, inside the lease's hold on the cards;
+        return where it runs (``address`` to reach it, and what ``session_stop`` needs), or
+        ``{"by": "agent"}`` when the node's agent starts it."""
+        raise PermanentBackendError(f"The {self.name} backend cannot run sessions.")
+
+    def session_stop(self, holding: Holding, placement: dict) -> None:
+        """Stop a session started by ``session_start``; stopping a stopped one is no error."""
+        return None
+
     def change(self, holding: Holding) -> dict:
         """The holding's cards changed while it runs (a faulty card swapped, a resize in
         place): make the backend hold exactly ``holding.nodes`` and return the new access
         details. Calling it again with the same holding changes nothing more."""
         raise NotImplementedError
+
+    def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
+        """The lease is being preempted: deliver its checkpoint *signal* (a name such as
+        ``USR1``) and/or run its checkpoint *command* on its nodes, so the job saves its state
+        during the grace. Returns what was done (kept on the lease's timeline)."""
+        raise PermanentBackendError(f"The {self.name} backend cannot deliver a checkpoint.")

@@ -7,7 +7,7 @@ vendor's runtime reads (CUDA_VISIBLE_DEVICES, ASCEND_RT_VISIBLE_DEVICES, ...).
 
 from __future__ import annotations
 
-from leasing.backends.base import Backend, Holding
+from leasing.backends.base import Backend, Holding, SessionSpec
 
 
 class LocalBackend(Backend):
@@ -22,9 +22,19 @@ class LocalBackend(Backend):
     def status(self, holding: Holding) -> str:
         return "active" if holding.status == "active" else "released"
 
+    def session_start(self, holding: Holding, spec: SessionSpec) -> dict:
+        # The node's cardpool-agent asks for its sessions and starts them (inventory/agent.py).
+        return {"by": "agent"}
+
     def change(self, holding: Holding) -> dict:
         # Nothing to hold: the records are the truth; the holder is told the new devices.
         return access_details(holding)
+
+    def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
+        # Nothing runs on the nodes from here: the node's agent (``cardpool-agent
+        # --checkpoints``) asks the portal for its leases being preempted and delivers the
+        # signal to the processes on their cards, or runs the command (docs/operations.md).
+        return {"via": "agent", "hosts": [node.hostname for node in holding.nodes]}
 
 
 def access_details(holding: Holding) -> dict:

@@ -21,6 +21,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
@@ -30,6 +31,7 @@ from leasing.backends.base import (
     Holding,
     NodeCards,
     PermanentBackendError,
+    SessionSpec,
     TransientBackendError,
 )
 from leasing.backends.slurm_parse import (
@@ -159,10 +161,68 @@ class SlurmCli:
         if job_ids:
             self.checked("scancel", [str(j) for j in job_ids])
 
+    def signal(self, job_ids: list[int], signal: str) -> None:
+        """Send *signal* to the jobs' steps (``scancel --signal``: the holder's ``srun``
+        steps; the job itself keeps running)."""
+        if job_ids:
+            self.checked("scancel", [f"--signal={signal}", *[str(j) for j in job_ids]])
+
+    def steps(self, job_id: int) -> dict[str, str]:
+        """{step name: step id ("123.4")} of a job's running steps."""
+        out = self.checked("squeue", ["-h", "-s", "-j", str(job_id), "-o", "%i %j"])
+        steps = {}
+        for line in out.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2:
+                steps[parts[1].strip()] = parts[0]
+        return steps
+
+    def node_address(self, hostname: str) -> str:
+        """The NodeAddr Slurm reaches *hostname* at (the hostname itself when it says none)."""
+        out = self.run("scontrol", ["show", "node", hostname]).output
+        for word in out.split():
+            if word.startswith("NodeAddr="):
+                return word.split("=", 1)[1] or hostname
+        return hostname
+
+    def spawn(self, tool: str, args: list[str], *, as_user: str, stdin: str, log: Path) -> int:
+        """Start *tool* as *as_user* in its own session, detached from the worker (it outlives
+        the task), *stdin* written to it; its output goes to *log*. Returns its pid."""
+        _reap()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        if self.config["CONF"]:
+            env["SLURM_CONF"] = self.config["CONF"]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            try:
+                proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                    self.argv(tool, args, as_user=as_user),
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except FileNotFoundError as exc:
+                raise PermanentBackendError(f"{tool} is not installed on the portal host.") from exc
+        assert proc.stdin is not None
+        proc.stdin.write(stdin.encode())
+        proc.stdin.close()
+        _children.append(proc)
+        return proc.pid
+
     def set_time_limit(self, job_id: int, minutes: int) -> None:
         self.checked(
             "scontrol", ["update", f"JobId={job_id}", f"TimeLimit={format_time_limit(minutes)}"]
         )
+
+
+_children: list[subprocess.Popen] = []
+
+
+def _reap() -> None:
+    """Collect spawned processes that have exited (no zombies in a long-lived worker)."""
+    _children[:] = [proc for proc in _children if proc.poll() is None]
 
 
 def gres_type_for(node: NodeCards, card_model_slug: str, config: dict | None = None) -> str:
@@ -221,6 +281,27 @@ class SlurmBackend(Backend):
         if not jobs:
             return "released"
         return "active" if all(j.state == "RUNNING" for j in jobs) else "unknown"
+
+    def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
+        """``scancel --signal=SIG`` on the lease's jobs; a command runs as the holder in one
+        more step of each job (``srun --jobid --overlap``)."""
+        jobs = [j.job_id for j in self.live_jobs(holding)]
+        if not jobs:
+            raise PermanentBackendError("The lease's Slurm jobs are gone; nothing to signal.")
+        done: dict = {"via": "slurm", "jobs": jobs}
+        if signal:
+            self.cli.signal(jobs, signal)
+            done["signal"] = signal
+        if command:
+            for job_id in jobs:
+                result = self.cli.run(
+                    "srun",
+                    [f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1"]
+                    + ["bash", "-c", command],
+                    as_user=holding.slurm_user,
+                )
+                done.setdefault("command_rc", []).append(result.rc)
+        return done
 
     def change(self, holding: Holding) -> dict:
         """Make the lease's jobs hold exactly the holding's cards, and say how to reach them.
@@ -293,6 +374,55 @@ class SlurmBackend(Backend):
             self.cli.set_time_limit(job.job_id, wanted)
             changed += 1
         return changed
+
+    # --- sessions ------------------------------------------------------------------------
+
+    def session_start(self, holding: Holding, spec: SessionSpec) -> dict:
+        """Run the session as a step of the lease's own job on its node (``srun --jobid
+        --overlap``): the job's cards, cgroup and time limit apply, and cancelling the job
+        (the lease's release) ends it. The srun client stays on the portal host."""
+        job_id = next(
+            (
+                j.job_id
+                for j in self.live_jobs(holding)
+                if spec.host in expand_hostlist(j.nodes) and j.state == "RUNNING"
+            ),
+            None,
+        )
+        if job_id is None:
+            raise TransientBackendError(f"The lease has no running job on {spec.host} yet.")
+        name = f"{self.job_name(holding)}-session-{spec.session_id}"
+        if name in self.cli.steps(job_id):
+            return {"job_id": job_id, "step": name, "address": self.cli.node_address(spec.host)}
+        address = self.cli.node_address(spec.host)
+        script = f"export CARDPOOL_SESSION_IP={address}\n{spec.script}"
+        log = Path(settings.CARDPOOL_SESSIONS["LOG_DIR"]) / f"session-{spec.session_id}.log"
+        self.cli.spawn(
+            "srun",
+            [
+                f"--jobid={job_id}",
+                "--overlap",
+                "--nodes=1",
+                "--ntasks=1",
+                f"--nodelist={spec.host}",
+                f"--job-name={name}",
+                "--input=all",
+                "/bin/bash",
+                "-s",
+            ],
+            as_user=holding.slurm_user,
+            stdin=script,
+            log=log,
+        )
+        return {"job_id": job_id, "step": name, "address": address, "log": str(log)}
+
+    def session_stop(self, holding: Holding, placement: dict) -> None:
+        job_id, step = placement.get("job_id"), placement.get("step")
+        if not job_id or not step:
+            return
+        step_id = self.cli.steps(int(job_id)).get(step)
+        if step_id:
+            self.cli.checked("scancel", [step_id])
 
     # --- helpers -------------------------------------------------------------------------
 

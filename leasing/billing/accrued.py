@@ -10,13 +10,15 @@ same rounding), so the figures do not move when the records are written — only
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Node
-from leasing.billing.prices import PriceBook
-from leasing.billing.usage import Held, usage_pieces
+from leasing.billing.prices import PriceBook, estimate
+from leasing.billing.usage import Held, held, usage_pieces
+from leasing.choices import OPEN_STATES
 from leasing.models import Allocation, Lease, UsageRecord
 from leasing.periods import floor_minute, site_tz
 
@@ -89,3 +91,35 @@ def period_of(piece: UsageRecord, period: str) -> date:
         return piece.month
     day = piece.start_at.astimezone(site_tz()).date()
     return day if period == "day" else day - timedelta(days=day.weekday())
+
+
+def lease_cost(lease: Lease, *, now: datetime) -> dict:
+    """What a lease has cost up to now and will have cost at its booked end, by the bill's own
+    rule (``usage.usage_pieces``: the same pieces, price book and rounding as its records), for
+    the lease page. A lease still waiting for cards has only the estimate (``prices.estimate``)
+    from its estimated start (yuan, as every price)."""
+    rows = held(lease.pk)
+    book_until = max([lease.end_at, *(r[4] for r in rows)])
+    book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=book_until)
+    pieces = usage_pieces(lease, allocations=rows, book=book) if rows else []
+    so_far = sum(
+        (p.cost for p in usage_pieces(lease, allocations=rows, before=floor_minute(now), book=book))
+        if rows
+        else (),
+        Decimal(0),
+    )
+    if pieces:
+        to_end = sum((p.cost for p in pieces), Decimal(0))
+    elif lease.status in OPEN_STATES:
+        start = max(lease.estimated_start or lease.start_at, now)
+        to_end = estimate(
+            card_model=lease.card_model,
+            team_id=lease.team_id,
+            count=lease.count,
+            start=start,
+            end=start + lease.duration,
+            priority=lease.priority,
+        )
+    else:
+        to_end = Decimal(0)  # ended before it held a card
+    return {"so_far": so_far, "to_end": to_end, "estimated": not pieces}

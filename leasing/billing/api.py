@@ -18,10 +18,10 @@ from leasing.billing.forms import FORMATS, ReportForm
 def _teams_label(f: reports.ReportFilter) -> str:
     if f.team_ids is None:
         return _("all")
-    return ", ".join(
+    return ", ".join(  # names, as everywhere a reader sees a team (not slugs)
         reports.Team.objects.filter(pk__in=f.team_ids)
-        .order_by("slug")
-        .values_list("slug", flat=True)
+        .order_by("name")
+        .values_list("name", flat=True)
     )
 
 

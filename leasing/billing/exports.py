@@ -16,18 +16,22 @@ from decimal import Decimal
 from django.http import FileResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from openpyxl import Workbook
 from openpyxl.cell import WriteOnlyCell
 from openpyxl.styles import Font
 
 from leasing.billing import accrued, reports
+from leasing.billing.prices import currency
 from leasing.periods import site_tz
 
 CSV_TYPE = "text/csv; charset=utf-8"
 XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 MONEY = "#,##0.00"
 HOURS = "#,##0.00"
+PRICE = "#,##0.00##"
+DAY = "yyyy-mm-dd"
+MONTH = "yyyy-mm"
+MOMENT = "yyyy-mm-dd hh:mm"
 
 
 class _Echo:
@@ -73,12 +77,22 @@ def csv_response(
     return response
 
 
+def period_heading(period: str) -> str:
+    """The first column's name says what its dates are: a month, a week's Monday, a day."""
+    return {"month": _("Month"), "week": _("Week starting"), "day": _("Day")}[period]
+
+
+def period_text(period: str, value: date) -> str:
+    """A period as the report page writes it: 2026-11 for a month, else the day."""
+    return f"{value:%Y-%m}" if period == "month" else value.isoformat()
+
+
 def _report_header(f: reports.ReportFilter) -> list:
     return [
-        _("Period"),
+        period_heading(f.period),
         str(reports.GROUPS[f.group_by][1]),
         _("Card-hours"),
-        _("Cost"),
+        _("Cost (%(currency)s)") % {"currency": currency()},
         _("Leases"),
         _("Average queue wait (min)"),
         _("Usage"),
@@ -112,12 +126,14 @@ def report_csv(f: reports.ReportFilter, *, detail: bool = False) -> StreamingHtt
     if detail:
         return csv_response(
             report_filename(f, "csv", True),
-            reports.DETAIL_HEADINGS,
+            reports.detail_headings(),
             reports.usage_detail_rows(f),
         )
-    return csv_response(
-        report_filename(f, "csv"), _report_header(f), _report_values(reports.usage_report(f))
+    rows = (
+        [period_text(f.period, values[0]), *values[1:]]
+        for values in _report_values(reports.usage_report(f))
     )
+    return csv_response(report_filename(f, "csv"), _report_header(f), rows)
 
 
 # --- XLSX -------------------------------------------------------------------------------------
@@ -130,6 +146,15 @@ def _styled(ws, value, *, bold: bool = False, number_format: str | None = None):
     if number_format:
         cell.number_format = number_format
     return cell
+
+
+def _dated(ws, value, *, bold: bool = False, month: bool = False):
+    """A cell that is a real date (or moment) in the sheet, shown the way the page shows it."""
+    if isinstance(value, datetime):
+        return _styled(ws, value, bold=bold, number_format=MOMENT)
+    if isinstance(value, date):
+        return _styled(ws, value, bold=bold, number_format=MONTH if month else DAY)
+    return _styled(ws, value, bold=bold)
 
 
 def _xlsx_value(value):
@@ -148,18 +173,18 @@ def _file_response(wb: Workbook, filename: str) -> FileResponse:
     return FileResponse(handle, as_attachment=True, filename=filename, content_type=XLSX_TYPE)
 
 
-def _title_rows(ws, title: str, filters: list[tuple[str, str]], width: int) -> None:
+def _title_rows(ws, title: str, filters: list[tuple[str, object]], width: int) -> None:
     ws.append([_styled(ws, title, bold=True)])
     for name, value in filters:
-        ws.append([_styled(ws, name, bold=True), _xlsx_value(value)])
+        ws.append([_styled(ws, name, bold=True), _dated(ws, value)])
     ws.append([_("Generated"), as_of(timezone.now())])
     ws.append([])
 
 
-def _filters(f: reports.ReportFilter, teams: str, now: datetime) -> list[tuple[str, str]]:
+def _filters(f: reports.ReportFilter, teams: str, now: datetime) -> list[tuple[str, object]]:
     return [
-        (_("From"), f.start.isoformat()),
-        (_("To (inclusive)"), f.end.isoformat()),
+        (_("From"), f.start),
+        (_("To (inclusive)"), f.end),
         (_("Group by"), str(reports.GROUPS[f.group_by][1])),
         (_("Period"), str(reports.PERIODS[f.period])),
         (_("Teams"), teams),
@@ -174,23 +199,23 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
     ws = wb.create_sheet(_("Usage"))
     _title_rows(ws, _("Cardpool usage report"), _filters(f, teams, now), 7)
     if detail:
-        header = [str(h) for h in reports.DETAIL_HEADINGS]
+        header = reports.detail_headings()
         ws.append([_styled(ws, h, bold=True) for h in header])
-        minutes = 0
+        card_hours = Decimal(0)
         cost = Decimal(0)
+        formats = {12: HOURS, 13: PRICE, 14: MONEY}
         for row in reports.usage_detail_rows(f, now=now):
-            minutes += row[12]
+            card_hours += row[12]
             cost += row[14]
-            cells = list(row)
             ws.append(
                 [
-                    _styled(ws, v, number_format=MONEY if i in (13, 14) else None)
-                    for i, v in enumerate(cells)
+                    _dated(ws, v) if i in (9, 10) else _styled(ws, v, number_format=formats.get(i))
+                    for i, v in enumerate(row)
                 ]
             )
         total = [_styled(ws, _("Total"), bold=True)] + [None] * 11
         total += [
-            _styled(ws, minutes, bold=True),
+            _styled(ws, card_hours, bold=True, number_format=HOURS),
             None,
             _styled(ws, cost, bold=True, number_format=MONEY),
         ]
@@ -201,7 +226,7 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
     for values in _report_values(report):
         ws.append(
             [
-                _styled(ws, values[0].isoformat()),
+                _dated(ws, values[0], month=f.period == "month"),
                 _xlsx_value(values[1]),
                 _styled(ws, values[2], number_format=HOURS),
                 _styled(ws, values[3], number_format=MONEY),
@@ -230,20 +255,21 @@ def report_xlsx(f: reports.ReportFilter, *, teams: str, detail: bool = False) ->
     return _file_response(wb, report_filename(f, "xlsx"))
 
 
-# Lazy: a module-level gettext would freeze the language of whoever imported it first.
-STATEMENT_HEADINGS = (
-    gettext_lazy("Lease"),
-    gettext_lazy("User"),
-    gettext_lazy("Card model"),
-    gettext_lazy("Node"),
-    gettext_lazy("Cards"),
-    gettext_lazy("Start"),
-    gettext_lazy("End"),
-    gettext_lazy("Card-hours"),
-    gettext_lazy("Price per card-hour"),
-    gettext_lazy("Cost"),
-    gettext_lazy("Usage"),
-)
+def statement_headings() -> list[str]:
+    money_unit = {"currency": currency()}
+    return [
+        _("Lease"),
+        _("User"),
+        _("Card model"),
+        _("Node"),
+        _("Cards"),
+        _("Start"),
+        _("End"),
+        _("Card-hours"),
+        _("Price per card-hour (%(currency)s)") % money_unit,
+        _("Cost (%(currency)s)") % money_unit,
+        _("Usage"),
+    ]
 
 
 def statement_rows(st: dict) -> Iterator[list]:
@@ -282,6 +308,18 @@ def statement_state(st: dict) -> str:
     }
 
 
+def statement_issue_rows(st: dict) -> list[tuple[str, object]]:
+    """A closed month's statement carries its number and the day it was issued."""
+    issued = st.get("issued")
+    if issued is None:
+        return []
+    return [
+        (_("Statement number"), issued.number),
+        (_("Issued"), timezone.localtime(issued.issued_at).date()),
+        (_("Currency"), currency()),
+    ]
+
+
 def statement_xlsx(st: dict) -> FileResponse:
     team, month, totals = st["team"], st["month"], st["totals"]
     wb = Workbook(write_only=True)
@@ -293,14 +331,16 @@ def statement_xlsx(st: dict) -> FileResponse:
             (_("Team"), team.name),
             (_("Month"), f"{month:%Y-%m}"),
             (_("Status"), statement_state(st)),
+            *statement_issue_rows(st),
         ],
         11,
     )
-    ws.append([_styled(ws, str(h), bold=True) for h in STATEMENT_HEADINGS])
+    ws.append([_styled(ws, h, bold=True) for h in statement_headings()])
+    formats = {7: HOURS, 8: PRICE, 9: MONEY}
     for row in statement_rows(st):
         ws.append(
             [
-                _styled(ws, v, number_format=MONEY if i in (7, 8, 9) else None)
+                _dated(ws, v) if i in (5, 6) else _styled(ws, v, number_format=formats.get(i))
                 for i, v in enumerate(row)
             ]
         )

@@ -1,8 +1,9 @@
 """The one price rule: what a card-hour costs a team at a moment, and how a cost is rounded.
 
 A team's override (``TeamPrice``) wins over the card model's list price (``Price``) in force
-then; with neither, the card model's ``price_per_hour``. A preemptible lease pays the
-discounted price. Bills (``usage``), accrued usage (``accrued``), money budgets and the team
+then; with neither, the card model's ``price_per_hour``. Inside an off-peak window
+(``OffPeakWindow``, by weekday and hour in the site time zone) the price is multiplied by the
+window's factor (the tariff). A preemptible lease pays the discounted price. Bills (``usage``), accrued usage (``accrued``), money budgets and the team
 page's cost (``teams``), the request preview and the advisor's estimates all price through
 ``PriceBook`` (DESIGN invariant 10): nothing else reads ``CardModel.price_per_hour`` to put a
 price on card-time.
@@ -11,7 +12,7 @@ price on card-time.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from types import SimpleNamespace
@@ -21,8 +22,14 @@ from django.core.exceptions import ImproperlyConfigured
 
 from inventory.models import CardModel
 from leasing.choices import Priority
-from leasing.models import Price, TeamPrice
-from leasing.periods import floor_minute
+from leasing.models import OffPeakWindow, Price, TeamPrice
+from leasing.periods import Span, floor_minute, offpeak_cuts, offpeak_factor
+
+
+def currency() -> str:
+    """The site's currency code (``CARDPOOL_CURRENCY``), named wherever money is shown."""
+    return settings.CARDPOOL_CURRENCY
+
 
 CENT = Decimal("0.01")
 PRICE_PLACES = Decimal("0.0001")
@@ -60,6 +67,7 @@ class PriceBook:
     default: Decimal
     list_prices: list[tuple[datetime, Decimal]]  # sorted by effective_from
     team_prices: list[tuple[datetime, Decimal]]
+    offpeak: list[Span] = field(default_factory=list)  # the off-peak windows (tariff)
 
     @classmethod
     def load(cls, *, card_model, team_id: int, until: datetime) -> PriceBook:
@@ -75,6 +83,7 @@ class PriceBook:
             default=card_model.price_per_hour,
             list_prices=rows(Price.objects.filter(card_model=card_model)),
             team_prices=rows(TeamPrice.objects.filter(card_model=card_model, team_id=team_id)),
+            offpeak=OffPeakWindow.spans(),
         )
 
     @classmethod
@@ -99,11 +108,13 @@ class PriceBook:
             .values_list("card_model_id", "team_id", "effective_from", "price_per_hour")
         ):
             team_rows.setdefault((model, team), []).append((floor_minute(at), price))
+        offpeak = OffPeakWindow.spans()
         return {
             (lease.card_model_id, lease.team_id): cls(
                 default=models[lease.card_model_id].price_per_hour,
                 list_prices=list_rows.get(lease.card_model_id, []),
                 team_prices=team_rows.get((lease.card_model_id, lease.team_id), []),
+                offpeak=offpeak,
             )
             for lease in leases
         }
@@ -121,12 +132,26 @@ class PriceBook:
                 return found
         return self.default
 
-    def changes(self) -> list[datetime]:
-        return [at for at, _ in self.list_prices + self.team_prices]
+    def tariff_at(self, t: datetime) -> Decimal | None:
+        """The off-peak factor in force at *t*, or None at peak time."""
+        return offpeak_factor(t, self.offpeak) if self.offpeak else None
+
+    def changes(self, lo: datetime, hi: datetime) -> list[datetime]:
+        """Every moment in (lo, hi) where the price may change: a new list or team price, an
+        off-peak window's start or end."""
+        return sorted(
+            {
+                *(at for at, _ in self.list_prices + self.team_prices if lo < at < hi),
+                *offpeak_cuts(lo, hi, self.offpeak),
+            }
+        )
 
     def price_at(self, t: datetime, discount: Decimal = Decimal(1)) -> Decimal:
-        """The price per card-hour charged at *t*: the price in force × discount, to 4 places."""
-        return (self.list_price_at(t) * discount).quantize(PRICE_PLACES, rounding=ROUND_HALF_UP)
+        """The price per card-hour charged at *t*: the price in force × the off-peak tariff
+        (if any) × discount, to 4 places."""
+        tariff = self.tariff_at(t)
+        factor = discount if tariff is None else tariff * discount
+        return (self.list_price_at(t) * factor).quantize(PRICE_PLACES, rounding=ROUND_HALF_UP)
 
     def cost(
         self, *, count: int, start: datetime, end: datetime, discount: Decimal = Decimal(1)
@@ -135,7 +160,7 @@ class PriceBook:
         budgets add many of these; round the total with ``rounded``)."""
         if end <= start:
             return Decimal(0)
-        cuts = sorted({start, end, *(at for at in self.changes() if start < at < end)})
+        cuts = [start, *self.changes(start, end), end]
         return sum(
             (
                 count * Decimal((b - a).total_seconds()) / HOUR_SECONDS * self.price_at(a, discount)
@@ -187,6 +212,11 @@ class PriceBooks:
         return self.cost(
             card_model_id=card_model.pk, count=count, start=start, end=end, priority=priority
         ).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def tariff_at(t: datetime) -> Decimal | None:
+    """The off-peak factor in force at *t* (site-wide windows), or None at peak time."""
+    return offpeak_factor(t, OffPeakWindow.spans())
 
 
 def estimate(

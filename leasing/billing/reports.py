@@ -20,8 +20,9 @@ from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel, Node, Region, Vendor
 from leasing.billing import accrued
+from leasing.billing.prices import currency
 from leasing.choices import Priority
-from leasing.models import UsageRecord
+from leasing.models import Statement, UsageRecord
 from leasing.periods import local_date, month_of, site_tz
 from portal.models import Department, Membership, Team
 from portal.permissions import is_finance, is_operator
@@ -35,6 +36,7 @@ GROUPS = {
     "vendor": ("vendor", _("Vendor")),
     "region": ("region_id", _("Region")),
     "priority": ("priority", _("Priority")),
+    "tariff": ("off_peak", _("Peak / off-peak")),
 }
 PERIODS = {"day": _("Day"), "week": _("Week"), "month": _("Month")}
 HOUR_MINUTES = Decimal(60)
@@ -97,6 +99,8 @@ def labels(group_by: str, keys) -> dict:
         return {k: str(Vendor(k).label) if k in Vendor.values else k for k in keys}
     if group_by == "priority":
         return {k: str(Priority(k).label) if k in Priority.values else k for k in keys}
+    if group_by == "tariff":
+        return {k: str(_("Off-peak") if k else _("Peak")) for k in keys}
     source = {
         "team": (Team, "name"),
         "department": (Department, "name"),
@@ -227,24 +231,32 @@ def usage_report(f: ReportFilter, *, now: datetime | None = None) -> dict:
     }
 
 
-DETAIL_HEADINGS = (
-    _("Lease"),
-    _("User"),
-    _("Team"),
-    _("Department"),
-    _("Card model"),
-    _("Vendor"),
-    _("Node"),
-    _("Region"),
-    _("Priority"),
-    _("Start"),
-    _("End"),
-    _("Cards"),
-    _("Card-minutes"),
-    _("Price per card-hour"),
-    _("Cost"),
-    _("Usage"),
-)
+def detail_headings() -> list[str]:
+    """The columns of the every-record export, each naming its unit (and the currency)."""
+    money_unit = {"currency": currency()}
+    return [
+        str(h)
+        for h in (
+            _("Lease"),
+            _("User"),
+            _("Team"),
+            _("Department"),
+            _("Card model"),
+            _("Vendor"),
+            _("Node"),
+            _("Region"),
+            _("Priority"),
+            _("Start"),
+            _("End"),
+            _("Cards"),
+            _("Card-hours"),
+            _("Price per card-hour (%(currency)s)") % money_unit,
+            _("Cost (%(currency)s)") % money_unit,
+            _("Usage"),
+        )
+    ]
+
+
 # Columns read per record; the names come from small lookups (no joins on the big scan,
 # which lets PostgreSQL stream it straight off the start_at index).
 _DETAIL_COLUMNS = (
@@ -282,13 +294,15 @@ def usage_detail_rows(
     )
     users = _names(get_user_model(), "username", qs.values("user_id").distinct())
     users |= {p.user_id: p.user.username for p in pieces}
-    teams = _names(Team, "slug")
+    teams = _names(Team, "name")
     departments = _names(Department, "name")
     models = _names(CardModel, "name")
     nodes = _names(Node, "hostname", qs.values("node_id").distinct())
     nodes |= {p.node_id: p.node.hostname for p in pieces}
     regions = _names(Region, "name")
     kinds = {k: str(label) for k, label in accrued.USAGE_LABELS.items()}
+    vendors = {k: str(label) for k, label in Vendor.choices}
+    priorities = {k: str(label) for k, label in Priority.choices}
     rows = qs.order_by("start_at", "lease_id", "node_id").values_list(*_DETAIL_COLUMNS)
     running = ([getattr(p, c) for c in _DETAIL_COLUMNS] for p in pieces)
     for kind, source in (
@@ -296,17 +310,26 @@ def usage_detail_rows(
         (accrued.ACCRUED, running),
     ):
         for row in source:
-            (lease, user, team, dept, model, vendor, node, region, *rest) = row
+            (lease, user, team, dept, model, vendor, node, region, priority, *rest) = row
+            start, end, cards, card_minutes, price, cost = rest
+            # Labels in the reader's language, never raw keys (huawei, normal, a slug); one
+            # unit per column: card-hours, as the summary and the statement.
             yield (
                 lease,
                 users.get(user, user),
                 teams.get(team, team),
                 departments.get(dept, ""),
                 models.get(model, model),
-                vendor,
+                vendors.get(vendor, vendor),
                 nodes.get(node, node),
                 regions.get(region, region),
-                *rest,
+                priorities.get(priority, priority),
+                start,
+                end,
+                cards,
+                hours(card_minutes),
+                price,
+                cost,
                 kinds[kind],
             )
 
@@ -387,6 +410,8 @@ def statement(team: Team, month: date, *, now: datetime | None = None) -> dict:
             for _name, row in sorted(by_model.items())
         ],
         "state": state,
+        # Numbered and dated once the month is closed and issued (billing.statements).
+        "issued": Statement.objects.filter(team=team, month=first).first(),
         "as_of": now,
         "closes_at": until,
     }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
@@ -57,7 +58,7 @@ def _windows(
         if lo < day:
             cuts.add(day)
         day = (day + timedelta(days=1, hours=2)).replace(hour=0)  # safe across DST changes
-    cuts.update(at for at in changes if lo < at < hi)
+    cuts.update(changes)
     ordered = sorted(cuts)
     return list(zip(ordered, ordered[1:], strict=False))
 
@@ -107,7 +108,7 @@ def usage_pieces(
         book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=hi)
     discount = discount_for(lease.priority)
     records = []
-    for w_start, w_end in _windows(lo, hi, book.changes()):
+    for w_start, w_end in _windows(lo, hi, book.changes(lo, hi)):
         by_node: dict[int, _Piece] = {}
         for card, node, region, start, end in allocations:
             s, e = max(start, w_start), min(end, w_end)
@@ -119,6 +120,7 @@ def usage_pieces(
             piece.cards.add(card)
         list_price = book.list_price_at(w_start)
         price = book.price_at(w_start, discount)
+        tariff = book.tariff_at(w_start)
         for node, piece in sorted(by_node.items()):
             records.append(
                 UsageRecord(
@@ -141,6 +143,8 @@ def usage_pieces(
                     discount=discount,
                     price=price,
                     cost=record_cost(piece.card_minutes, price),
+                    off_peak=tariff is not None,
+                    tariff=Decimal(1) if tariff is None else tariff,
                 )
             )
     records.sort(key=lambda r: (r.start_at, r.node_id))

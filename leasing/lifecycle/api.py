@@ -28,6 +28,7 @@ from leasing.lifecycle.serializers import (
     ResizeSerializer,
     ResolveSerializer,
 )
+from leasing.lifecycle.validation import Checkpoint
 from leasing.models import REQUEST_KEY_MAX, Allocation, Lease, LeaseChange
 from leasing.teams import approvals
 from leasing.teams import selectors as team_selectors
@@ -79,6 +80,7 @@ def lease_by_profile(request) -> Lease:
         priority=v["priority"],
         purpose=v.get("purpose"),
         description=v["description"],
+        requirements=dict(v.get("requirements") or {}),
     )
 
 
@@ -98,9 +100,26 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
                 Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
             )
         )
-        if self.action == "list" and self.request.query_params.get("scope") != "all":
+        if self.action == "list" and self.request.query_params.get("scope") not in ("all", "team"):
             leases = leases.filter(user=self.request.user)
         return leases.order_by("-submitted_at", "-pk")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "scope",
+                str,
+                enum=["mine", "team", "all"],
+                description=(
+                    "mine (the default): your own leases. team (or all): every lease you may "
+                    "see — your teams' as a lead, everyone's as finance or an operator; the "
+                    "same as the lease page's 'mine / my teams' switch."
+                ),
+            )
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(
         request=LeaseRequestSerializer,
@@ -145,6 +164,9 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             description=v["description"],
             override_reason=v["override_reason"],
             request_key=key,
+            checkpoint=Checkpoint(**v["checkpoint"]) if v.get("checkpoint") else None,
+            start_policy=v.get("start_policy") or "",
+            environment=v.get("environment"),
         )
         # The service's own lease, not a re-read: its user, team and model are the objects
         # passed in, so the allocations (with card and node) are the one query left.

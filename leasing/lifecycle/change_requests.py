@@ -49,8 +49,7 @@ def change_ask(
                 card_model=card_model
                 if card_model and card_model.pk != lease.card_model_id
                 else None,
-                reason=verdict.reason,
-                breaches=[b.stored() for b in verdict.member_breaches],
+                breaches=[b.stored() for b in verdict.member_breaches],  # worded per reader
                 requested_by=user,
                 requested_at=now,
             )

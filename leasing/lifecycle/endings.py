@@ -10,20 +10,23 @@ unique constraint (sent exactly once), ends go through the compare-and-set trans
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from inventory.selectors import utilization_stats
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
 from leasing.lifecycle.provisioning import backend_change_after_commit
+from leasing.lifecycle.requests import lease_request
+from leasing.lifecycle.validation import Checkpoint
 from leasing.locking import lock_card_models
 from leasing.models import Lease
 from leasing.notify.messages import notice_send
-from leasing.notify.services import notify_holder, warning_record_once
+from leasing.notify.services import warning_record_once
 from leasing.scheduler.preemption import preemption_warn
 from leasing.scheduler.run import release_begin, replan
 from leasing.transitions import event_record
@@ -82,7 +85,10 @@ def warnings_send_due(*, now: datetime | None = None) -> int:
             with transaction.atomic():
                 if not warning_record_once(lease, WarningKind.EXPIRY, offset, now):
                     continue
-                left = max(int((lease.end_at - now).total_seconds() // 60), 0)
+                # The warning's own offset (10 for the 10-minute warning, though the sweep ran
+                # seconds after it); what is left, rounded up, if it went out much later.
+                left = math.ceil((lease.end_at - now) / timedelta(minutes=1))
+                left = offset if abs(left - offset) <= 1 else max(left, 0)
                 notice_send(
                     lease,
                     kind=Kind.LEASE_EXPIRING,
@@ -138,24 +144,18 @@ def idle_check(*, now: datetime | None = None) -> dict:
         with transaction.atomic():
             if warning_record_once(lease, WarningKind.IDLE, 0, now):
                 Lease.objects.filter(pk=lease.pk).update(idle_since=now - window)
-                policy = (
-                    _("It will be reclaimed in %(minutes)s minutes unless the cards get busy.")
-                    % {"minutes": int(grace.total_seconds() // 60)}
-                    if lease.team.idle_reclaim
-                    else _("Release it if you no longer need the cards.")
-                )
-                notify_holder(
+                notice_send(
                     lease,
-                    "idle_warning",
-                    _("Lease %(id)s: cards idle") % {"id": lease.pk},
-                    _(
-                        "The cards stayed under %(pct)s%% utilisation for %(minutes)s minutes. %(policy)s"
-                    )
-                    % {
+                    kind=Kind.IDLE_WARNING,
+                    message="idle",
+                    params={
+                        "id": lease.pk,
                         "pct": lease.team.idle_threshold_pct,
                         "minutes": lease.team.idle_minutes,
-                        "policy": policy,
+                        "grace": int(grace.total_seconds() // 60),
+                        "reclaim": lease.team.idle_reclaim,
                     },
+                    key=f"lease:{lease.pk}:idle_warning",
                 )
                 done["warned"] += 1
                 continue
@@ -234,7 +234,48 @@ def preemptions_due(*, now: datetime | None = None) -> int:
             done += cards_take_back(lease, now=now)
         elif lease_end_now(lease, EndReason.PREEMPTED, now, why="preempted"):
             done += 1
+            if lease.requeue:
+                lease_requeue(lease, now=now)
     return done
+
+
+def lease_requeue(lease: Lease, *, now: datetime) -> Lease | None:
+    """A preempted lease asked to be requeued: a new request with the same profile (model,
+    cards, placement, priority, purpose, checkpoint, start policy) for the time it still had, linked to it
+    (``resumes``). It passes admission like any request; when it is refused (a quota), the
+    holder is told why on the old lease's timeline and nothing is queued."""
+    left = lease.end_at - (lease.ended_at or now)
+    if left < timedelta(minutes=1):
+        return None
+    try:
+        new = lease_request(
+            user=lease.user,
+            team=lease.team,
+            card_model=lease.card_model,
+            count=lease.count,
+            duration=left,
+            priority=lease.priority,
+            purpose=lease.purpose,
+            same_node=lease.same_node,
+            description=lease.description,
+            checkpoint=Checkpoint(
+                lease.checkpoint_signal,
+                lease.checkpoint_command,
+                lease.checkpoint_seconds,
+                requeue=True,
+            ),
+            start_policy=lease.start_policy,
+            resumes=lease,
+            now=now,
+        )
+    except (ValidationError, PermissionDenied) as exc:
+        messages = getattr(exc, "messages", [str(exc)])
+        event_record(lease.pk, kind="requeue_refused", at=now, message="; ".join(messages))
+        logger.info("lease %s: not requeued: %s", lease.pk, messages)
+        return None
+    event_record(lease.pk, kind="resumed_by", at=now, data={"lease": new.pk})
+    event_record(new.pk, kind="resumes", at=now, data={"lease": lease.pk})
+    return new
 
 
 def cards_take_back(lease: Lease, *, now: datetime) -> bool:

@@ -10,9 +10,12 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import CardModel, Precision
-from leasing.choices import Priority, Purpose
-from leasing.models import REQUEST_KEY_MAX
+from inventory.models import CardModel
+from inventory.requirements import REQUIREMENTS, form_field, requirement_errors, stored
+from leasing.advisor.recommend import default_stack
+from leasing.choices import Priority, Purpose, StartPolicy
+from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint, priorities_for
+from leasing.models import REQUEST_KEY_MAX, Environment
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
@@ -29,18 +32,8 @@ class LeaseRequestForm(forms.Form):
         required=False,
         empty_label=_("Any model meeting the requirements below"),
     )
-    min_memory_gb = forms.DecimalField(
-        label=_("Memory per card at least (GB)"),
-        required=False,
-        min_value=0,
-        max_digits=7,
-        decimal_places=1,
-    )
-    precision = forms.ChoiceField(
-        label=_("Must support precision"),
-        required=False,
-        choices=[("", "—"), *Precision.choices],
-    )
+    # The requirements, one field each, from the one declaration (inventory.requirements).
+    locals().update({req.name: form_field(req) for req in REQUIREMENTS})
     count = forms.IntegerField(label=_("Cards"), min_value=1, max_value=MAX_CARDS, initial=1)
     duration = forms.IntegerField(label=_("Duration"), min_value=1, initial=4)
     unit = forms.ChoiceField(
@@ -52,7 +45,12 @@ class LeaseRequestForm(forms.Form):
         label=_("Start"),
         initial="now",
         widget=forms.RadioSelect,
-        choices=[("now", _("As soon as possible")), ("later", _("At a set time (reservation)"))],
+        choices=[
+            ("now", _("As soon as possible")),
+            ("later", _("At a set time (reservation)")),
+            (StartPolicy.NEXT_OFF_PEAK, _("In the next off-peak window (cheaper)")),
+            (StartPolicy.OFF_PEAK_ONLY, _("Only inside an off-peak window (start and end)")),
+        ],
     )
     start_at = forms.DateTimeField(
         label=_("Start at"),
@@ -77,6 +75,25 @@ class LeaseRequestForm(forms.Form):
     description = forms.CharField(
         label=_("What is it for? (optional)"), max_length=200, required=False
     )
+    checkpoint_signal = forms.ChoiceField(
+        label=_("When preempted, send the signal"),
+        required=False,
+        choices=[("", "—"), *((s, f"SIG{s}") for s in CHECKPOINT_SIGNALS)],
+        help_text=_("Your job saves its state when it gets this signal (preemptible leases)."),
+    )
+    checkpoint_seconds = forms.IntegerField(
+        label=_("Saving takes (seconds)"), required=False, min_value=1
+    )
+    requeue = forms.BooleanField(
+        label=_("Requeue when preempted (a new lease resumes the work)"), required=False
+    )
+    environment = forms.ModelChoiceField(
+        label=_("Environment (optional)"),
+        queryset=Environment.objects.filter(active=True).order_by("name"),
+        to_field_name="slug",
+        required=False,
+        empty_label=_("None: the node's own software"),
+    )
     # A fresh key per form shown: a double click or a resubmitted page books once.
     request_key = forms.CharField(
         widget=forms.HiddenInput, required=False, max_length=REQUEST_KEY_MAX
@@ -85,22 +102,25 @@ class LeaseRequestForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.filter(memberships__user=user).order_by("slug")
+        # Only the classes this person may ask for (the service refuses the others).
+        allowed = priorities_for(user)
+        self.fields["priority"].choices = [c for c in Priority.choices if c[0] in allowed]
 
     def clean(self):
         data = super().clean()
-        # Requirements matter only when no model is named (the fields are hidden then).
-        data["requirements"] = {
-            k: data[k]
-            for k in ("min_memory_gb", "precision")
-            if data.get(k) not in (None, "") and not data.get("card_model")
-        }
+        # With a model named, the model requirements must hold for it (the service says
+        # so) and the node requirements choose its cards; without, they choose the model.
+        data["requirements"] = stored({r.name: data.get(r.name) for r in REQUIREMENTS})
+        for name, message in requirement_errors(data["requirements"]).items():
+            self.add_error(name, message)
         if (
             not data.get("card_model")
             and not data["requirements"]
             and "card_model" not in self.errors
         ):
             self.add_error(
-                "card_model", _("Pick a card model, or give the memory or precision it must have.")
+                "card_model",
+                _("Pick a card model, or give what the cards must have (memory, stack…)."),
             )
         if data.get("duration") and data.get("unit") in UNITS:
             minutes = data["duration"] * UNITS[data["unit"]]
@@ -115,6 +135,12 @@ class LeaseRequestForm(forms.Form):
                 self.add_error("start_at", _("Pick the start time of the reservation."))
         else:
             data["start_at"] = None
+        data["start_policy"] = data.get("start") if data.get("start") in StartPolicy.values else ""
+        data["checkpoint"] = Checkpoint(
+            signal=data.get("checkpoint_signal") or "",
+            seconds=data.get("checkpoint_seconds"),
+            requeue=bool(data.get("requeue")),
+        )
         return data
 
 
@@ -161,8 +187,24 @@ def lease_request_initial(request) -> dict:
             continue
         if value is not None:
             initial[name] = value
+    if request.GET.get("start") == "later":  # a slot picked on the calendar or the timeline
+        try:
+            at = LeaseRequestForm.base_fields["start_at"].clean(request.GET.get("start_at"))
+        except ValidationError:
+            at = None
+        if at is not None:
+            initial.update(start="later", start_at=at)
     if request.GET.get("unit") in UNITS:
         initial["unit"] = request.GET["unit"]
     if request.GET.get("purpose") in Purpose.values:
         initial["purpose"] = request.GET["purpose"]
+    if request.GET.get("same_node") == "0":
+        initial["same_node"] = False  # a plan across nodes
+    # The stack the user last leased (or set on their profile), unless the link says.
+    if stack := default_stack(request.user):
+        initial["stack"] = stack
+    for req in REQUIREMENTS:
+        value = request.GET.get(req.name)
+        if value is not None and len(value) <= 60:
+            initial[req.name] = value  # shown as given (empty clears the default)
     return initial

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from inventory.models import Card, Node
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
@@ -24,7 +25,7 @@ from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_with_notice
 from leasing.scheduler import planner
 from leasing.scheduler.run import replan
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.transitions import event_record, notify_after_commit, transition
 from portal.audit import audit
 from portal.permissions import is_operator
@@ -59,6 +60,28 @@ def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = N
         for card_model_id in lock_card_models(set(models)):
             replan(card_model_id, now=now)
         return drain_warnings_send(now=now, node_ids=[node.pk])
+
+
+def node_undrain(*, user, node: Node, now: datetime | None = None) -> None:
+    """An operator takes a node out of draining or maintenance: it takes leases again.
+
+    Leases whose end the drain cut show their booked end again (the cut is read from the
+    node, ``selectors.with_drains``); the queue sees the cards at once.
+    """
+    now = now or timezone.now()
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators undrain nodes."))
+    undrainable = (Node.Status.DRAINING, Node.Status.MAINTENANCE)
+    with transaction.atomic():
+        changed = Node.objects.filter(pk=node.pk, status__in=undrainable).update(
+            status=Node.Status.ACTIVE, drain_at=None
+        )
+        if not changed:
+            raise ValidationError(_("The node is neither draining nor in maintenance."))
+        audit(actor=user, action="node_undrain", target=node.hostname)
+        models = Card.objects.filter(node=node).values_list("card_model_id", flat=True)
+        for card_model_id in lock_card_models(set(models)):
+            replan(card_model_id, now=now)
 
 
 def drain_warnings_send(*, now: datetime | None = None, node_ids: list[int] | None = None) -> int:
@@ -146,6 +169,14 @@ def _requeue_bookings(node: Node, now: datetime) -> None:
                 notify_after_commit(lease_id, Kind.LEASE_QUEUED)
 
 
+# What card_mark_faulty's answer means, for the messages of the node page and the admin.
+FAULTY_OUTCOMES = {
+    "moved": gettext_lazy("its lease moved to a spare card"),
+    "ended": gettext_lazy("its lease ended (no spare card)"),
+    "idle": gettext_lazy("no lease held it"),
+}
+
+
 def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None = None) -> str:
     """Take a card out of service; move its lease to a free card of the same model, or end it.
 
@@ -168,7 +199,11 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
         if holding is None:
             return "idle"
         lease = holding.lease
-        slots = [s for s in card_slots(card.card_model_id, now=now) if s.card_id != card.pk]
+        slots = [
+            s
+            for s in lease_card_slots(card.card_model_id, now=now, requirements=lease.requirements)
+            if s.card_id != card.pk
+        ]
         timeline = timeline_for(card.card_model_id, now=now)
         siblings = {
             a.card_id: a.card

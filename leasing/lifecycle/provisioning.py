@@ -9,6 +9,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from inventory.models import Node
@@ -23,6 +24,7 @@ from leasing.backends import (
 from leasing.billing import usage
 from leasing.choices import (
     ENDING_STATES,
+    RUNNING_STATES,
     EndReason,
     LeaseStatus,
 )
@@ -33,6 +35,7 @@ from leasing.models import (
     BackendCall,
     Lease,
     LeaseEvent,
+    Session,
 )
 from leasing.notify import wording
 from leasing.scheduler.run import (
@@ -134,6 +137,7 @@ def lease_fail(*, lease_id: int, reason: str, now: datetime | None = None) -> bo
             ended_at=now,
         ):
             return False
+        Session.objects.end_for_lease(lease_id, at=now, reason="lease_failed")
         cards_free(lease, now)
         replan(lease.card_model_id, now=now)
         usage.usage_record_after_commit(lease_id)
@@ -148,6 +152,7 @@ def lease_finish_release(
     frm: tuple[str, ...] = (LeaseStatus.RELEASING,),
     actor=None,
     message: str = "",
+    data: dict | None = None,
 ) -> bool:
     """The backend has taken the cards back: releasing (or, *frm* the operator's
     ``lifecycle.releases``, a failed release cleaned up by hand) → ended, with the reason
@@ -173,6 +178,7 @@ def lease_finish_release(
             at=now,
             actor=actor,
             message=message,
+            data=data,
         )
         if ended and release_failed_before:
             # Its cards were held back while the release had failed: they are free only now.
@@ -341,6 +347,56 @@ def _call(lease: Lease, action: str, attempt: int, fn):
         raise
     BackendCall.objects.filter(pk=call.pk).update(finished_at=timezone.now(), ok=True)
     return result
+
+
+def checkpoints_unsent(*, now: datetime, older_than: datetime, batch: int) -> list[int]:
+    """Leases still in their preemption grace that declared a checkpoint, marked before
+    *older_than*, with no checkpoint attempt recorded: their task was lost (the sweep sends
+    it again)."""
+    return list(
+        Lease.objects.filter(status__in=RUNNING_STATES, preempt_at__gt=now)
+        .exclude(checkpoint_signal="", checkpoint_command="")
+        .filter(
+            Exists(
+                LeaseEvent.objects.filter(
+                    lease=OuterRef("pk"), kind="preemption_scheduled", at__lt=older_than
+                )
+            )
+        )
+        .exclude(Exists(BackendCall.objects.filter(lease=OuterRef("pk"), action="checkpoint")))
+        .order_by("preempt_at")
+        .values_list("pk", flat=True)[:batch]
+    )
+
+
+def checkpoint_step(*, lease_id: int, attempt: int = 1) -> bool:
+    """Deliver a preempted lease's checkpoint signal or command through its backend (Slurm:
+    ``scancel --signal``; local: the node's agent picks it up), once its grace has begun; a
+    no-op for a lease that is not running, not marked for preemption or declared nothing.
+    The attempt is a ``BackendCall`` row (action ``checkpoint``) and an event on the
+    timeline; a transient error is raised for the task to retry."""
+    lease = Lease.objects.select_related("card_model", "user").filter(pk=lease_id).first()
+    if (
+        lease is None
+        or lease.status not in RUNNING_STATES
+        or lease.preempt_at is None
+        or not (lease.checkpoint_signal or lease.checkpoint_command)
+    ):
+        return False
+    try:
+        done = _call(
+            lease,
+            "checkpoint",
+            attempt,
+            lambda backend, holding: backend.checkpoint(
+                holding, signal=lease.checkpoint_signal, command=lease.checkpoint_command
+            ),
+        )
+    except PermanentBackendError as exc:
+        event_record(lease_id, kind="checkpoint_failed", at=timezone.now(), message=str(exc)[:500])
+        return False
+    event_record(lease_id, kind="checkpoint_signal", at=timezone.now(), data=done)
+    return True
 
 
 def provision_step(*, lease_id: int, attempt: int = 1) -> bool:

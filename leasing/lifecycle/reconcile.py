@@ -24,7 +24,6 @@ from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from inventory.models import Node
 from leasing.backends import NODE_LABEL
@@ -33,7 +32,6 @@ from leasing.backends.slurm_parse import lease_id_from_job_name
 from leasing.choices import BACKEND_STATES, EndReason, LeaseStatus
 from leasing.lifecycle.endings import lease_end_now
 from leasing.models import Lease
-from leasing.notify.services import notify
 
 logger = logging.getLogger(__name__)
 
@@ -106,24 +104,9 @@ def _end_vanished(lease: Lease, down: set[str], now: datetime) -> bool:
     )
     failed = sorted(hosts & down)
     reason = EndReason.FAILED if failed else EndReason.ADMIN
-    if not lease_end_now(lease, reason, now):
+    why = "slurm_down" if failed else "slurm_cancelled"
+    if not lease_end_now(lease, reason, now, why=why, nodes=", ".join(failed)):
         return False
-    if failed:
-        why = _("node %(nodes)s is down in Slurm") % {"nodes": ", ".join(failed)}
-    else:
-        why = _("its Slurm allocation was cancelled outside Cardpool")
-    notify(
-        user=lease.user,
-        kind="lease_ended",
-        title=_("Lease %(id)s ended: %(why)s") % {"id": lease.pk, "why": why},
-        body=_(
-            "Slurm no longer holds the cards of this lease, so they are back in the pool. "
-            "Ask for new cards if you still need them."
-        ),
-        lease=lease,
-        url=f"/leases/{lease.pk}/",
-        key=f"lease:{lease.pk}:lease_ended",
-    )
     logger.warning("slurm: lease %s ended (%s): %s", lease.pk, reason, why)
     return True
 

@@ -72,7 +72,8 @@ def lease_release_resolve(
             now=now,
             frm=(LeaseStatus.RELEASE_FAILED,),
             actor=user,
-            message=note or _("Released by hand by an operator."),
+            message=note,  # the operator's own words; the fact is worded for each reader
+            data={"by_hand": True},
         ):
             raise ValidationError(_("Someone else resolved this release first."))
     lease.refresh_from_db()

@@ -6,42 +6,50 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.filters import CardModelFilterSet
 from inventory.models import CardModel
+from inventory.requirements import nodes_meeting
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
     LeaseStatus,
     Priority,
     Purpose,
+    StartPolicy,
     queue_rank,
 )
+from leasing.lifecycle.request_steps import (
+    admission,
+    borrow_refusal,
+    clean_requirements,
+    validated_model,
+)
 from leasing.lifecycle.validation import (
+    Checkpoint,
     capacity_errors,
+    checkpoint_validate,
     lease_validate_request,
 )
 from leasing.locking import lock_card_models, lock_team
 from leasing.models import (
     Allocation,
+    Environment,
     Lease,
     LeaseEvent,
 )
-from leasing.scheduler import fastpath
-from leasing.scheduler.availability import card_models_with_counts
-from leasing.scheduler.preview import lease_preview
+from leasing.scheduler import fastpath, shares
+from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
-from leasing.teams.admission import Ask, Verdict, admit
 from leasing.transitions import event_record, hand_over, notify_after_commit
+from leasing.workbench.environments import environment_check
 from portal.models import Team
 from portal.permissions import is_operator
 
@@ -83,82 +91,6 @@ def _replay(*, user, request_key: str, team: Team, card_model, count: int) -> Le
     return lease
 
 
-# What a request by requirements may name: the catalogue's filters, the same FilterSet.
-REQUIREMENT_KEYS = set(CardModelFilterSet.base_filters)
-
-
-def lease_choose_model(
-    *,
-    requirements: dict,
-    count: int,
-    duration: timedelta,
-    start_at: datetime | None = None,
-    same_node: bool = True,
-    priority: str = Priority.NORMAL,
-    now: datetime | None = None,
-) -> CardModel:
-    """The card model meeting *requirements* that would start soonest (then the cheapest).
-
-    *requirements* may hold ``vendor``, ``min_memory_gb``, ``precision`` (the model must list a
-    figure for it) and ``interconnect``.
-    """
-    now = now or timezone.now()
-    unknown = set(requirements) - REQUIREMENT_KEYS
-    if unknown:
-        raise ValidationError(
-            {
-                "requirements": [
-                    _("Unknown requirement(s): %(keys)s; use %(known)s.")
-                    % {
-                        "keys": ", ".join(sorted(unknown)),
-                        "known": ", ".join(sorted(REQUIREMENT_KEYS)),
-                    }
-                ]
-            }
-        )
-    meeting = CardModelFilterSet(
-        {key: value for key, value in requirements.items() if value not in (None, "")},
-        queryset=card_models_with_counts(now),
-    )
-    if not meeting.is_valid():
-        problems = "; ".join(
-            f"{key}: {' '.join(str(m).rstrip('.') for m in messages)}"
-            for key, messages in meeting.errors.items()
-        )
-        raise ValidationError(
-            {"requirements": [_("Bad requirement: %(error)s.") % {"error": problems}]}
-        )
-    candidates = list(meeting.qs.filter(total__gte=count))
-    best: tuple | None = None
-    for model in candidates:
-        start = lease_preview(
-            card_model=model,
-            count=count,
-            duration=duration,
-            start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            now=now,
-        )
-        if start is None:
-            continue
-        key = (start, model.price_per_hour, -model.memory_gb, model.pk)
-        if best is None or key < best[0]:
-            best = (key, model)
-    if best is None:
-        raise ValidationError(
-            {
-                "requirements": [
-                    _(
-                        "No card model in the pool meets these requirements for %(count)s card(s); loosen them or ask for fewer."
-                    )
-                    % {"count": count}
-                ]
-            }
-        )
-    return best[1]
-
-
 def lease_request(
     *,
     user,
@@ -174,10 +106,19 @@ def lease_request(
     description: str = "",
     override_reason: str = "",
     request_key: str = "",
+    checkpoint: Checkpoint | None = None,
+    start_policy: str = StartPolicy.AS_ASKED,
+    resumes: Lease | None = None,
+    environment: Environment | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for *count* cards of *card_model* (or of the best model meeting *requirements*)
     for *duration*, now or from *start_at*.
+
+    A *checkpoint* says how the job saves its state when preempted (a signal or a command,
+    the seconds it needs) and whether a new lease should resume it (``requeue``); *resumes*
+    links such a new lease to the preempted one. A *start_policy* asks for the next off-peak
+    window (or only off-peak time): the start moves to it (``scheduler.offpeak``).
 
     Admission and placement happen in this transaction: the lease comes back
     ``provisioning`` (cards held, a worker hands them over), ``scheduled`` (an advance
@@ -195,53 +136,27 @@ def lease_request(
         if previous is not None:
             return previous
     start = start_at if start_at is not None and start_at > now else now
-    requirements = {
-        k: float(v) if isinstance(v, Decimal) else v
-        for k, v in (requirements or {}).items()
-        if v not in (None, "")
-    }
-    if card_model is None:
-        if not requirements:
-            raise ValidationError(
-                {"card_model": [_("Name a card model, or give requirements a model must meet.")]}
-            )
-        # Who may ask, and for what shape, before looking for a model.
-        lease_validate_request(
-            user=user,
-            team=team,
-            card_model=None,
-            count=count,
-            duration=duration,
-            start_at=start_at or now,
-            priority=priority,
-            purpose=purpose,
-            same_node=same_node,
-            now=now,
-        )
-        card_model = lease_choose_model(
-            requirements=requirements,
-            count=count,
-            duration=duration,
-            start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            now=now,
-        )
-    lease_validate_request(
+    checkpoint = checkpoint_validate(checkpoint)
+    if start_policy:
+        start = offpeak_start_for(start_policy, start=start, duration=duration)
+        start_at = start
+    requirements = clean_requirements(requirements)
+    card_model = validated_model(
         user=user,
         team=team,
         card_model=card_model,
+        requirements=requirements,
         count=count,
         duration=duration,
-        start_at=start_at or now,
+        start_at=start_at,
         priority=priority,
         purpose=purpose,
         same_node=same_node,
         now=now,
-        check_capacity=False,  # below, unless the request is placed at once
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
+    environment_check(environment, card_model)
     with transaction.atomic():
         # The team lock serializes quota checks; a team without rules for this request has
         # nothing to check, so its members' requests do not queue behind each other.
@@ -252,28 +167,32 @@ def lease_request(
         # Nobody waits for the model and the request is for now: place it in SQL, written as
         # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
         placed = None
+        nodes = nodes_meeting(requirements)
         if start == now and fastpath.queue_is_empty(card_model.pk):
-            placed = fastpath.place_now(card_model.pk, count=count, start=now, end=now + duration)
+            placed = fastpath.place_now(
+                card_model.pk, count=count, start=now, end=now + duration, nodes=nodes
+            )
         if not placed and (
-            errors := capacity_errors({}, card_model=card_model, count=count, same_node=same_node)
+            errors := capacity_errors(
+                {},
+                card_model=card_model,
+                count=count,
+                same_node=same_node,
+                nodes=nodes,
+                requirements=requirements,
+            )
         ):
             raise ValidationError(errors)
-        verdict = (
-            admit(
-                Ask(
-                    team=team,
-                    user=user,
-                    card_model=card_model,
-                    count=count,
-                    start=start,
-                    end=start + duration,
-                    length=duration,
-                    priority=priority,
-                ),
-                override_reason=override_reason,
-            )
-            if has_rules
-            else Verdict()
+        verdict = admission(
+            user=user,
+            team=team,
+            card_model=card_model,
+            count=count,
+            start=start,
+            duration=duration,
+            priority=priority,
+            has_rules=has_rules,
+            override_reason=override_reason,
         )
         if verdict.status != LeaseStatus.QUEUED:
             placed = None  # waits for the lead's approval first
@@ -295,9 +214,23 @@ def lease_request(
             description=description,
             submitted_at=now,
             borrowed=verdict.borrowed,
-            approval_reason=verdict.reason,
-            approval_breaches=[b.stored() for b in verdict.member_breaches],
+            lent=bool(placed)
+            and shares.lent_after_placement(
+                team_id=team.pk,
+                card_model_id=card_model.pk,
+                now=now,
+                placing=len(placed),
+                family=card_model.family,
+            ),
+            approval_breaches=[b.stored() for b in verdict.member_breaches],  # worded per reader
             request_key=request_key,
+            checkpoint_signal=checkpoint.signal if checkpoint else "",
+            checkpoint_command=checkpoint.command if checkpoint else "",
+            checkpoint_seconds=checkpoint.seconds if checkpoint else None,
+            requeue=bool(checkpoint and checkpoint.requeue),
+            resumes=resumes,
+            start_policy=start_policy,
+            environment=environment,
         )
         if request_key:
             # Two copies of one request at the same moment: the second waits on the unique
@@ -336,7 +269,7 @@ def lease_request(
                     at=now,
                     actor=user,
                     message=override_reason,
-                    data={"breaches": [b.message for b in verdict.overridden]},
+                    data={"breaches": [b.stored() for b in verdict.overridden]},
                 )
             )
         if placed:
@@ -358,7 +291,13 @@ def lease_request(
             )
             hand_over([lease.pk])
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
-            event_record(lease.pk, kind="needs_approval", at=now, message=lease.approval_reason)
+            # The limits as parameters, worded for whoever reads the timeline.
+            event_record(
+                lease.pk,
+                kind="needs_approval",
+                at=now,
+                data={"breaches": lease.approval_breaches},
+            )
             notify_after_commit(lease.pk, "approval_requested")
         else:
             replan(card_model.pk, now=now, joined=lease.pk)
@@ -367,17 +306,7 @@ def lease_request(
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()
             ):
                 # Borrowing is for idle cards only: a borrowed lease never waits in the queue.
-                raise ValidationError(
-                    {
-                        "priority": [
-                            _(
-                                "Your team's concurrent quota is used up and no idle %(model)s cards are free now to "
-                                "borrow; try again later or ask for fewer cards."
-                            )
-                            % {"model": card_model.name}
-                        ]
-                    }
-                )
+                raise ValidationError(borrow_refusal(card_model))
         if has_rules and verdict.status != LeaseStatus.PENDING_APPROVAL:
             transaction.on_commit(
                 lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
@@ -409,12 +338,15 @@ def lease_request_by_profile(
     priority: str = Priority.NORMAL,
     purpose: str | None = None,
     description: str = "",
+    requirements: dict | None = None,
     now: datetime | None = None,
 ) -> Lease:
     """Ask for cards by task: the top-ranked option's model and count, through lease_request.
 
-    The lease is placed or queued like any other; its description names the task when the
-    user gave none. Raises ValidationError (on ``profile``) when no option fits.
+    The lease is placed or queued like any other, with the *requirements* (stack, region…)
+    and, for a plan across nodes, the network of the plan's nodes; its description names
+    the task when the user gave none. Raises ValidationError (on ``profile``) when no option
+    fits.
     """
     now = now or timezone.now()
     purpose = purpose or PURPOSE_FOR_TASK[Task(profile.task)]
@@ -439,6 +371,7 @@ def lease_request_by_profile(
         now=now,
         limit=1,
         team_id=team.pk,
+        requirements=requirements,
     )
     if not rec.options:
         raise ValidationError({"profile": [rec.message]})
@@ -447,12 +380,13 @@ def lease_request_by_profile(
         user=user,
         team=team,
         card_model=top.card_model,
+        requirements=rec.lease_requirements(top),
         count=top.count,
         duration=duration,
         start_at=start_at,
         priority=priority,
         purpose=purpose,
-        same_node=True,
+        same_node=not top.across_nodes,
         description=description or profile.summary()[:200],
         now=now,
     )

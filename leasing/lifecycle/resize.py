@@ -25,7 +25,7 @@ from leasing.models import Allocation, Lease
 from leasing.scheduler import planner
 from leasing.scheduler.preview import waiting_delayed
 from leasing.scheduler.run import replan
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, admit
 from leasing.teams.approvals import may_decide
@@ -178,7 +178,7 @@ def _resize_in_place(lease: Lease, count: int, now: datetime, user, approved: bo
             )
             return lease
         nodes = {a.card.node_id for a in held}
-        slots = card_slots(lease.card_model_id, now=now)
+        slots = lease_card_slots(lease.card_model_id, now=now, requirements=lease.requirements)
         timeline = timeline_for(lease.card_model_id, now=now)
         near = [s for s in slots if s.node_id in nodes]
         chosen = planner.place(near, timeline, extra, now, lease.end_at, same_node=True)
@@ -225,7 +225,7 @@ def _move(lease: Lease, target: CardModel, count: int, now: datetime, user, appr
         )
         return lease
     chosen = planner.place(
-        card_slots(target.pk, now=now),
+        lease_card_slots(target.pk, now=now, requirements=lease.requirements),
         timeline_for(target.pk, now=now),
         count,
         now,

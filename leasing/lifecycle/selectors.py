@@ -11,6 +11,7 @@ from django.utils import timezone
 from inventory.models import Card, CardModel, Node
 from leasing.choices import (
     ENDING_STATES,
+    HOLDING_STATES,
     OPEN_STATES,
     RUNNING_STATES,
     TERMINAL_STATES,
@@ -141,7 +142,7 @@ def with_truth(leases) -> list[Lease]:
 
 def leases_visible_to(user) -> QuerySet[Lease]:
     """A member sees their own leases; a lead their team's; finance and operators all."""
-    leases = with_drains(Lease.objects.select_related("card_model", "team", "user"))
+    leases = with_drains(Lease.objects.select_related("card_model", "team", "user", "environment"))
     if is_operator(user) or is_finance(user):
         return leases
     led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
@@ -177,6 +178,16 @@ def changes_visible_to(user) -> QuerySet[LeaseChange]:
     return changes.filter(Q(lease__user=user) | Q(lease__team_id__in=led))
 
 
+def latest_card_model_id(user) -> int | None:
+    """The card model of the user's most recent lease (the calendar's and timeline's default)."""
+    return (
+        Lease.objects.filter(user=user)
+        .order_by("-submitted_at", "-pk")
+        .values_list("card_model_id", flat=True)
+        .first()
+    )
+
+
 def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:
     """The user's own leases, newest first, with their cards."""
     leases = (
@@ -192,6 +203,38 @@ def my_leases(user, *, open_only: bool = False) -> QuerySet[Lease]:
     if open_only:
         leases = leases.filter(status__in=OPEN_STATES)
     return leases
+
+
+LIST_SCOPES = ("mine", "team")
+
+
+def list_scopes(user) -> tuple[str, ...]:
+    """The lease list's switch: "mine" for everyone; "team" (every lease the user may see:
+    their teams' as a lead, all as finance or an operator) where that is more."""
+    if is_operator(user) or is_finance(user):
+        return LIST_SCOPES
+    if Membership.objects.filter(user=user, role=Membership.Role.LEAD).exists():
+        return LIST_SCOPES
+    return ("mine",)
+
+
+def leases_in_scope(user, scope: str) -> QuerySet[Lease]:
+    """The lease list for *scope* ("mine" or "team"), newest first, with their cards."""
+    if scope == "team" and scope in list_scopes(user):
+        return (
+            leases_visible_to(user)
+            .select_related("user")
+            .prefetch_related(
+                Prefetch(
+                    "allocations",
+                    queryset=Allocation.objects.select_related("card__node").order_by(
+                        "card__index"
+                    ),
+                )
+            )
+            .order_by("-submitted_at", "-pk")
+        )
+    return my_leases(user)
 
 
 def lease_detail(lease_id: int, user) -> Lease | None:
@@ -269,3 +312,19 @@ def availability_calendar(
         "usable": len(cards),
         "slots": slots,
     }
+
+
+def card_holders(node_id: int, now: datetime) -> dict[int, Lease]:
+    """The lease holding each card of a node now (card id → lease with user and team): the
+    node page's "who holds which card". One query."""
+    held = (
+        Allocation.objects.filter(
+            card__node_id=node_id,
+            start_at__lte=now,
+            end_at__gt=now,
+            lease__status__in=HOLDING_STATES,
+        )
+        .select_related("lease__user", "lease__team")
+        .order_by("card_id", "start_at")
+    )
+    return {a.card_id: a.lease for a in held}

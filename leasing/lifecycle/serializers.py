@@ -7,11 +7,12 @@ from datetime import datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.models import CardModel, InterconnectKind, Precision, Vendor
-from leasing.choices import Priority, Purpose
+from inventory.models import CardModel
+from inventory.serializers import RequirementsSerializer
+from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
-from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
+from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
@@ -69,10 +70,44 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
         return breaches_text(change.breaches) or change.reason
 
 
+class CheckpointSerializer(StrictSerializer):
+    """How a preemptible job saves its state when preempted (a signal and/or a command on its
+    node, the seconds saving takes) and whether a new lease resumes it."""
+
+    signal = serializers.CharField(
+        max_length=10,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Sent to the job's processes when it is preempted: USR1, USR2, TERM, INT, HUP, QUIT or CONT.",
+    )
+    command = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Run on the lease's node(s) when it is preempted (Slurm: as you, in the job).",
+    )
+    seconds = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="How long saving takes; the preemption grace is at least this long.",
+    )
+    requeue = serializers.BooleanField(
+        default=False,
+        help_text="When preempted, queue a new lease with the same profile, linked by `resumes`.",
+    )
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.CharField(source="user.username", read_only=True)
+    environment = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="The lease's environment (null: none)."
+    )
     duration_minutes = serializers.SerializerMethodField()
     # The cards it holds now (or held last), not those swapped out or dropped before.
     allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
@@ -95,6 +130,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     waiting_reason = serializers.SerializerMethodField(
         help_text="Why a queued lease cannot start as asked, and what you can do (null: it can)."
     )
+    checkpoint = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
@@ -114,6 +150,7 @@ class LeaseSerializer(serializers.ModelSerializer):
             "purpose",
             "same_node",
             "description",
+            "environment",
             "submitted_at",
             "activated_at",
             "ended_at",
@@ -127,8 +164,25 @@ class LeaseSerializer(serializers.ModelSerializer):
             "ends_early",
             "cards_taken_back",
             "waiting_reason",
+            "start_policy",
+            "lent",
+            "checkpoint",
+            "resumes",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(CheckpointSerializer(allow_null=True))
+    def get_checkpoint(self, lease: Lease) -> dict | None:
+        """How the job saves its state when preempted, and whether it is requeued (null: not
+        declared)."""
+        if not (lease.checkpoint_signal or lease.checkpoint_command):
+            return None
+        return {
+            "signal": lease.checkpoint_signal,
+            "command": lease.checkpoint_command,
+            "seconds": lease.checkpoint_seconds,
+            "requeue": lease.requeue,
+        }
 
     def _truth(self, lease: Lease) -> LeaseTruth:
         truth = getattr(lease, "truth", None)
@@ -179,17 +233,6 @@ class LeaseSerializer(serializers.ModelSerializer):
         return LeaseChangeSerializer(change).data if change else None
 
 
-class RequirementsSerializer(StrictSerializer):
-    """Ask for any card model meeting these, instead of naming one."""
-
-    vendor = serializers.ChoiceField(choices=Vendor.choices, required=False)
-    min_memory_gb = serializers.DecimalField(
-        max_digits=7, decimal_places=1, min_value=0, required=False
-    )
-    precision = serializers.ChoiceField(choices=Precision.choices, required=False)
-    interconnect = serializers.ChoiceField(choices=InterconnectKind.choices, required=False)
-
-
 class LeaseRequestSerializer(StrictSerializer):
     card_model = serializers.SlugRelatedField(
         required=False,
@@ -216,6 +259,26 @@ class LeaseRequestSerializer(StrictSerializer):
     )
 
     requirements = RequirementsSerializer(required=False)
+    checkpoint = CheckpointSerializer(required=False)
+    start_policy = serializers.ChoiceField(
+        choices=StartPolicy.choices,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text=(
+            "next_off_peak: start in the next off-peak window (from start_at, or now); "
+            "off_peak_only: start and end inside off-peak time."
+        ),
+    )
+    environment = serializers.SlugRelatedField(
+        required=False,
+        allow_null=True,
+        slug_field="slug",
+        queryset=Environment.objects.filter(active=True),
+        error_messages={
+            "does_not_exist": "Unknown environment “{value}”; see GET /api/v1/environments/."
+        },
+    )
     override_reason = serializers.CharField(
         max_length=500,
         required=False,
@@ -225,11 +288,9 @@ class LeaseRequestSerializer(StrictSerializer):
     )
 
     def validate(self, attrs):
-        if bool(attrs.get("card_model")) == bool(attrs.get("requirements")):
+        if not attrs.get("card_model") and not attrs.get("requirements"):
             raise serializers.ValidationError(
-                {
-                    "card_model": "Give either card_model (a slug) or requirements, not both and not neither."
-                }
+                {"card_model": "Give card_model (a slug), requirements, or both."}
             )
         return attrs
 

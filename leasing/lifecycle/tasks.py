@@ -18,10 +18,18 @@ from django.utils import timezone
 from leasing.backends import PermanentBackendError, TransientBackendError, get_backend
 from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.enqueue import enqueue
-from leasing.lifecycle import change_decisions, endings, maintenance, provisioning, reconcile
+from leasing.lifecycle import (
+    change_decisions,
+    endings,
+    maintenance,
+    provisioning,
+    reconcile,
+    session_steps,
+)
 from leasing.models import Lease
 from leasing.notify import wording
 from leasing.scheduler.run import queue_advance
+from leasing.workbench import workspace
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +54,18 @@ def provision_lease(self, lease_id: int) -> None:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
     except PermanentBackendError as exc:
         provisioning.lease_fail(lease_id=lease_id, reason=str(exc))
+
+
+@shared_task(name="leasing.tasks.checkpoint_lease", bind=True, max_retries=3, acks_late=True)
+def checkpoint_lease(self, lease_id: int) -> None:
+    """A lease marked for preemption declared a checkpoint: deliver it through its backend."""
+    try:
+        provisioning.checkpoint_step(lease_id=lease_id, attempt=self.request.retries + 1)
+    except TransientBackendError as exc:
+        if self.request.retries >= self.max_retries:
+            logger.warning("lease %s: checkpoint not delivered: %s", lease_id, exc)
+            return
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
 
 @shared_task(name="leasing.tasks.provision_batch", acks_late=True)
@@ -167,6 +187,10 @@ def sweep() -> dict:
     for lease_id in provisioning.changes_pending(older_than=stale, batch=BATCH):
         enqueue("leasing.tasks.change_lease", lease_id)
         done["rechanged"] += 1
+    done["recheckpointed"] = 0
+    for lease_id in provisioning.checkpoints_unsent(now=now, older_than=stale, batch=BATCH):
+        enqueue("leasing.tasks.checkpoint_lease", lease_id)
+        done["recheckpointed"] += 1
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)
@@ -223,3 +247,42 @@ def extend_lease_backend(self, lease_id: int) -> int:
         return extend(holding)
     except TransientBackendError as exc:
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
+
+
+# --- sessions and workspaces (leasing.workbench, lifecycle.session_steps) ----------------
+
+
+@shared_task(name="leasing.tasks.session_start", bind=True, max_retries=5, acks_late=True)
+def session_start(self, session_id: int) -> None:
+    """Start a session's program through the lease's backend, then probe it until it answers."""
+    try:
+        outcome = session_steps.session_start_step(session_id=session_id)
+    except TransientBackendError as exc:
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    if outcome == "check":
+        enqueue("leasing.tasks.session_check", session_id, countdown=1)
+
+
+@shared_task(name="leasing.tasks.session_check", acks_late=True)
+def session_check(session_id: int) -> None:
+    """Probe a started session once; again a second later until it answers or times out."""
+    if session_steps.session_check_step(session_id=session_id) is None:
+        enqueue("leasing.tasks.session_check", session_id, countdown=1)
+
+
+@shared_task(name="leasing.tasks.session_stop", bind=True, max_retries=5, acks_late=True)
+def session_stop(self, session_id: int) -> None:
+    try:
+        session_steps.session_stop_step(session_id=session_id)
+    except TransientBackendError as exc:
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
+@shared_task(name="leasing.tasks.sessions_sweep")
+def sessions_sweep() -> dict:
+    return session_steps.sessions_sweep()
+
+
+@shared_task(name="leasing.tasks.workspaces_measure")
+def workspaces_measure() -> dict:
+    return workspace.workspaces_measure()

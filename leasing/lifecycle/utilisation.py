@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from inventory.charts import readings_charts
 from inventory.models import Card
 from inventory.selectors import DEFAULT_MAX_GAP, card_series, utilization_stats
 from leasing.choices import LeaseStatus
@@ -72,7 +73,7 @@ def lease_utilisation_context(lease: Lease, *, now: datetime | None = None) -> d
     now = now or timezone.now()
     until = min(now, lease.ended_at or lease.end_at)
     since = max(lease.activated_at or lease.start_at, until - timedelta(hours=CHART_HOURS))
-    context: dict = {"chart": "", "stats": None, "since": since, "live": False}
+    context: dict = {"chart": "", "stats": None, "since": since, "live": False, "readings": []}
     if since >= until:
         return context
     context["live"] = lease.status == LeaseStatus.ACTIVE
@@ -80,4 +81,6 @@ def lease_utilisation_context(lease: Lease, *, now: datetime | None = None) -> d
     if any(card["points"] for card in series):
         context["chart"] = utilisation_chart(series, since, until)
         context["stats"] = lease_utilization_stats(lease, since=since, until=until)
+    # Temperature, power and memory beside it: a hot or throttling card explains a slow job.
+    context["readings"] = readings_charts(lease_card_windows(lease, since, until), since, until)
     return context

@@ -4,6 +4,7 @@ the pool could ever hold it. Every path that asks for cards checks this first.""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -12,6 +13,7 @@ from django.db.models import Count, Max, Sum
 from django.utils.translation import gettext as _
 
 from inventory.models import Card, CardModel
+from inventory.requirements import NODE_KEYS, nodes_meeting
 from leasing.choices import (
     Priority,
     Purpose,
@@ -26,16 +28,31 @@ logger = logging.getLogger(__name__)
 START_NOW_TOLERANCE = timedelta(seconds=60)
 
 
-def pool_capacity(card_model: CardModel) -> tuple[int, int]:
-    """Cards of the model in service (not retired), and the most on any one node."""
-    per_node = (
-        Card.objects.in_service()
-        .filter(card_model=card_model)
-        .values("node_id")
-        .annotate(n=Count("pk"))
-    )
+def pool_capacity(card_model: CardModel, nodes: frozenset[int] | None = None) -> tuple[int, int]:
+    """Cards of the model in service (not retired), and the most on any one node (of
+    *nodes* only, when given)."""
+    cards = Card.objects.in_service().filter(card_model=card_model)
+    if nodes is not None:
+        cards = cards.filter(node_id__in=sorted(nodes))
+    per_node = cards.values("node_id").annotate(n=Count("pk"))
     agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
     return agg["total"] or 0, agg["most"] or 0
+
+
+def priorities_for(user, *, membership: Membership | None = None, team: Team | None = None):
+    """The priority classes *user* may ask for, for *team* (its membership if known; with
+    neither, in any of their teams): critical for operators, high for leads too. The request
+    form offers only these; ``lease_validate_request`` refuses the others."""
+    if is_operator(user):
+        return list(Priority.values)
+    if membership is not None:
+        is_lead = membership.role == Membership.Role.LEAD
+    else:
+        memberships = Membership.objects.filter(user=user, role=Membership.Role.LEAD)
+        is_lead = (memberships.filter(team=team) if team else memberships).exists()
+    return [
+        p for p in Priority.values if p != Priority.CRITICAL and (is_lead or p != Priority.HIGH)
+    ]
 
 
 def lease_validate_request(
@@ -51,11 +68,12 @@ def lease_validate_request(
     same_node: bool,
     now: datetime,
     check_capacity: bool = True,
+    requirements: dict | None = None,
 ) -> None:
     """Raise ValidationError (or PermissionDenied) with a message a person can act on.
 
     ``check_capacity=False`` leaves out whether the pool could ever hold the request (a
-    query over the model's cards): ``lease_request`` asks that only when the request is not
+    query over the model's cards, on the nodes its *requirements* allow): ``lease_request`` asks that only when the request is not
     placed at once, since cards that were just found free answer it already.
     """
     membership = Membership.objects.filter(user=user, team=team).first()
@@ -91,29 +109,60 @@ def lease_validate_request(
             _("Unknown priority; choose one of: %(choices)s.")
             % {"choices": ", ".join(Priority.values)}
         )
-    elif priority in (Priority.CRITICAL, Priority.HIGH):
-        is_lead = membership is not None and membership.role == Membership.Role.LEAD
-        if priority == Priority.CRITICAL and not is_operator(user):
+    elif priority not in priorities_for(user, membership=membership):
+        if priority == Priority.CRITICAL:
             raise PermissionDenied(_("Only operators may ask for critical priority."))
-        if priority == Priority.HIGH and not (is_lead or is_operator(user)):
-            raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
+        raise PermissionDenied(_("Only team leads and operators may ask for high priority."))
     if purpose not in Purpose.values:
         errors.setdefault("purpose", []).append(
             _("Unknown purpose; choose one of: %(choices)s.")
             % {"choices": ", ".join(Purpose.values)}
         )
     if count >= 1 and card_model is not None and check_capacity:
-        capacity_errors(errors, card_model=card_model, count=count, same_node=same_node)
+        capacity_errors(
+            errors,
+            card_model=card_model,
+            count=count,
+            same_node=same_node,
+            nodes=nodes_meeting(requirements),
+            requirements=requirements,
+        )
     if errors:
         raise ValidationError(errors)
 
 
 def capacity_errors(
-    errors: dict[str, list[str]], *, card_model: CardModel, count: int, same_node: bool
+    errors: dict[str, list[str]],
+    *,
+    card_model: CardModel,
+    count: int,
+    same_node: bool,
+    nodes: frozenset[int] | None = None,
+    requirements: dict | None = None,
 ) -> dict[str, list[str]]:
-    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*."""
-    total, most_on_node = pool_capacity(card_model)
-    if total == 0:
+    """Add why the pool can never hold *count* cards of the model (in this shape) to *errors*.
+
+    *nodes*: the nodes the request's *requirements* allow (region, network, stack version).
+    """
+    total, most_on_node = pool_capacity(card_model, nodes)
+    if nodes is not None and total < count:
+        wanted = ", ".join(
+            f"{k}={v}" for k, v in sorted((requirements or {}).items()) if k in NODE_KEYS
+        )
+        errors.setdefault("requirements", []).append(
+            _(
+                "Only %(total)s %(model)s cards are on nodes meeting %(wanted)s; ask for "
+                "%(total)s or fewer, or loosen the requirements."
+            )
+            % {"total": total, "model": card_model.name, "wanted": wanted}
+            if total
+            else _(
+                "No %(model)s cards are on nodes meeting %(wanted)s; choose another region, "
+                "network or stack version, or another card model."
+            )
+            % {"model": card_model.name, "wanted": wanted}
+        )
+    elif total == 0:
         errors.setdefault("card_model", []).append(
             _("The pool has no %(model)s cards yet; choose another card model.")
             % {"model": card_model.name}
@@ -132,3 +181,48 @@ def capacity_errors(
             % {"count": count, "model": card_model.name, "most": most_on_node}
         )
     return errors
+
+
+# --- checkpoints and off-peak starts --------------------------------------------------------
+
+# Signals a job may ask for when preempted: the ones jobs trap to save their state.
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "CONT")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """How a preemptible job saves its state when preempted: a *signal* (a name such as
+    ``USR1``) and/or a *command* run on its node, the *seconds* saving takes (the grace is at
+    least this long), and whether a new lease resumes it (*requeue*)."""
+
+    signal: str = ""
+    command: str = ""
+    seconds: int | None = None
+    requeue: bool = False
+
+
+def checkpoint_validate(checkpoint: Checkpoint | None) -> Checkpoint | None:
+    """The checkpoint as stored (signal upper case, no ``SIG`` prefix), or a ValidationError
+    naming the field. None or an empty one: nothing declared."""
+    if checkpoint is None or checkpoint == Checkpoint():
+        return None
+    signal = checkpoint.signal.strip().upper().removeprefix("SIG")
+    command = checkpoint.command.strip()
+    errors: dict[str, list[str]] = {}
+    if signal and signal not in CHECKPOINT_SIGNALS:
+        errors["checkpoint_signal"] = [
+            _("Unknown signal %(signal)s; use one of %(known)s.")
+            % {"signal": checkpoint.signal, "known": ", ".join(CHECKPOINT_SIGNALS)}
+        ]
+    if "\x00" in command or len(command) > 500:
+        errors["checkpoint_command"] = [_("The command must be at most 500 characters.")]
+    most = settings.CARDPOOL["CHECKPOINT_MAX_SECONDS"]
+    if checkpoint.seconds is not None and not 0 < checkpoint.seconds <= most:
+        errors["checkpoint_seconds"] = [
+            _("Checkpoint time must be between 1 and %(most)s seconds.") % {"most": most}
+        ]
+    if (checkpoint.seconds or checkpoint.requeue) and not (signal or command):
+        errors["checkpoint_signal"] = [_("Say how the job saves its state: a signal or a command.")]
+    if errors:
+        raise ValidationError(errors)
+    return Checkpoint(signal, command, checkpoint.seconds, checkpoint.requeue)

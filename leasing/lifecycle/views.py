@@ -1,4 +1,5 @@
-"""Browser pages for leases: request (with a live preview), my leases, one lease, the calendar."""
+"""Browser pages for leases: request (with a live preview), my leases, one lease, the calendar
+and the pool timeline."""
 
 from __future__ import annotations
 
@@ -13,30 +14,33 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from inventory.models import CardModel
-from leasing.billing import prices
+from inventory.models import CardModel, StackFamily
+from leasing.advisor.recommend import default_stack
+from leasing.billing import accrued, prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
     change_decisions,
     changes,
+    pool_timeline,
     releases,
+    request_steps,
     requests,
     resize,
     selectors,
     utilisation,
-    validation,
 )
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
-from leasing.scheduler import preview
+from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
+from leasing.workbench.selectors import lease_workbench
 from portal.input import local_next
-from portal.permissions import is_operator
+from portal.permissions import is_finance, is_operator
 
 
 def _form_errors_from(exc: ValidationError, form) -> None:
     """Put a service's ValidationError onto the form's fields (or the form)."""
-    field_map = {"duration_minutes": "duration", "request_key": None}  # None: the form's
+    field_map = {"duration_minutes": "duration", "request_key": None, "start_policy": "start"}
     if hasattr(exc, "message_dict"):
         for field, errors in exc.message_dict.items():
             target = field_map.get(field, field)
@@ -57,10 +61,19 @@ def _form_errors_to_messages(request, form) -> None:
 
 @login_required
 def lease_list(request):
-    leases = selectors.with_pending_change(selectors.my_leases(request.user))
+    scopes = selectors.list_scopes(request.user)
+    scope = request.GET.get("scope", "mine")
+    if scope not in scopes:
+        scope = "mine"
+    leases = selectors.with_pending_change(selectors.leases_in_scope(request.user, scope))
     context = {
         "open_leases": selectors.with_truth(leases.filter(status__in=OPEN_STATES)),
         "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],
+        "scope": scope,
+        "scopes": scopes,
+        "scope_team_label": _("All leases")
+        if is_operator(request.user) or is_finance(request.user)
+        else _("My teams' leases"),
     }
     template = "leasing/_lease_rows.html" if request.htmx else "leasing/lease_list.html"
     return render(request, template, context)
@@ -86,6 +99,9 @@ def lease_new(request):
                     same_node=d["same_node"],
                     description=d["description"],
                     request_key=d["request_key"],
+                    checkpoint=d["checkpoint"],
+                    start_policy=d["start_policy"],
+                    environment=d.get("environment"),
                 )
             except ValidationError as exc:
                 _form_errors_from(exc, form)
@@ -100,62 +116,59 @@ def lease_new(request):
                 return redirect("leasing:detail", lease.pk)
     else:
         form = LeaseRequestForm(initial=lease_request_initial(request), user=request.user)
-    return render(request, "leasing/lease_new.html", {"form": form})
+    stack = default_stack(request.user)
+    return render(
+        request,
+        "leasing/lease_new.html",
+        {"form": form, "default_stack": stack, "default_stack_label": _stack_label(stack)},
+    )
+
+
+def _stack_label(stack: str) -> str:
+    return StackFamily(stack).label if stack in StackFamily.values else stack
 
 
 @login_required
 def lease_preview(request):
-    """htmx: would this request start now, or when? Computed, never written."""
+    """htmx: what submitting this form would do now (refused and why, waits for the lead,
+    free now, or when): ``lease_request_check``, the submit's own steps, nothing written."""
     form = LeaseRequestForm(request.GET or request.POST, user=request.user)
     context = {"form": form}
     if form.is_valid():
         d = form.cleaned_data
         try:
-            model = d["card_model"] or requests.lease_choose_model(
+            outlook = request_steps.lease_request_check(
+                user=request.user,
+                team=d["team"],
+                card_model=d["card_model"],
                 requirements=d["requirements"],
                 count=d["count"],
                 duration=d["duration_td"],
                 start_at=d["start_at"],
-                same_node=d["same_node"],
-                priority=d["priority"],
-            )
-            validation.lease_validate_request(
-                user=request.user,
-                team=d["team"],
-                card_model=model,
-                count=d["count"],
-                duration=d["duration_td"],
-                start_at=d["start_at"] or timezone.now(),
                 priority=d["priority"],
                 purpose=d["purpose"],
                 same_node=d["same_node"],
-                now=timezone.now(),
+                start_policy=d["start_policy"],
             )
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
         else:
-            start = preview.lease_preview(
-                card_model=model,
-                count=d["count"],
-                duration=d["duration_td"],
-                start_at=d["start_at"],
-                same_node=d["same_node"],
-                priority=d["priority"],
-                purpose=d["purpose"],
-            )
+            start = outlook.start
             context.update(
+                outlook=outlook,
+                outcome=outlook.outcome,
                 start=start,
-                now=timezone.now(),
-                card_model=model,
+                card_model=outlook.card_model,
                 chosen=d["card_model"] is None,
                 count=d["count"],
-                starts_now=start is not None and start <= timezone.now() + timedelta(seconds=5),
+                off_peak=start is not None and prices.tariff_at(start) is not None,
+                reasons=[b.message for b in outlook.verdict.member_breaches],
                 cost=prices.estimate(
-                    card_model=model,
+                    card_model=outlook.card_model,
                     team_id=d["team"].pk if d["team"] else None,
                     count=d["count"],
-                    start=start or timezone.now(),
-                    end=(start or timezone.now()) + d["duration_td"],
+                    start=start or outlook.now,
+                    end=(start or outlook.now) + d["duration_td"],
                     priority=d["priority"],
                 ),
             )
@@ -181,6 +194,8 @@ def lease_detail(request, pk: int):
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
+        "cost": accrued.lease_cost(lease, now=timezone.now()),
+        "workbench": lease_workbench(lease, request.user),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
             .distinct()
@@ -261,7 +276,7 @@ def _waits_for_lead(request, lease) -> bool:
     messages.info(
         request,
         _("This change is above your limits, so it waits for your team lead's approval: %(why)s")
-        % {"why": change.reason},
+        % {"why": breaches_text(change.breaches) or change.reason},
     )
     return True
 
@@ -321,31 +336,67 @@ def lease_release_resolve(request, pk: int):
     return _act(request, pk, resolve)
 
 
+def _usual_model(request, models):
+    """The model of the person's latest lease (what they most likely look for), else the first."""
+    latest = selectors.latest_card_model_id(request.user)
+    return (models.filter(pk=latest).first() if latest else None) or models.first()
+
+
 @login_required
 def calendar(request, slug: str | None = None):
     models = CardModel.objects.filter(cards__isnull=False).distinct().order_by("vendor", "name")
-    card_model = get_object_or_404(CardModel, slug=slug) if slug else models.first()
+    card_model = get_object_or_404(CardModel, slug=slug) if slug else _usual_model(request, models)
     try:
         days = max(1, min(14, int(request.GET.get("days", 7))))
     except ValueError:
         return HttpResponseBadRequest(_("days must be a whole number between 1 and 14"))
     context = {"models": models, "card_model": card_model, "days": days}
     if card_model is not None:
-        start = timezone.localtime().replace(minute=0, second=0, microsecond=0)
-        start = start.replace(hour=start.hour - start.hour % 3)
+        # Every row is one local day from 00:00, so a column is the same three hours in
+        # every row (the header's); slots already over are shown as past.
+        now = timezone.now()
+        start = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
         cal = selectors.availability_calendar(card_model, start=start, days=days)
         rows: dict = {}
         for slot in cal["slots"]:
             local = timezone.localtime(slot["start"])
+            past = slot["end"] <= now
             rows.setdefault(local.date(), []).append(
-                {**slot, "level": _level(slot["free"], cal["usable"])}
+                {
+                    **slot,
+                    "past": past,
+                    "level": "past" if past else _level(slot["free"], cal["usable"]),
+                    "book_at": None if past or slot["start"] <= now else local,
+                }
             )
         context.update(
             calendar=cal,
             rows=rows,
-            hours=[timezone.localtime(s["start"]).strftime("%H:%M") for s in cal["slots"][:8]],
+            hours=[f"{h:02d}:00" for h in range(0, 24, 3)],
         )
     return render(request, "leasing/calendar.html", context)
+
+
+@login_required
+def timeline(request, slug: str | None = None):
+    """The pool's timeline (Gantt) of one card model; a free stretch opens the request form."""
+    models = CardModel.objects.filter(cards__isnull=False).distinct().order_by("vendor", "name")
+    card_model = get_object_or_404(CardModel, slug=slug) if slug else _usual_model(request, models)
+    try:
+        days = max(1, min(14, int(request.GET.get("days", 3))))
+        page = max(1, min(10_000, int(request.GET.get("page", 1))))
+    except ValueError:
+        return HttpResponseBadRequest(_("days and page must be whole numbers"))
+    context = {"models": models, "card_model": card_model, "days": days}
+    if card_model is not None:
+        now = timezone.now().replace(second=0, microsecond=0)
+        data = pool_timeline.pool_timeline(
+            card_model, user=request.user, start=now, end=now + timedelta(days=days), page=page
+        )
+        context.update(
+            timeline=data, chart=pool_timeline.timeline_chart(data) if data["rows"] else ""
+        )
+    return render(request, "leasing/timeline.html", context)
 
 
 def _level(free: int, usable: int) -> str:

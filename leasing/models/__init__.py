@@ -5,7 +5,15 @@ Django finds every model through this package. Choices and state groups live in
 ``leasing.choices``.
 """
 
-from leasing.models.billing import Price, PricePeriod, TeamPrice, UsageRecord
+from leasing.models.billing import (
+    OffPeakWindow,
+    Price,
+    PricePeriod,
+    Statement,
+    TeamPrice,
+    UsageRecord,
+)
+from leasing.models.health import Alert, AlertRule
 from leasing.models.lease import (
     REQUEST_KEY_MAX,
     Allocation,
@@ -21,25 +29,44 @@ from leasing.models.notify import (
     NotificationPreference,
     Webhook,
 )
-from leasing.models.teams import MemberLimit, Quota, QuotaLimits
+from leasing.models.teams import GuaranteedShare, MemberLimit, Quota, QuotaLimits
+from leasing.models.workbench import (
+    LIVE_SESSION_STATES,
+    Environment,
+    Session,
+    SessionStatus,
+    SshKey,
+    WorkspaceUsage,
+)
 
 __all__ = [
+    "LIVE_SESSION_STATES",
+    "Alert",
+    "AlertRule",
     "REQUEST_KEY_MAX",
     "Allocation",
     "BackendCall",
     "Delivery",
+    "GuaranteedShare",
+    "Environment",
     "Lease",
     "LeaseChange",
     "LeaseEvent",
     "LeaseWarning",
     "MemberLimit",
     "Notification",
+    "OffPeakWindow",
     "NotificationPreference",
     "Price",
     "PricePeriod",
     "Quota",
+    "Statement",
     "QuotaLimits",
+    "Session",
+    "SessionStatus",
+    "SshKey",
     "TeamPrice",
     "UsageRecord",
     "Webhook",
+    "WorkspaceUsage",
 ]

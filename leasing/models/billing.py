@@ -128,8 +128,19 @@ class UsageRecord(models.Model):
     wait_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="Queue wait; on the lease's first record only."
     )
+    off_peak = models.BooleanField(
+        default=False, help_text="Held in an off-peak window (priced at its tariff)."
+    )
+    tariff = models.DecimalField(
+        max_digits=5,
+        decimal_places=4,
+        default=1,
+        help_text="The time-of-day factor in force (an off-peak window's, else 1).",
+    )
 
     class Meta:
+        verbose_name = _("usage record")
+        verbose_name_plural = _("usage records")
         ordering = ["start_at", "lease_id", "node_id"]
         constraints = [
             models.UniqueConstraint(
@@ -151,3 +162,87 @@ class UsageRecord(models.Model):
     @property
     def card_hours(self):
         return (Decimal(self.card_minutes) / 60).quantize(Decimal("0.01"))
+
+
+class OffPeakWindow(models.Model):
+    """An off-peak period of the week (site time zone): *weekday* from *start_hour* to
+    *end_hour* (24 = midnight), priced at the list price × *price_factor* (the tariff).
+    A period across midnight is two windows."""
+
+    class Weekday(models.IntegerChoices):
+        MONDAY = 0, _("Monday")
+        TUESDAY = 1, _("Tuesday")
+        WEDNESDAY = 2, _("Wednesday")
+        THURSDAY = 3, _("Thursday")
+        FRIDAY = 4, _("Friday")
+        SATURDAY = 5, _("Saturday")
+        SUNDAY = 6, _("Sunday")
+
+    weekday = models.PositiveSmallIntegerField(_("weekday"), choices=Weekday.choices)
+    start_hour = models.PositiveSmallIntegerField(_("from hour"))
+    end_hour = models.PositiveSmallIntegerField(_("to hour"), help_text=_("24 is midnight."))
+    price_factor = models.DecimalField(
+        _("price factor"),
+        max_digits=5,
+        decimal_places=4,
+        default=Decimal("0.5"),
+        help_text=_("The off-peak tariff: the list price is multiplied by this (0…1)."),
+    )
+
+    class Meta:
+        ordering = ["weekday", "start_hour"]
+        verbose_name = _("off-peak window")
+        verbose_name_plural = _("off-peak windows")
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(weekday__lte=6) & Q(start_hour__lt=F("end_hour")) & Q(end_hour__lte=24),
+                name="offpeak_hours_in_a_day",
+            ),
+            models.CheckConstraint(
+                condition=Q(price_factor__gte=0) & Q(price_factor__lte=1),
+                name="offpeak_factor_0_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_weekday_display()} {self.start_hour:02d}–{self.end_hour:02d} × {self.price_factor}"
+
+    @classmethod
+    def spans(cls) -> list[tuple[int, int, int, Decimal]]:
+        """Every window as (weekday, start hour, end hour, factor): what ``leasing.periods``'
+        off-peak helpers take."""
+        return [
+            (w, s, e, f)
+            for w, s, e, f in cls.objects.order_by("weekday", "start_hour").values_list(
+                "weekday", "start_hour", "end_hour", "price_factor"
+            )
+        ]
+
+
+class Statement(models.Model):
+    """A team's monthly statement once the month is closed: numbered, dated and sent.
+
+    Issued by ``leasing.billing.statements.statements_issue`` after ``usage_close_month``
+    has recorded every lease's part of the month; the lines are the month's usage records
+    (which never change after the close), the totals are kept as issued so a later check can
+    show that they still match. Numbers run per month: ``2026-11-0001``.
+    """
+
+    team = models.ForeignKey("portal.Team", on_delete=models.PROTECT, related_name="statements")
+    month = models.DateField(help_text="First day of the month (site time zone).")
+    number = models.CharField(_("statement number"), max_length=20, unique=True)
+    issued_at = models.DateTimeField(_("issued"))
+    card_minutes = models.PositiveBigIntegerField()
+    cost = models.DecimalField(max_digits=16, decimal_places=2)
+    currency = models.CharField(max_length=3)
+
+    class Meta:
+        verbose_name = _("statement")
+        verbose_name_plural = _("statements")
+        ordering = ["-month", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="statement_one_per_team_month")
+        ]
+
+    def __str__(self) -> str:
+        return self.number

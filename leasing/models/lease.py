@@ -21,6 +21,7 @@ from leasing.choices import (
     Priority,
     Purpose,
     StallReason,
+    StartPolicy,
 )
 
 REQUEST_KEY_MAX = 80
@@ -74,6 +75,14 @@ class Lease(models.Model):
         _("purpose"), max_length=16, choices=Purpose.choices, default=Purpose.DEVELOPMENT
     )
     same_node = models.BooleanField(_("all cards on one node"), default=True)
+    environment = models.ForeignKey(
+        "leasing.Environment",
+        verbose_name=_("environment"),
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="leases",
+    )
     description = models.CharField(_("description"), max_length=200, blank=True)
     borrowed = models.BooleanField(
         _("borrowed"),
@@ -125,6 +134,56 @@ class Lease(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         verbose_name=_("preempted for"),
+    )
+    lent = models.BooleanField(
+        _("on loan"),
+        default=False,
+        help_text=_(
+            "Placed on cards of another team's idle guaranteed share: taken back first when "
+            "that team needs them."
+        ),
+    )
+    checkpoint_signal = models.CharField(
+        _("checkpoint signal"),
+        max_length=10,
+        blank=True,
+        default="",
+        help_text=_("Sent to the job when it is preempted (e.g. USR1), so it can save its state."),
+    )
+    checkpoint_command = models.CharField(
+        _("checkpoint command"),
+        max_length=500,
+        blank=True,
+        default="",
+        help_text=_("Run on the lease's node when it is preempted (the local agent runs it)."),
+    )
+    checkpoint_seconds = models.PositiveIntegerField(
+        _("checkpoint time (seconds)"),
+        null=True,
+        blank=True,
+        help_text=_("How long saving takes: the preemption grace is at least this long."),
+    )
+    requeue = models.BooleanField(
+        _("requeue when preempted"),
+        default=False,
+        help_text=_("When preempted, a new queued lease with the same profile resumes the work."),
+    )
+    resumes = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="resumed_by",
+        verbose_name=_("resumes"),
+        help_text=_("The preempted lease this one resumes."),
+    )
+    start_policy = models.CharField(
+        _("start"),
+        max_length=16,
+        choices=StartPolicy.choices,
+        blank=True,
+        default="",
+        db_default="",
     )
     submitted_at = models.DateTimeField(_("submitted"))
     status_changed_at = models.DateTimeField(_("status changed"), null=True, blank=True)
@@ -256,6 +315,8 @@ class Allocation(models.Model):
     objects = AllocationQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("allocation")
+        verbose_name_plural = _("allocations")
         ordering = ["lease_id", "card__node__hostname", "card__index"]
         constraints = [
             models.CheckConstraint(
@@ -287,6 +348,8 @@ class LeaseEvent(models.Model):
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        verbose_name = _("lease event")
+        verbose_name_plural = _("lease events")
         ordering = ["at", "pk"]
 
     def __str__(self) -> str:
@@ -306,6 +369,8 @@ class BackendCall(models.Model):
     detail = models.TextField(blank=True)
 
     class Meta:
+        verbose_name = _("backend call")
+        verbose_name_plural = _("backend calls")
         ordering = ["started_at", "pk"]
 
     def __str__(self) -> str:

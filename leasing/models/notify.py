@@ -22,6 +22,8 @@ class LeaseWarning(models.Model):
     sent_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("lease warning")
+        verbose_name_plural = _("lease warnings")
         constraints = [
             models.UniqueConstraint(
                 fields=["lease", "kind", "offset_minutes"], name="leasewarning_once"
@@ -50,6 +52,8 @@ class Notification(models.Model):
     read_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
         ordering = ["-created_at", "-pk"]
         indexes = [models.Index(fields=["user", "read_at"], name="notification_unread_idx")]
 
@@ -67,6 +71,8 @@ class NotificationPreference(models.Model):
     channels = models.JSONField(default=list, blank=True)
 
     class Meta:
+        verbose_name = _("notification preference")
+        verbose_name_plural = _("notification preferences")
         constraints = [
             models.UniqueConstraint(fields=["user", "kind"], name="notificationpref_unique")
         ]
@@ -107,6 +113,8 @@ class Webhook(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name = _("webhook")
+        verbose_name_plural = _("webhooks")
         constraints = [
             models.CheckConstraint(
                 condition=Q(user__isnull=False, team__isnull=True)
@@ -143,6 +151,8 @@ class Delivery(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("delivery")
+        verbose_name_plural = _("deliveries")
         constraints = [
             models.UniqueConstraint(
                 fields=["notification", "channel", "webhook"], name="delivery_once"

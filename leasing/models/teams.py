@@ -91,3 +91,57 @@ class MemberLimit(QuotaLimits):
 
     def __str__(self) -> str:
         return f"{self.membership} / {self.card_model or 'all models'}"
+
+
+class GuaranteedShare(models.Model):
+    """A team's guaranteed share of a card model or of a family: *cards* always available to
+    it within *within_minutes*. While the team does not use them they are lent to others,
+    whose leases on them are taken back (preempted) first when the team needs them."""
+
+    team = models.ForeignKey(
+        "portal.Team", verbose_name=_("team"), on_delete=models.CASCADE, related_name="shares"
+    )
+    card_model = models.ForeignKey(
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="shares",
+    )
+    family = models.CharField(
+        _("card family"),
+        max_length=40,
+        blank=True,
+        default="",
+        help_text=_("Instead of one card model: every model of this family together."),
+    )
+    cards = models.PositiveIntegerField(_("guaranteed cards"))
+    within_minutes = models.PositiveIntegerField(
+        _("available within (minutes)"),
+        default=10,
+        help_text=_("How long borrowers get to give the cards back (their grace period)."),
+    )
+
+    class Meta:
+        verbose_name = _("guaranteed share")
+        verbose_name_plural = _("guaranteed shares")
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(card_model__isnull=False) & Q(family=""))
+                | (Q(card_model__isnull=True) & ~Q(family="")),
+                name="share_model_xor_family",
+            ),
+            models.CheckConstraint(condition=Q(cards__gt=0), name="share_cards_positive"),
+            models.UniqueConstraint(
+                fields=["team", "card_model"],
+                condition=Q(card_model__isnull=False),
+                name="share_unique_team_model",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "family"], condition=~Q(family=""), name="share_unique_team_family"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} / {self.card_model or self.family}: {self.cards}"

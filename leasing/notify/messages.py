@@ -6,6 +6,9 @@ time zone and language, for email and webhooks; the portal renders them again fo
 reads them (``notice_text``), in the reader's language and time zone. Nothing here decides
 when to tell anyone: the services that change a lease do, through ``warning_with_notice`` or a
 notice key, so each event is told once.
+
+Long (about 540 lines) because it is the catalogue: every kind's wording sits in one table,
+so adding a kind, or checking that every kind reads well in both languages, is one file.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from leasing.choices import StallReason
+from leasing.choices import AlertKind, AlertSeverity, EndReason, StallReason
 from leasing.models import Lease, Notification
 from leasing.notify.services import notify
 
@@ -51,6 +54,8 @@ def _drain(p: Mapping) -> tuple[str, str]:
 
 
 def _expiring(p: Mapping) -> tuple[str, str]:
+    # "minutes" is the warning's offset (10 for the 10-minute warning, even if the sweep ran
+    # a few seconds after it), rounded up from what was left for warnings sent late.
     title = _("Lease %(id)s ends in %(minutes)s minutes") % {"id": p["id"], "minutes": p["minutes"]}
     body = _(
         "%(n)s × %(model)s end at %(end)s. Extend it from the lease page if you still need the cards."
@@ -89,8 +94,16 @@ def stall_text(reason: str, *, same_node: bool) -> tuple[str, str]:
     why = str(StallReason(reason).label) if reason in StallReason.values else reason
     if reason == StallReason.TOO_FEW_CARDS:
         todo = _("Cancel it and ask for fewer cards or another model.")
+    elif reason == StallReason.REQUIREMENTS:
+        todo = _(
+            "Cancel it and ask again with another region, network or stack version, or fewer cards."
+        )
     elif reason == StallReason.NO_NODE_BIG_ENOUGH:
         todo = _("Cancel it, ask for fewer cards, or allow the cards to be spread across nodes.")
+    elif reason == StallReason.UNHEALTHY:
+        todo = _(
+            "It starts on its own when the cards cool down or their node reports again; the operators have been alerted. Or cancel it and ask for another model."
+        )
     elif same_node:
         todo = _(
             "It starts on its own when cards come back into service; or cancel it, ask for fewer cards, or allow the cards to be spread across nodes."
@@ -116,6 +129,8 @@ def _stalled(p: Mapping) -> tuple[str, str]:
 
 ENDED_WHY = {
     "drain": lambda p: _("node %(node)s went into maintenance") % {"node": p.get("node", "")},
+    "slurm_down": lambda p: _("node %(nodes)s is down in Slurm") % {"nodes": p.get("nodes", "")},
+    "slurm_cancelled": lambda p: _("its Slurm allocation was cancelled outside Cardpool"),
     "faulty": lambda p: _("a card failed and no spare was free"),
     "preempted": lambda p: _("preempted for a higher-priority request"),
     "idle": lambda p: _("reclaimed: the cards stayed idle"),
@@ -124,7 +139,101 @@ ENDED_WHY = {
 
 def _ended(p: Mapping) -> tuple[str, str]:
     why = ENDED_WHY.get(p.get("why", ""), lambda p: p.get("why", ""))(p)
-    return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, ""
+    body = ""
+    if p.get("why", "").startswith("slurm_"):
+        body = _(
+            "Slurm no longer holds the cards of this lease, so they are back in the pool. "
+            "Ask for new cards if you still need them."
+        )
+    return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, body
+
+
+def _idle(p: Mapping) -> tuple[str, str]:
+    policy = (
+        _("It will be reclaimed in %(minutes)s minutes unless the cards get busy.")
+        % {"minutes": p["grace"]}
+        if p.get("reclaim")
+        else _("Release it if you no longer need the cards.")
+    )
+    body = _("The cards stayed under %(pct)s%% utilisation for %(minutes)s minutes. %(policy)s") % {
+        "pct": p["pct"],
+        "minutes": p["minutes"],
+        "policy": policy,
+    }
+    return _("Lease %(id)s: cards idle") % {"id": p["id"]}, body
+
+
+def _budget(p: Mapping) -> tuple[str, str]:
+    """A team's monthly budget reached a level (to the leads)."""
+    scope = p.get("model") or _("all models")
+    title = _("%(team)s: %(pct)s%% of the %(month)s budget for %(scope)s is used") % {
+        "team": p["team"],
+        "pct": p["pct"],
+        "month": p["month"],
+        "scope": scope,
+    }
+    body = _("%(used)s of %(limit)s %(unit)s used or booked this month.") % {
+        "used": p["used"],
+        "limit": p["limit"],
+        "unit": p["unit"],
+    }
+    return title, body
+
+
+def _hours_text(hours) -> str:
+    return f"{float(hours):.1f}".removesuffix(".0")
+
+
+def _end_reason(reason: str) -> str:
+    return str(EndReason(reason).label) if reason in EndReason.values else (reason or "—")
+
+
+def _lease(p: Mapping) -> tuple[str, str]:
+    """A lease's own event (``p["event"]``: a ``Kind``), worded for the reader."""
+    event = p["event"]
+    what = {"id": p["id"], "n": p["n"], "model": p["model"]}
+    if event == "approval_requested":
+        body = _("%(n)s × %(model)s for %(hours)s h, charged to %(team)s.") % {
+            **what,
+            "hours": _hours_text(p["hours"]),
+            "team": p["team"],
+        }
+        reason = breaches_text(p.get("breaches")) or p.get("reason", "")
+        if reason:
+            body += "\n" + reason
+        title = _("%(user)s asks for approval: lease %(id)s") % {**what, "user": p["user"]}
+        return title, body
+    if event == "approval_decided":
+        if p.get("decision") == "rejected":
+            return _("Lease %(id)s rejected") % what, p.get("note", "")
+        return _("Lease %(id)s approved") % what, p.get("note", "")
+    if event == "lease_failed":
+        return _("Lease %(id)s failed") % what, p.get("failure", "")
+    if event == "lease_active":
+        body = _("%(n)s × %(model)s are yours until %(end)s.") % {**what, "end": _at(p["end"])}
+        return _("Lease %(id)s is active") % what, body
+    if event == "lease_started_from_queue":
+        body = _("Your wait is over: %(n)s × %(model)s are yours until %(end)s.") % {
+            **what,
+            "end": _at(p["end"]),
+        }
+        return _("Lease %(id)s has started") % what, body
+    if event == "lease_queued":
+        if p.get("estimated_start"):
+            body = _("Estimated start: %(at)s.") % {"at": _at(p["estimated_start"])}
+        else:
+            body = _("No estimated start yet: the cards it waits for have no known end.")
+        return _("Lease %(id)s is queued") % what, body
+    if event == "lease_ended":
+        body = _("Reason: %(reason)s.") % {"reason": _end_reason(p.get("reason", ""))}
+        return _("Lease %(id)s has ended") % what, body
+    if event == "release_failed":
+        body = _(
+            "The backend could not take the cards back: %(why)s. They stay out of the pool "
+            "until you retry the release or mark it done by hand on the lease page."
+        ) % {"why": p.get("failure") or "—"}
+        return _("Lease %(id)s: the release failed") % what, body
+    raise KeyError(event)
 
 
 def _card_swapped(p: Mapping) -> tuple[str, str]:
@@ -208,7 +317,137 @@ def breaches_text(breaches) -> str:
     return "\n".join(lines)
 
 
+# --- pool health (leasing.health): to operators and to holders on the card -----------------
+
+
+def _subject(p: Mapping) -> str:
+    """What an alert is about, for the reader: a card, a node, a leased card, the pool."""
+    if p.get("card"):
+        return _("card %(card)s (%(model)s)") % {"card": p["card"], "model": p.get("model", "")}
+    if p.get("node"):
+        return _("node %(node)s") % {"node": p["node"]}
+    return _("the pool")
+
+
+def _reading(p: Mapping, key: str = "value") -> str:
+    """An alert's reading in its rule's unit."""
+    value = p.get(key)
+    if value is None:
+        return "—"
+    unit = {
+        "card_hot": " °C",
+        "power_limit": " W",
+        "memory_full": " MiB",
+        "failure_rate": " %",
+        "card_idle": " %",
+    }.get(p.get("rule", ""), "")
+    if p.get("rule") == "node_silent":
+        return _("silent for %(m)s minutes") % {"m": value}
+    return f"{value:g}{unit}" if isinstance(value, int | float) else f"{value}{unit}"
+
+
+def _rule_label(p: Mapping) -> str:
+    rule = p.get("rule", "")
+    return str(AlertKind(rule).label) if rule in AlertKind.values else rule
+
+
+def _alert_opened(p: Mapping) -> tuple[str, str]:
+    severity = p.get("severity", "")
+    label = str(AlertSeverity(severity).label) if severity in AlertSeverity.values else severity
+    title = _("%(severity)s: %(rule)s on %(subject)s") % {
+        "severity": label,
+        "rule": _rule_label(p),
+        "subject": _subject(p),
+    }
+    body = _("%(rule)s since %(at)s: %(reading)s (threshold %(threshold)s). %(advice)s") % {
+        "rule": _rule_label(p),
+        "at": _at(p.get("at")),
+        "reading": _reading(p),
+        "threshold": p.get("threshold_text", "—"),
+        "advice": ALERT_ADVICE.get(p.get("rule", ""), lambda: "")(),
+    }
+    return title, body
+
+
+def _statement(p: Mapping) -> tuple[str, str]:
+    title = _("Statement %(number)s: %(team)s, %(month)s") % {
+        "number": p["number"],
+        "team": p["team"],
+        "month": p["month"],
+    }
+    body = _(
+        "%(team)s's statement for %(month)s is closed and issued as %(number)s: %(hours)s card-hours, %(cost)s %(currency)s. Open it on the reports page to print it or download it as XLSX."
+    ) % {
+        "team": p["team"],
+        "month": p["month"],
+        "number": p["number"],
+        "hours": p["hours"],
+        "cost": p["cost"],
+        "currency": p["currency"],
+    }
+    return title, body
+
+
+ALERT_ADVICE = {
+    "card_hot": lambda: _(
+        "The card is kept out of new placements until it cools down; check the cooling, or mark it faulty to move its lease."
+    ),
+    "power_limit": lambda: _("The card may be throttling; check its power cap and cooling."),
+    "memory_full": lambda: _("The job on it may run out of memory."),
+    "node_silent": lambda: _(
+        "Its cards are marked unknown and take no new lease; check the node, then drain it or mark a card faulty to move its leases."
+    ),
+    "failure_rate": lambda: _("Look at the failed leases' reasons on the leases page."),
+    "card_idle": lambda: _("The holder may have forgotten the lease."),
+}
+
+
+def _alert_resolved(p: Mapping) -> tuple[str, str]:
+    title = _("Resolved: %(rule)s on %(subject)s") % {
+        "rule": _rule_label(p),
+        "subject": _subject(p),
+    }
+    return title, _("Back to normal at %(at)s.") % {"at": _at(p.get("resolved_at"))}
+
+
+def _holder_card_health(p: Mapping) -> tuple[str, str]:
+    rule = p.get("rule", "")
+    title = _("Lease %(id)s: %(rule)s on %(subject)s") % {
+        "id": p["id"],
+        "rule": _rule_label(p),
+        "subject": _subject(p),
+    }
+    if rule == "card_hot":
+        body = _(
+            "A card of your lease runs at %(reading)s. Hot cards slow themselves down to protect the hardware, so your job may run slower or unevenly. The operators have been alerted; save a checkpoint if you can."
+        ) % {"reading": _reading(p)}
+    elif rule == "power_limit":
+        body = _(
+            "A card of your lease is at its power limit (%(reading)s) and may be throttling: your job may run slower. The operators have been alerted."
+        ) % {"reading": _reading(p)}
+    else:
+        body = _(
+            "The node of your lease stopped reporting: its cards' state is unknown and your job may have stopped. The operators have been alerted and decide whether to move your lease or drain the node; save your work if you can."
+        )
+    return title, body
+
+
+def _workspace(p: Mapping) -> tuple[str, str]:
+    title = _("Workspace %(path)s is %(pct)s%% full") % {"path": p["path"], "pct": p["pct"]}
+    body = _(
+        "It holds %(used)s GiB of its %(limit)s GiB soft limit. Free some space before the limit is reached."
+    ) % {"used": p["used"], "limit": p["limit"]}
+    return title, body
+
+
 MESSAGES: dict[str, Renderer] = {
+    "lease": _lease,
+    "idle": _idle,
+    "budget": _budget,
+    "alert_opened": _alert_opened,
+    "alert_resolved": _alert_resolved,
+    "holder_card_health": _holder_card_health,
+    "workspace": _workspace,
     "change": _change,
     "card_swapped": _card_swapped,
     "expiring": _expiring,
@@ -217,6 +456,7 @@ MESSAGES: dict[str, Renderer] = {
     "preemption_partial": _preemption_partial,
     "stalled": _stalled,
     "ended": _ended,
+    "statement": _statement,
 }
 
 
@@ -233,9 +473,21 @@ def holder_language(user) -> str:
     return getattr(getattr(user, "profile", None), "language", "") or settings.LANGUAGE_CODE
 
 
+def reader_language(user) -> str:
+    """The language *user* chose on their profile, else the active one (a worker's is the
+    site's): for notices worded for someone other than a lease's holder (leads, operators)."""
+    chosen = getattr(getattr(user, "profile", None), "language", "")
+    return chosen or translation.get_language() or settings.LANGUAGE_CODE
+
+
 def render(message: str, params: Mapping, *, language: str, zone) -> tuple[str, str]:
     with translation.override(language), timezone.override(zone):
         return MESSAGES[message](params)
+
+
+def render_params(message: str, params: Mapping) -> tuple[str, str]:
+    """A stored message worded in the active language and time zone (the reader's)."""
+    return MESSAGES[message](params)
 
 
 def notice_text(notification: Notification) -> tuple[str, str]:
@@ -250,6 +502,22 @@ def notice_text(notification: Notification) -> tuple[str, str]:
     return notification.title, notification.body
 
 
+def user_notice_send(
+    user, *, kind: str, message: str, params: Mapping, key: str, url: str = ""
+) -> Notification:
+    """``notice_send`` for a notice about no lease (a workspace): worded for *user*."""
+    title, body = render(message, params, language=holder_language(user), zone=holder_zone(user))
+    return notify(
+        user=user,
+        kind=kind,
+        title=title,
+        body=body,
+        url=url,
+        data={"message": message, "params": dict(params)},
+        key=key,
+    )
+
+
 def notice_send(
     lease: Lease,
     *,
@@ -261,17 +529,38 @@ def notice_send(
 ) -> Notification:
     """Tell the lease's holder (once per *key*): stored as *message* + *params*, rendered in
     the holder's language and time zone for email and webhooks."""
-    clean = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in params.items()}
-    title, body = render(
-        message, clean, language=holder_language(lease.user), zone=holder_zone(lease.user)
+    return notice_to(
+        lease.user,
+        kind=kind,
+        message=message,
+        params=params,
+        key=key,
+        url=f"/leases/{lease.pk}/{anchor}",
+        lease=lease,
     )
+
+
+def notice_to(
+    user,
+    *,
+    kind: str,
+    message: str,
+    params: Mapping,
+    key: str,
+    url: str = "",
+    lease: Lease | None = None,
+) -> Notification:
+    """Tell *user* (once per *key*): stored as *message* + *params*, rendered in the user's
+    language and time zone for email and webhooks, and again for whoever reads it."""
+    clean = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in params.items()}
+    title, body = render(message, clean, language=holder_language(user), zone=holder_zone(user))
     return notify(
-        user=lease.user,
+        user=user,
         kind=kind,
         title=title,
         body=body,
         lease=lease,
-        url=f"/leases/{lease.pk}/{anchor}",
+        url=url,
         data={"message": message, "params": clean},
         key=key,
     )

@@ -74,6 +74,10 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.APPROVAL_DECIDED,
         Kind.BUDGET_80,
         Kind.BUDGET_100,
+        Kind.POOL_ALERT,
+        Kind.CARD_HEALTH,
+        Kind.STATEMENT_ISSUED,
+        Kind.WORKSPACE_NEAR_LIMIT,
     }
 )
 # Events about a team rather than one person's lease: they go to its leads and team hooks.
@@ -87,9 +91,12 @@ SEVERITY = {
     Kind.LEASE_STALLED: "warning",
     Kind.APPROVAL_REQUESTED: "warning",
     Kind.BUDGET_80: "warning",
+    Kind.WORKSPACE_NEAR_LIMIT: "warning",
     Kind.LEASE_FAILED: "danger",
     Kind.PREEMPTION_WARNING: "danger",
     Kind.BUDGET_100: "danger",
+    Kind.POOL_ALERT: "danger",
+    Kind.CARD_HEALTH: "warning",
 }
 # Channels a user may switch per kind; in the portal is always on.
 OPTIONAL_CHANNELS = (Channel.EMAIL, Channel.WEBHOOK)
@@ -306,13 +313,17 @@ def notify_team_leads(
     data: Mapping | None = None,
     now: datetime | None = None,
     key: str = "",
+    word: Callable[[object], tuple[str, str]] | None = None,
 ) -> list[Notification]:
     """Tell each lead of *team*; the team's webhooks get the event once (with the first lead's).
 
     For team events: approval requests, budget alerts. A team without leads hears nothing.
+    *word* gives the title and body for one lead (in their language), instead of *title*/*body*.
     """
     made = []
     for i, lead in enumerate(team_leads(team)):
+        if word is not None:
+            title, body = word(lead)
         made.append(
             _create(
                 user=lead,

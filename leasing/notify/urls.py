@@ -7,6 +7,7 @@ from leasing.notify import views
 app_name = "notifications"
 urlpatterns = [
     path("", views.notification_list, name="list"),
+    path("bell/", views.notification_bell, name="bell"),
     path("<int:pk>/read/", views.notification_read, name="read"),
     path("read-all/", views.notification_read_all, name="read_all"),
     path("settings/", views.notification_settings, name="settings"),

@@ -10,7 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
@@ -229,3 +229,12 @@ def webhook_send_test(request, pk: int):
         % {"name": hook.name},
     )
     return redirect("notifications:settings")
+
+
+def notification_bell(request):
+    """The header's bell alone (htmx polls it, so the unread count follows new notices).
+    Signed out meanwhile: 286, htmx's "stop polling" (a redirect would swap the sign-in page
+    into the header)."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=286)
+    return render(request, "leasing/_notification_bell.html")

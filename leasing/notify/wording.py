@@ -5,17 +5,14 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
-from django.utils import timezone, translation
-from django.utils.translation import gettext as _
+from django.utils import translation
 
 from leasing.choices import Kind
 from leasing.models import Lease, LeaseChange, Notification
-from leasing.notify.messages import MESSAGES, breaches_text
+from leasing.notify.messages import MESSAGES, holder_zone, reader_language, render
 from leasing.notify.services import notify, notify_team_leads
 
 logger = logging.getLogger(__name__)
@@ -29,25 +26,10 @@ LEGACY_KINDS = {
 }
 
 
-def _local(dt: datetime | None, user) -> str:
-    if dt is None:
-        return "—"
-    name = getattr(getattr(user, "profile", None), "timezone", "") or settings.TIME_ZONE
-    try:
-        zone = ZoneInfo(name)
-    except (KeyError, ValueError):
-        zone = ZoneInfo(settings.TIME_ZONE)
-    return f"{timezone.localtime(dt, zone):%Y-%m-%d %H:%M} ({zone.key})"
-
-
 def _chosen_language(user):
     """Word what follows in the language *user* chose on their profile (else leave it)."""
     chosen = getattr(getattr(user, "profile", None), "language", "")
     return translation.override(chosen) if chosen else nullcontext()
-
-
-def _hours(delta: timedelta) -> str:
-    return f"{delta / timedelta(hours=1):.1f}".removesuffix(".0")
 
 
 def notify_lease_event(
@@ -72,34 +54,37 @@ def notify_lease_event(
 
 
 def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> list[Notification]:
+    """Kept as message "lease" + parameters (``notify.messages._lease``): worded here for email
+    and webhooks in the recipient's language and zone, again in the portal for whoever reads."""
     decision = kind if kind in ("approved", "rejected") else ""
     kind = LEGACY_KINDS.get(kind, kind)
-    what = {"id": lease.pk, "n": lease.count, "model": lease.card_model.name}
+    params: dict = {"event": kind, "id": lease.pk, "n": lease.count, "model": lease.card_model.name}
     page = f"/leases/{lease.pk}/"
     key = f"lease:{lease.pk}:{kind}"
     user = lease.user
     data: dict = {"status": lease.status}
 
     if kind == Kind.APPROVAL_REQUESTED:
-        body = _("%(n)s × %(model)s for %(hours)s h, charged to %(team)s.") % {
-            **what,
-            "hours": _hours(lease.duration),
-            "team": lease.team.name,
-        }
-        reason = breaches_text(lease.approval_breaches) or lease.approval_reason
-        if reason:
-            body += "\n" + reason
+        params.update(
+            hours=lease.duration / timedelta(hours=1),
+            team=lease.team.name,
+            user=user.get_username(),
+            breaches=lease.approval_breaches or [],
+            reason="" if lease.approval_breaches else lease.approval_reason,
+        )
+        data.update(message="lease", params=params)
         return notify_team_leads(
             team=lease.team,
             kind=kind,
-            title=_("%(user)s asks for approval: lease %(id)s")
-            % {**what, "user": user.get_username()},
-            body=body,
+            title="",
             lease=lease,
             url=f"/teams/{lease.team.slug}/",
             data=data,
             now=now,
             key=key,
+            word=lambda lead: render(
+                "lease", params, language=reader_language(lead), zone=holder_zone(lead)
+            ),
         )
     if kind == Kind.APPROVAL_DECIDED:
         decision = decision or ("rejected" if lease.status == "rejected" else "approved")
@@ -110,46 +95,34 @@ def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> lis
             .last()
             or ""
         )
-        title = (
-            _("Lease %(id)s approved") if decision == "approved" else _("Lease %(id)s rejected")
-        ) % what
-        body = note
+        params.update(decision=decision, note=note)
         data["decision"] = decision
         key += f":{decision}"
     elif kind == Kind.LEASE_FAILED:
-        title = _("Lease %(id)s failed") % what
-        body = lease.failure_reason
-    elif kind == Kind.LEASE_ACTIVE:
-        title = _("Lease %(id)s is active") % what
-        body = _("%(n)s × %(model)s are yours until %(end)s.") % {
-            **what,
-            "end": _local(lease.end_at, user),
-        }
-    elif kind == Kind.LEASE_STARTED_FROM_QUEUE:
-        title = _("Lease %(id)s has started") % what
-        body = _("Your wait is over: %(n)s × %(model)s are yours until %(end)s.") % {
-            **what,
-            "end": _local(lease.end_at, user),
-        }
+        params["failure"] = lease.failure_reason
+    elif kind in (Kind.LEASE_ACTIVE, Kind.LEASE_STARTED_FROM_QUEUE):
+        params["end"] = lease.end_at.isoformat()
     elif kind == Kind.LEASE_QUEUED:
-        title = _("Lease %(id)s is queued") % what
         if lease.estimated_start:
-            body = _("Estimated start: %(at)s.") % {"at": _local(lease.estimated_start, user)}
+            params["estimated_start"] = lease.estimated_start.isoformat()
             data["estimated_start"] = lease.estimated_start
-        else:
-            body = _("No estimated start yet: the cards it waits for have no known end.")
         key += f":{lease.status_changed_at.timestamp() if lease.status_changed_at else ''}"
     elif kind == Kind.LEASE_ENDED:
-        title = _("Lease %(id)s has ended") % what
-        body = _("Reason: %(reason)s.") % {"reason": lease.get_end_reason_display() or "—"}
+        params["reason"] = lease.end_reason
         data["reason"] = lease.end_reason
     elif kind == Kind.RELEASE_FAILED:
-        return _tell_operators_release_failed(lease, key=key, data=data, now=now)
+        params["failure"] = lease.failure_reason
+        return _tell_operators_release_failed(lease, key=key, data=data, params=params, now=now)
     elif kind == Kind.CARD_SWAPPED:
         title, body = _card_swapped(lease, data)
         key += f":{data.get('event', '')}"
     else:
         raise ValueError(f"no wording for lease event {kind!r}")
+    if kind != Kind.CARD_SWAPPED:
+        data.update(message="lease", params=params)
+        title, body = render(
+            "lease", params, language=reader_language(user), zone=holder_zone(user)
+        )
     return [
         notify(
             user=user,
@@ -165,7 +138,9 @@ def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> lis
     ]
 
 
-def _tell_operators_release_failed(lease, *, key: str, data: dict, now) -> list[Notification]:
+def _tell_operators_release_failed(
+    lease, *, key: str, data: dict, params: dict, now
+) -> list[Notification]:
     """Every operator hears of a release the backend failed to do: its cards stay out of the
     pool until one of them retries it or marks it done by hand (docs/operations.md)."""
     operators = get_user_model().objects.filter(
@@ -173,12 +148,9 @@ def _tell_operators_release_failed(lease, *, key: str, data: dict, now) -> list[
     )
     sent = []
     for operator in operators.select_related("profile").order_by("pk"):
-        with _chosen_language(operator):
-            title = _("Lease %(id)s: the release failed") % {"id": lease.pk}
-            body = _(
-                "The backend could not take the cards back: %(why)s. They stay out of the pool "
-                "until you retry the release or mark it done by hand on the lease page."
-            ) % {"why": lease.failure_reason or "—"}
+        title, body = render(
+            "lease", params, language=reader_language(operator), zone=holder_zone(operator)
+        )
         sent.append(
             notify(
                 user=operator,
@@ -187,7 +159,7 @@ def _tell_operators_release_failed(lease, *, key: str, data: dict, now) -> list[
                 body=body,
                 lease=lease,
                 url=f"/leases/{lease.pk}/",
-                data={**data, "reason": lease.failure_reason},
+                data={**data, "reason": lease.failure_reason, "message": "lease", "params": params},
                 now=now,
                 key=key,
             )

@@ -52,13 +52,19 @@ def available_cards(now: datetime) -> QuerySet[Card]:
 
 
 def card_models_with_counts(now: datetime) -> QuerySet[CardModel]:
-    """Card models annotated with ``total`` (cards not retired) and ``available`` (free now).
+    """Card models annotated with ``total`` (cards not retired), ``available`` (free now) and
+    ``unhealthy`` (kept out of placement by their readings: hot, or their node silent).
 
     Filter it with ``inventory.filters.CardModelFilterSet``.
     """
     return CardModel.objects.annotate(
         total=count_per_row(Card.objects.in_service(), "card_model"),
         available=count_per_row(available_cards(now), "card_model"),
+        # Kept out by their readings alone (hot, node silent): back on their own.
+        unhealthy=count_per_row(
+            Card.objects.filter(status=Card.Status.OK).exclude(health=Card.Health.OK),
+            "card_model",
+        ),
     )
 
 

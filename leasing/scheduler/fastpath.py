@@ -55,8 +55,15 @@ LIMIT %s
 """
 
 
-def free_cards(card_model_id: int, *, start: datetime, end: datetime) -> QuerySet[Card]:
-    """The model's cards that can hold a lease over [start, end) and nobody holds then."""
+def free_cards(
+    card_model_id: int,
+    *,
+    start: datetime,
+    end: datetime,
+    nodes: frozenset[int] | None = None,
+) -> QuerySet[Card]:
+    """The model's cards that can hold a lease over [start, end) and nobody holds then, on
+    *nodes* (the lease's requirements, ``inventory.requirements.nodes_meeting``) if given."""
     busy = Allocation.objects.filter(
         card=OuterRef("pk"), start_at__lt=end, end_at__gt=start
     ).filter(
@@ -64,16 +71,26 @@ def free_cards(card_model_id: int, *, start: datetime, end: datetime) -> QuerySe
         | Q(lease__preempt_cards__isnull=False)  # partial: the taken cards' periods end then
         | Q(lease__preempt_at__gt=start)
     )
-    return usable_cards(start, end).filter(card_model_id=card_model_id).filter(~Exists(busy))
+    cards = usable_cards(start, end).filter(card_model_id=card_model_id)
+    if nodes is not None:
+        cards = cards.filter(node_id__in=sorted(nodes))
+    return cards.filter(~Exists(busy))
 
 
 def place_now(
-    card_model_id: int, *, count: int, start: datetime, end: datetime
+    card_model_id: int,
+    *,
+    count: int,
+    start: datetime,
+    end: datetime,
+    nodes: frozenset[int] | None = None,
 ) -> list[int] | None:
     """*count* cards on one node and one interconnect domain, free over [start, end) (start is
     now), chosen as ``planner.place`` would; None when that takes more than one domain."""
+    if nodes is not None and not nodes:
+        return None  # no node meets the requirements: the caller says why
     free = (
-        free_cards(card_model_id, start=start, end=end)
+        free_cards(card_model_id, start=start, end=end, nodes=nodes)
         .order_by()
         .values_list("id", "node_id", "interconnect_domain", "index")
     )

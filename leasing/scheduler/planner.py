@@ -92,6 +92,16 @@ class Request:
     duration: timedelta
     not_before: datetime
     same_node: bool = True
+    # The nodes the lease may use (its region, network, stack version); None: any node.
+    nodes: frozenset[int] | None = None
+
+
+def cards_for(cards: Sequence[CardSlot], request: Request) -> Sequence[CardSlot]:
+    """The cards *request* may be placed on: all, or those on its nodes."""
+    if request.nodes is None:
+        return cards
+    nodes = request.nodes
+    return [card for card in cards if card.node_id in nodes]
 
 
 @dataclass(frozen=True)
@@ -337,14 +347,24 @@ def _first_feasible(
     return None
 
 
-def never_fits_because(in_service: dict[int, int], request: Request) -> str:
+def never_fits_because(in_service: dict[int, int], request: Request, unhealthy: int = 0) -> str:
     """Why *request* can never be placed (``earliest`` gave it no start), as a
     ``choices.StallReason`` value. *in_service* counts the model's cards in service per node,
-    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones."""
+    usable or not (faulty, draining, in maintenance): the planner saw only the usable ones.
+    A request with node requirements (``request.nodes``) counts only the cards there.
+    *unhealthy* counts those kept out only by their readings (hot, node silent): they come
+    back on their own, so that is said first."""
+    if request.nodes is not None:
+        there = {n: c for n, c in in_service.items() if n in request.nodes}
+        if sum(there.values()) < request.count <= sum(in_service.values()):
+            return "requirements"
+        in_service = there
     if sum(in_service.values()) < request.count:
         return "too_few_cards"
     if request.same_node and max(in_service.values(), default=0) < request.count:
         return "no_node_big_enough"
+    if unhealthy:
+        return "unhealthy"
     return "out_of_service"
 
 
@@ -358,7 +378,7 @@ def plan_queue(
     """
     decisions = []
     for request in queue:
-        decision = earliest(cards, timeline, request)
+        decision = earliest(cards_for(cards, request), timeline, request)
         if decision.start is not None:
             for card_id in decision.card_ids:
                 timeline.add(card_id, decision.start, decision.start + request.duration)

@@ -1,4 +1,5 @@
-"""Making room for a higher class: which preemptible leases end, and when (after a grace period).
+"""Making room for a higher class or a team's guaranteed share: which leases end, and when
+(after a grace period, at least their declared checkpoint time).
 
 Runs inside the queue pass (``run.schedule_card_model``) with the card model locked; the
 leases it marks are ended by the sweep at ``preempt_at`` (``lifecycle.endings``).
@@ -11,27 +12,52 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Q
 
 from leasing.choices import PRIORITY_RANK, RUNNING_STATES, Kind, LeaseStatus, Priority, WarningKind
+from leasing.enqueue import enqueue_after_commit
 from leasing.models import Allocation, Lease
 from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_with_notice
-from leasing.scheduler import planner
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.scheduler import planner, shares
+from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.transitions import event_record
 
 PREEMPTIBLE_RANK = PRIORITY_RANK[Priority.PREEMPTIBLE]
 
 
-def preemption_plan(card_model_id: int, *, now: datetime) -> int:
-    """For the first waiting lease that outranks preemptible ones and cannot start now, take
-    back just the cards it needs from the fewest preemptible leases (then the fewest cards;
-    ties: fewest cards held, least elapsed work). A victim whose cards are all needed ends;
-    one that keeps some gives back only those. Either way after a grace period, with a
-    warning. Never touches a non-preemptible lease.
+def preemption_plan(
+    card_model_id: int, *, now: datetime, covering: list[shares.Share] | None = None
+) -> int:
+    """Make room for waiting work that is owed it. First a team's guaranteed share: the first
+    waiting lease within its team's share (``shares.reclaim_for``) takes back borrowed work
+    first (other teams' leases on loan from a share or borrowed past their quota), then
+    preemptible work, with a grace no longer than the share's stated time. Else the first
+    waiting lease that outranks preemptible ones takes back preemptible leases.
 
-    Runs inside the queue pass (the model is locked). Returns the number of leases marked.
+    Either way only the cards it needs, from the fewest leases (then the fewest cards; ties:
+    fewest cards held, least elapsed work). A victim whose cards are all needed ends; one
+    that keeps some gives back only those. Each victim gets its grace (at least its declared
+    checkpoint time, within a share's stated time) and a warning; one that declared a
+    checkpoint signal or command gets it through its backend after commit. A
+    non-preemptible lease that is not on loan is never touched.
+
+    Runs inside the queue pass (the model is locked); *covering* is the model's guaranteed
+    shares when the pass has read them. Returns the number of leases marked.
     """
+    reclaim = shares.reclaim_for(card_model_id, now=now, covering=covering)
+    if reclaim is not None:
+        waiting, share = reclaim
+        mine = ~Q(team_id=share.team_id)
+        for victims in (
+            shares.borrowed_work_q(share),
+            shares.borrowed_work_q(share) | (Q(priority=Priority.PREEMPTIBLE) & mine),
+        ):
+            marked = _make_room(
+                card_model_id, waiting, victims, now=now, within=share.within_minutes
+            )
+            if marked:
+                return marked
     waiting = (
         Lease.objects.filter(
             card_model_id=card_model_id,
@@ -43,15 +69,33 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
     )
     if waiting is None or waiting.start_at > now:
         return 0
+    return _make_room(card_model_id, waiting, Q(priority=Priority.PREEMPTIBLE), now=now)
+
+
+def grace_for(lease: Lease, *, now: datetime, within: int | None = None) -> datetime:
+    """When a preempted lease's grace ends: the site's grace, or the lease's declared
+    checkpoint time if longer; never past a guaranteed share's stated time (*within*)."""
+    grace = timedelta(minutes=settings.CARDPOOL["PREEMPT_GRACE_MINUTES"])
+    if lease.checkpoint_seconds:
+        grace = max(grace, timedelta(seconds=lease.checkpoint_seconds))
+    if within is not None:
+        grace = min(grace, timedelta(minutes=within))
+    return now + grace
+
+
+def _make_room(
+    card_model_id: int, waiting: Lease, victims_q: Q, *, now: datetime, within: int | None = None
+) -> int:
+    """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan)."""
     if Lease.objects.filter(
         preempted_for=waiting, status__in=RUNNING_STATES, preempt_at__isnull=False
     ).exists():
         return 0  # already being made room for
     victims = list(
         Lease.objects.filter(
+            victims_q,
             card_model_id=card_model_id,
             status__in=RUNNING_STATES,
-            priority=Priority.PREEMPTIBLE,
             preempt_at__isnull=True,
         )
         .select_related("user__profile")
@@ -59,7 +103,7 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
     )
     if not victims:
         return 0
-    cards = card_slots(card_model_id, now=now)
+    cards = lease_card_slots(card_model_id, now=now, requirements=waiting.requirements)
     if planner.place(
         cards,
         timeline_for(card_model_id, now=now),
@@ -69,7 +113,7 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
         same_node=waiting.same_node,
     ):
         return 0  # it fits without ending anyone
-    preempt_at = now + timedelta(minutes=settings.CARDPOOL["PREEMPT_GRACE_MINUTES"])
+    preempt_at = {v.pk: grace_for(v, now=now, within=within) for v in victims}
     held: dict[int, list[int]] = defaultdict(list)
     for lease_id, card_id in Allocation.objects.filter(
         lease__in=victims, start_at__lte=now, end_at__gt=now
@@ -83,22 +127,23 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
         count=waiting.count,
         same_node=waiting.same_node,
         start=now,
-        end=preempt_at + waiting.duration,
+        end=max(preempt_at.values()) + waiting.duration,
     )
     if taken is None:
         return 0
     by_pk = {v.pk: v for v in victims}
     for lease_id, card_ids in taken.items():
         victim = by_pk[lease_id]
+        at = preempt_at[lease_id]
         whole = len(card_ids) >= len(held[lease_id])
         if not whole:
             # The cards taken back are free from preempt_at: their periods end then, so the
             # planner, the fast path and billing all see it; the lease keeps the rest.
             Allocation.objects.filter(
-                lease_id=lease_id, card_id__in=card_ids, end_at__gt=preempt_at
-            ).update(end_at=preempt_at)
+                lease_id=lease_id, card_id__in=card_ids, end_at__gt=at
+            ).update(end_at=at)
         Lease.objects.filter(pk=lease_id, preempt_at__isnull=True).update(
-            preempt_at=preempt_at,
+            preempt_at=at,
             preempt_cards=None if whole else len(card_ids),
             preempted_for=waiting,
         )
@@ -107,14 +152,19 @@ def preemption_plan(card_model_id: int, *, now: datetime) -> int:
             kind="preemption_scheduled",
             at=now,
             data={
-                "at": preempt_at.isoformat(),
+                "at": at.isoformat(),
                 "for": waiting.pk,
                 "cards": len(card_ids),
                 "whole": whole,
+                "reclaim": within is not None,
             },
         )
         victim.refresh_from_db()
         preemption_warn(victim, now=now)
+        if victim.checkpoint_signal or victim.checkpoint_command:
+            # The job saves its state during the grace: the backend delivers the signal
+            # (Slurm: scancel --signal; local: the node's agent) after commit.
+            enqueue_after_commit("leasing.tasks.checkpoint_lease", lease_id)
     return len(taken)
 
 

@@ -3,6 +3,7 @@ start (its place in the queue counted), and whether a change would delay anyone 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -10,8 +11,22 @@ from django.utils import timezone
 from inventory.models import CardModel
 from leasing.choices import Priority, queue_rank
 from leasing.scheduler import planner
+from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.queueplan import QueuePlan, service_key
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
+from leasing.scheduler.snapshot import (
+    card_slots,
+    card_slots_of,
+    queued_requests,
+    timeline_for,
+    timelines_of,
+    waiting_of,
+)
+
+# The id in a previewed request's queue key: a new lease's id is larger than every waiting
+# one's, so it comes after those with the same class and virtual submit time.
+NEWCOMER = 2**63 - 1
+# Off-peak windows a preview tries before it gives up (each try: the next allowed start).
+OFF_PEAK_TRIES = 30
 
 
 def lease_preview(
@@ -23,25 +38,101 @@ def lease_preview(
     same_node: bool = True,
     priority: str = Priority.NORMAL,
     purpose: str = "",
+    start_policy: str = "",
     now: datetime | None = None,
+    nodes: frozenset[int] | None = None,
 ) -> datetime | None:
     """When a request like this would start if made now: its place in the queue (everyone
-    the queue order serves before it), no writes."""
+    the queue order serves before it: ``queueplan.service_key``), no writes.
+    *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``).
+    With an off-peak *start_policy* the start is the first the policy allows where the cards
+    are free (the queue pass's rule, ``offpeak.OffPeakHold``). The same code as the
+    advisor's previews (``lease_previews``), for one model."""
+    ask = Ask(card_model.pk, count, same_node, nodes)
+    return lease_previews(
+        [ask],
+        duration=duration,
+        start_at=start_at,
+        priority=priority,
+        purpose=purpose,
+        start_policy=start_policy,
+        now=now,
+    )[card_model.pk].start
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request to preview: *count* cards of a model, on *nodes* (None: any)."""
+
+    card_model_id: int
+    count: int
+    same_node: bool = True
+    nodes: frozenset[int] | None = None
+
+
+def lease_previews(
+    asks: list[Ask],
+    *,
+    duration: timedelta,
+    start_at: datetime | None = None,
+    priority: str = Priority.NORMAL,
+    purpose: str = "",
+    start_policy: str = "",
+    now: datetime | None = None,
+    cards: dict[int, list[planner.CardSlot]] | None = None,
+) -> dict[int, planner.Decision]:
+    """``lease_preview`` for many models at once (one ask per model): three queries in all,
+    whatever the number of models (the advisor ranks the whole pool). Each decision's
+    ``card_ids`` are the cards the planner would choose; ``start`` None: never fits.
+    *cards*: the models' usable cards (``snapshot.card_slots_of``) when already loaded."""
     now = now or timezone.now()
     not_before = start_at if start_at and start_at > now else now
-    cards = card_slots(card_model.pk, now=now)
-    timeline = timeline_for(card_model.pk, now=now)
+    ids = [a.card_model_id for a in asks]
     rank = queue_rank(priority, purpose)
-    key = service_key(rank=rank, submitted_at=now, duration=duration, count=count, lease_id=0)
-    ahead = [w for w in waiting_for(card_model.pk, now=now, min_rank=rank) if w.key < key]
-    # The plan the last pass stored for them is the plan (re-planned only if it is stale).
-    plan = QueuePlan(cards, timeline, now=now)
-    if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):
-        plan.rebuild((w.key, w.request) for w in ahead)
-    decision = planner.earliest(
-        cards, timeline, planner.Request(0, count, duration, not_before, same_node)
-    )
-    return decision.start
+    if cards is None:
+        cards = card_slots_of(ids, now=now)
+    timelines = timelines_of(ids, now=now)
+    queues = waiting_of(ids, now=now, min_rank=rank)
+    offpeak = OffPeakHold()
+    out: dict[int, planner.Decision] = {}
+    for ask in asks:
+        model_cards = cards.get(ask.card_model_id, [])
+        timeline = timelines[ask.card_model_id]
+        # Ahead: those the queue order serves first (a smaller key). The plan the last pass
+        # stored for them is the plan; planned again only when it is stale.
+        key = service_key(
+            rank=rank, submitted_at=now, duration=duration, count=ask.count, lease_id=NEWCOMER
+        )
+        ahead = [w for w in queues.get(ask.card_model_id, []) if w.key < key]
+        plan = QueuePlan(model_cards, timeline, now=now)
+        if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):
+            plan.rebuild((w.key, w.request) for w in ahead)
+        out[ask.card_model_id] = _earliest_allowed(
+            ask, model_cards, timeline, offpeak, start_policy, not_before, duration
+        )
+    return out
+
+
+def _earliest_allowed(
+    ask: Ask,
+    cards: list[planner.CardSlot],
+    timeline: planner.Timeline,
+    offpeak: OffPeakHold,
+    start_policy: str,
+    not_before: datetime,
+    duration: timedelta,
+) -> planner.Decision:
+    """The planner's earliest start for *ask* that the start policy allows."""
+    for _try in range(OFF_PEAK_TRIES):
+        allowed = offpeak.allowed_start(start_policy, not_before, duration)
+        if allowed is None:
+            break
+        request = planner.Request(0, ask.count, duration, allowed, ask.same_node, ask.nodes)
+        decision = planner.earliest(planner.cards_for(cards, request), timeline, request)
+        if decision.start is None or decision.start == allowed or not start_policy:
+            return decision
+        not_before = decision.start
+    return planner.Decision(0, None)
 
 
 def waiting_delayed(

@@ -27,7 +27,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, earliest, place
+from leasing.scheduler.planner import (
+    CardSlot,
+    Decision,
+    Request,
+    Timeline,
+    cards_for,
+    earliest,
+    place,
+)
 
 # The slack of the virtual submit time: SLACK_PER_CARD_HOUR per card-hour asked, at most
 # SLACK_CAP. Chosen on the Philly trace (bench/trace_replay.py, docs/performance.md).
@@ -119,7 +127,7 @@ class QueuePlan:
 
         False, leaving the plan empty, when it cannot be exactly what planning now would
         give: a lease was never planned, its start has come, or its cards are no longer
-        usable or free. (A plan is exact as long as every change that frees cards re-plans,
+        usable or free, or not on the nodes its requirements allow. (A plan is exact as long as every change that frees cards re-plans,
         which is the rule: ``run.replan``.)"""
         until = {c.card_id: c.usable_until for c in self.cards}
         entries: list[Planned] = []
@@ -142,6 +150,7 @@ class QueuePlan:
             end = start + request.duration
             if not all(
                 c in until
+                and (request.nodes is None or self.node_of[c] in request.nodes)
                 and (until[c] is None or end <= until[c])
                 and self.timeline.is_free(c, start, end)
                 for c in card_ids
@@ -279,6 +288,8 @@ class QueuePlan:
             if not request.same_node:
                 return None
             nodes = set().union(*(w[2] for w in before_end))
+            if request.nodes is not None:
+                nodes &= request.nodes
             sub = [c for n in sorted(nodes) for c in self.by_node.get(n, ())]
             if request.not_before < self.now:
                 request = replace(request, not_before=self.now)
@@ -286,13 +297,15 @@ class QueuePlan:
             if earlier.start is not None and earlier.start < start:
                 # place over the whole pool at the new start (best fit across every node)
                 chosen = place(
-                    self.cards, timeline, request.count, earlier.start,
+                    cards_for(self.cards, request), timeline, request.count, earlier.start,
                     earlier.start + request.duration, same_node=True,
                 )  # fmt: skip
                 return (
                     None if chosen is None else Decision(old.lease_id, earlier.start, tuple(chosen))
                 )
         touched = set().union(*(w[2] for w in (*added, *freed) if w[0] < end and start < w[1]))
+        if request.nodes is not None:
+            touched &= request.nodes  # changes on nodes it may not use do not concern it
         if not touched:
             return old  # nothing changed inside its window: the same cards are the best fit
         node = self.node_of[old.card_ids[0]]
@@ -303,7 +316,12 @@ class QueuePlan:
             or any(self.node_of[c] != node for c in old.card_ids)
         ):
             chosen = place(
-                self.cards, timeline, request.count, start, end, same_node=request.same_node
+                cards_for(self.cards, request),
+                timeline,
+                request.count,
+                start,
+                end,
+                same_node=request.same_node,
             )
             return None if chosen is None else Decision(old.lease_id, start, tuple(chosen))
         # the old choice came from place's first step (one node, one domain) on an untouched
@@ -328,7 +346,7 @@ class QueuePlan:
     def _plan(self, request: Request) -> Decision:
         if request.not_before < self.now:
             request = replace(request, not_before=self.now)
-        decision = earliest(self.cards, self.timeline, request)
+        decision = earliest(cards_for(self.cards, request), self.timeline, request)
         if decision.start is not None:
             end = decision.start + request.duration
             for card_id in decision.card_ids:

@@ -20,14 +20,15 @@ from inventory.models import Card
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
-from leasing.models import Allocation, Lease, LeaseEvent
+from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, Session
 from leasing.notify.messages import notice_send
-from leasing.scheduler import planner
+from leasing.scheduler import planner, shares
+from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import Planned, QueuePlan
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
-from leasing.transitions import cards_free, hand_over, transition
+from leasing.transitions import cards_free, event_record, hand_over, transition
 
 logger = logging.getLogger(__name__)
 
@@ -60,31 +61,56 @@ def schedule_card_model(
         return result
     # Make room for a higher class first, so the plan below already sees the victims'
     # end (their grace period) and gives the waiting lease an honest estimate.
-    marked = preemption_plan(card_model_id, now=now)
-    plan = QueuePlan(
-        card_slots(card_model_id, now=now), timeline_for(card_model_id, now=now), now=now
-    )
-    changed = _join(plan, waiting, joined) if joined is not None and not marked else None
-    if changed is None:
-        plan.rebuild((w.key, w.request) for w in waiting)
-    # Those that start now leave the plan and hold their cards; anyone ahead of them is
-    # planned again around that (QueuePlan.advance), so what is stored is what a pass run
-    # right after this one would decide. Only decisions that differ from the stored ones
-    # are written (below).
-    due = plan.advance(now)
-    entries = due + plan.entries
-    decisions = [e.decision for e in entries]
-    requests = {e.request.lease_id: e.request for e in entries}
+    covering = shares.shares_covering(card_model_id)  # guaranteed shares: one statement
+    marked = preemption_plan(card_model_id, now=now, covering=covering)
+    cards = card_slots(card_model_id, now=now)
+    timeline = timeline_for(card_model_id, now=now)
+    policies = {w.request.lease_id: w.start_policy for w in waiting if w.start_policy}
+    if covering or policies:
+        # A team within its guaranteed share is served first (the cards a reclaim frees are
+        # its), and off-peak starts are held below: both change the plan after the service
+        # order, which a stored plan does not know. So plan the whole queue, and store no
+        # cards (the next request that joins plans the whole queue too).
+        queue = shares.entitled_first(
+            card_model_id, [w.request for w in waiting], covering=covering
+        )
+        decisions = planner.plan_queue(cards, timeline, queue)
+        requests = {r.lease_id: r for r in queue}
+        keep_plan = False
+    else:
+        plan = QueuePlan(cards, timeline, now=now)
+        changed = _join(plan, waiting, joined) if joined is not None and not marked else None
+        if changed is None:
+            plan.rebuild((w.key, w.request) for w in waiting)
+        # Those that start now leave the plan and hold their cards; anyone ahead of them is
+        # planned again around that (QueuePlan.advance), so what is stored is what a pass run
+        # right after this one would decide. Only decisions that differ from the stored ones
+        # are written (below).
+        due = plan.advance(now)
+        entries = due + plan.entries
+        decisions = [e.decision for e in entries]
+        requests = {e.request.lease_id: e.request for e in entries}
+        keep_plan = True
     shown = {
         w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
     }
+    offpeak = OffPeakHold()
     in_service: dict[int, int] | None = None
+    unhealthy = 0
 
     starting: list[tuple[Request, Decision]] = []
     estimates: list[Lease] = []
     stalled: list[int] = []
     for decision in decisions:
         request = requests[decision.lease_id]
+        if decision.lease_id in policies and decision.start is not None:
+            # Off-peak only where the lease asked for it: a start its policy does not allow
+            # waits for the next one (scheduler/offpeak.py).
+            allowed = offpeak.hold(
+                decision.lease_id, policies[decision.lease_id], decision.start, request.duration
+            )
+            if allowed != decision.start:
+                decision = Decision(decision.lease_id, allowed)
         fits_when_wanted = decision.start is not None and decision.start == request.not_before
         if fits_when_wanted and decision.start <= now:
             starting.append((request, decision))
@@ -115,8 +141,9 @@ def schedule_card_model(
             if decision.start is None:
                 if in_service is None:
                     in_service = in_service_by_node(card_model_id)
-                stall = planner.never_fits_because(in_service, request)
-            planned = decision.card_ids if decision.start is not None else None
+                    unhealthy = unhealthy_count(card_model_id)
+                stall = planner.never_fits_because(in_service, request, unhealthy)
+            planned = decision.card_ids if keep_plan and decision.start is not None else None
             if shown.get(decision.lease_id) != (decision.start, stall, planned):
                 estimates.append(
                     Lease(
@@ -163,6 +190,15 @@ def in_service_by_node(card_model_id: int) -> dict[int, int]:
         .order_by()
     )
     return dict(rows)
+
+
+def unhealthy_count(card_model_id: int) -> int:
+    """The model's cards kept out of placement only by their readings (``Card.health``)."""
+    return (
+        Card.objects.filter(card_model_id=card_model_id, status=Card.Status.OK)
+        .exclude(health=Card.Health.OK)
+        .count()
+    )
 
 
 def stalled_tell(lease_ids: list[int]) -> None:
@@ -235,7 +271,27 @@ def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> l
         ),
         batch_size=2000,
     )
-    return [decision.lease_id for _request, decision in starting]
+    started = [decision.lease_id for _request, decision in starting]
+    lent_mark(started, now=now)
+    return started
+
+
+def lent_mark(lease_ids: list[int], *, now: datetime) -> None:
+    """Mark the leases just started that sit on cards of another team's idle guaranteed share
+    (``shares.lent_after_placement``): they are taken back first when that team asks."""
+    if not lease_ids or not GuaranteedShare.objects.exists():
+        return
+    lent = [
+        pk
+        for pk, team_id, model_id in Lease.objects.filter(pk__in=lease_ids).values_list(
+            "pk", "team_id", "card_model_id"
+        )
+        if shares.lent_after_placement(team_id=team_id, card_model_id=model_id, now=now)
+    ]
+    if lent:
+        Lease.objects.filter(pk__in=lent).update(lent=True)
+        for pk in lent:
+            event_record(pk, kind="lent", at=now)
 
 
 def replan(card_model_id: int, *, now: datetime, joined: int | None = None) -> PassResult:
@@ -292,6 +348,9 @@ def release_begin(
         end_reason=reason,
     ):
         return False
+    # Its browser sessions end with it: their URLs answer "ended" from this commit on, and
+    # the backend's release stops their processes.
+    Session.objects.end_for_lease(lease.pk, at=now)
     cards_free(lease, cut_at)
     replan(lease.card_model_id, now=now)
     enqueue_after_commit("leasing.tasks.release_lease", lease.pk)

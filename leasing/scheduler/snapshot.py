@@ -4,12 +4,14 @@ the queue. The dashboard's "next free" and the queue pass read the same picture.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from inventory.models import Node
+from inventory.requirements import NODE_KEYS, nodes_meeting
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
 from leasing.scheduler.availability import usable_cards
@@ -23,28 +25,35 @@ def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, 
     A draining node's cards are usable only by leases that end before its drain time.
     """
     slots: dict[int, list[CardSlot]] = defaultdict(list)
-    rows = (
-        usable_cards(now)
-        .filter(card_model_id__in=list(card_model_ids))
-        .values_list(
-            "pk",
-            "card_model_id",
-            "node_id",
-            "interconnect_domain",
-            "node__status",
-            "node__drain_at",
-        )
-        .order_by("node_id", "index")
+    cards = usable_cards(now).filter(card_model_id__in=list(card_model_ids))
+    # Integers only, so no per-value conversion (a 10,000-card pool is read for each advice:
+    # bench/advisor_scale.py); the few draining nodes' drain times come separately.
+    drains = dict(
+        Node.objects.filter(
+            status=Node.Status.DRAINING, pk__in=cards.values("node_id")
+        ).values_list("pk", "drain_at")
     )
-    for pk, model_id, node_id, domain, status, drain_at in rows:
-        usable_until = drain_at if status == Node.Status.DRAINING else None
-        slots[model_id].append(CardSlot(pk, node_id, domain, usable_until))
+    rows = cards.values_list("pk", "card_model_id", "node_id", "interconnect_domain").order_by(
+        "node_id", "index"
+    )
+    for pk, model_id, node_id, domain in rows:
+        slots[model_id].append(CardSlot(pk, node_id, domain, drains.get(node_id)))
     return slots
 
 
 def card_slots(card_model_id: int, *, now: datetime) -> list[CardSlot]:
     """The cards of one model that can take a lease (see ``card_slots_of``)."""
     return card_slots_of([card_model_id], now=now).get(card_model_id, [])
+
+
+def lease_card_slots(
+    card_model_id: int, *, now: datetime, requirements: dict | None
+) -> list[CardSlot]:
+    """The cards of one model a lease with *requirements* may use (its nodes: region,
+    network, stack version — ``inventory.requirements.nodes_meeting``)."""
+    slots = card_slots(card_model_id, now=now)
+    nodes = nodes_meeting(requirements)
+    return slots if nodes is None else [s for s in slots if s.node_id in nodes]
 
 
 def timelines_of(
@@ -107,6 +116,7 @@ class Waiting:
     estimated_start: datetime | None
     planned_cards: tuple[int, ...] | None
     stall_reason: str
+    start_policy: str = ""  # an off-peak start policy (``choices.StartPolicy``), or ""
 
 
 def waiting_of(
@@ -130,8 +140,11 @@ def waiting_of(
         "estimated_start",
         "planned_cards",
         "stall_reason",
+        "start_policy",
+        "requirements",
     )
     queues: dict[int, list[Waiting]] = defaultdict(list)
+    allowed: dict[str, frozenset[int] | None] = {}  # one look-up per distinct requirements
     for (
         pk,
         model_id,
@@ -144,13 +157,21 @@ def waiting_of(
         eta,
         planned,
         stall,
+        policy,
+        wanted,
     ) in rows:
+        nodes = None
+        if wanted and NODE_KEYS.intersection(wanted):
+            text = json.dumps(wanted, sort_keys=True)
+            if text not in allowed:
+                allowed[text] = nodes_meeting(wanted)
+            nodes = allowed[text]
         key = service_key(
             rank=rank, submitted_at=submitted, duration=duration, count=count, lease_id=pk
         )
-        request = Request(pk, count, duration, max(start, now), same_node)
+        request = Request(pk, count, duration, max(start, now), same_node, nodes)
         queues[model_id].append(
-            Waiting(key, request, eta, None if planned is None else tuple(planned), stall)
+            Waiting(key, request, eta, None if planned is None else tuple(planned), stall, policy)
         )
     for queue in queues.values():
         queue.sort(key=lambda w: w.key)

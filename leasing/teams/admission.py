@@ -51,6 +51,15 @@ def _may_borrow(ask: Ask) -> bool:
     return ask.lease_id is None or ask.borrowed
 
 
+# A new request's refusal sits on the field the person would change: too long a lease on the
+# duration, the rest (cards held, card-hours, money) on the card count.
+REQUEST_FIELDS = {"max_lease_hours": "duration_minutes"}
+
+
+def _field_for(breach, ask: Ask, field: str) -> str:
+    return REQUEST_FIELDS.get(breach.limit, field) if ask.kind == "request" else field
+
+
 def admit(
     ask: Ask,
     *,
@@ -75,7 +84,10 @@ def admit(
         if only_concurrency and _may_borrow(ask):
             verdict.borrowed = True
         else:
-            raise ValidationError({field: [b.message for b in team_breaches]})
+            errors: dict[str, list[str]] = {}
+            for b in team_breaches:
+                errors.setdefault(_field_for(b, ask, field), []).append(b.message)
+            raise ValidationError(errors)
     if member_breaches and not member_approved:
         verdict.status = LeaseStatus.PENDING_APPROVAL
         verdict.member_breaches = member_breaches

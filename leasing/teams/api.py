@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.response import Response
 
 from leasing.teams import selectors, services
-from leasing.teams.serializers import QuotaRuleSerializer, QuotaUseSerializer, TeamSerializer
+from leasing.teams.serializers import (
+    MemberAddSerializer,
+    MemberSerializer,
+    QuotaRuleSerializer,
+    QuotaUseSerializer,
+    ShareSerializer,
+    TeamSerializer,
+)
 from portal.models import Team
 
 
@@ -49,6 +60,64 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             row for row in overview["rows"] if row.rule is not None or row.card_model is not None
         ]
         return Response(QuotaUseSerializer(rows, many=True).data)
+
+    @extend_schema(methods=["GET"], responses=ShareSerializer(many=True))
+    @extend_schema(
+        methods=["PUT"], request=ShareSerializer(many=True), responses=ShareSerializer(many=True)
+    )
+    @action(detail=True, methods=["get", "put"])
+    def shares(self, request, slug=None):
+        """The team's guaranteed shares; operators replace them all with PUT."""
+        team = self.get_object()
+        if request.method == "PUT":
+            given = ShareSerializer(data=request.data, many=True)
+            given.is_valid(raise_exception=True)
+            services.share_replace(
+                user=request.user, team=team, shares=[dict(s) for s in given.validated_data]
+            )
+        rows = team.shares.select_related("card_model").order_by("card_model__slug", "family")
+        return Response(ShareSerializer(rows, many=True).data)
+
+    def _members(self, team):
+        memberships = team.memberships.select_related("user").order_by("role", "user__username")
+        return Response(MemberSerializer(memberships, many=True).data)
+
+    @extend_schema(methods=["GET"], responses=MemberSerializer(many=True))
+    @extend_schema(
+        methods=["POST"], request=MemberAddSerializer, responses=MemberSerializer(many=True)
+    )
+    @action(detail=True, methods=["get", "post"])
+    def members(self, request, slug=None):
+        """The team's members; a lead (or an operator) adds an existing account by username."""
+        team = self.get_object()
+        if request.method == "POST":
+            data = MemberAddSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            name = data.validated_data["username"]
+            member = get_user_model().objects.filter(username__iexact=name).first()
+            if member is None:
+                raise ApiValidationError(
+                    {"username": [_("No account is called “%(user)s”.") % {"user": name}]}
+                )
+            services.membership_add(user=request.user, team=team, member=member)
+            return Response(self._members(team).data, status=status.HTTP_201_CREATED)
+        return self._members(team)
+
+    @extend_schema(request=None, responses={204: None})
+    @action(
+        detail=True,
+        methods=["delete"],
+        url_path=r"members/(?P<username>[^/]+)",
+        url_name="member",
+    )
+    def member(self, request, slug=None, username=None):
+        """A lead takes a member out (refused while they hold or wait for cards there)."""
+        team = self.get_object()
+        membership = get_object_or_404(
+            team.memberships.select_related("user", "team"), user__username=username
+        )
+        services.membership_remove(user=request.user, membership=membership)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 def register(router) -> None:

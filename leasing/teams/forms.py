@@ -6,6 +6,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel
+from leasing.teams.selectors import CHART_DAYS_MAX
 from portal.input import MAX_LIMIT_CARDS, validate_lease_hours
 
 UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
@@ -63,3 +64,35 @@ class MemberLimitForm(LimitsForm):
 
 class DecisionForm(forms.Form):
     reason = forms.CharField(label=_("Reason / note"), max_length=500, required=False)
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(label=_("Username"), max_length=150)
+
+
+class IdlePolicyForm(forms.Form):
+    """The team's idle policy, as its leads edit it on the team page."""
+
+    idle_threshold_pct = forms.IntegerField(
+        label=_("Idle below (percent utilisation)"), min_value=0, max_value=100
+    )
+    idle_minutes = forms.IntegerField(label=_("Idle for (minutes)"), min_value=5)
+    idle_reclaim = forms.BooleanField(label=_("End idle leases after the warning"), required=False)
+
+
+class ChartRangeForm(forms.Form):
+    """The team chart's range: whole days, both included (site time zone)."""
+
+    start = forms.DateField(label=_("From"), required=False)
+    end = forms.DateField(label=_("To (inclusive)"), required=False)
+
+    def clean(self):
+        data = super().clean()
+        start, end = data.get("start"), data.get("end")
+        if start and end and end < start:
+            raise forms.ValidationError(_("The end comes before the start."))
+        if start and end and (end - start).days >= CHART_DAYS_MAX:
+            raise forms.ValidationError(
+                _("At most %(days)s days at a time.") % {"days": CHART_DAYS_MAX}
+            )
+        return data

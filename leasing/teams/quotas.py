@@ -14,14 +14,13 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Exists, Q
-from django.utils import formats
 from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
 from leasing.billing.prices import PriceBooks, estimate
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
 from leasing.models import Allocation, Lease, MemberLimit, Quota
-from leasing.notify.messages import breach_text
+from leasing.notify.messages import breach_text, holder_zone, reader_language, render
 from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
 from portal.models import Membership, Team
@@ -378,22 +377,26 @@ def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
             for level, kind in BUDGET_LEVELS:
                 if share < level:
                     continue
-                scope = _scope_name(rule.card_model)
+                params = {
+                    "team": team.name,
+                    "pct": level,
+                    "month": f"{month[0]:%Y-%m}",
+                    "model": rule.card_model.name if rule.card_model else "",
+                    "used": _hours(used),
+                    "limit": _hours(Decimal(limit)),
+                    "unit": unit,
+                }
                 notify_team_leads(
                     team=team,
                     kind=kind,
-                    title=_("%(team)s: %(pct)s%% of the %(month)s budget for %(scope)s is used")
-                    % {
-                        "team": team.name,
-                        "pct": level,
-                        "month": formats.date_format(month[0], "Y-m"),
-                        "scope": scope,
-                    },
-                    body=_("%(used)s of %(limit)s %(unit)s used or booked this month.")
-                    % {"used": _hours(used), "limit": _hours(Decimal(limit)), "unit": unit},
+                    title="",
                     url=f"/teams/{team.slug}/",
+                    data={"message": "budget", "params": params},
                     now=now,
                     key=f"budget:{rule.pk}:{unit}:{month[0]:%Y-%m}:{level}",
+                    word=lambda lead, params=params: render(
+                        "budget", params, language=reader_language(lead), zone=holder_zone(lead)
+                    ),
                 )
                 sent += 1
                 break  # the highest level reached is the one to tell

@@ -12,7 +12,7 @@ from inventory.models import CardModel
 from leasing import choices, periods
 from leasing.billing.prices import PriceBooks
 from leasing.choices import BOOKED_STATES, HOLDING_STATES, LeaseStatus
-from leasing.models import Lease, LeaseChange, MemberLimit, Quota
+from leasing.models import GuaranteedShare, Lease, LeaseChange, MemberLimit, Quota
 from leasing.teams import quotas
 from portal.models import Membership, Team
 from portal.permissions import is_finance, is_operator, leads_team
@@ -87,7 +87,6 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         rows[model_id] = QuotaRow(card_model=models.get(model_id), rule=rules.get(model_id))
     if None not in rows:
         rows[None] = QuotaRow(card_model=None, rule=None)
-    days: dict = {}
     books = PriceBooks(team_id=team.pk, until=month[1])
     books.preload(models.values())
     for c in charges:
@@ -109,18 +108,6 @@ def team_overview(team: Team, *, now: datetime) -> dict:
             row.money += spent + booked
             if c.start <= now < c.end and c.status in choices.BOOKED_STATES:
                 row.concurrent_now += c.count
-        # Only the days the charge touches (a lease is mostly hours long; a month has 31).
-        lo, hi = max(c.start, month[0]), min(c.end, now, month[1])
-        day = month[0] + timedelta(days=(lo - month[0]) // timedelta(days=1))
-        while day < hi:
-            hours = c.count * periods.overlap_hours(
-                c.start, min(c.end, now), day, day + timedelta(days=1)
-            )
-            if hours:
-                name = models[c.card_model_id].name
-                days.setdefault(name, {}).setdefault(day.date(), Decimal(0))
-                days[name][day.date()] += hours
-            day += timedelta(days=1)
     holders = (
         Lease.objects.filter(team=team, status__in=HOLDING_STATES)
         .select_related("user", "card_model")
@@ -147,5 +134,53 @@ def team_overview(team: Team, *, now: datetime) -> dict:
         "memberships": Membership.objects.filter(team=team)
         .select_related("user")
         .order_by("role", "user__username"),
-        "daily": days,
+        # Guaranteed shares (operators set them): cards the team gets within a stated time.
+        "shares": GuaranteedShare.objects.filter(team=team)
+        .select_related("card_model")
+        .order_by("card_model__name", "family"),
     }
+
+
+CHART_DAYS_MAX = 366
+
+
+def team_daily_hours(
+    team: Team, *, since: datetime, until: datetime, now: datetime
+) -> dict[str, dict]:
+    """Card-hours held per card model and day (site time zone) in [since, until), up to *now*:
+    the team chart over any range (whole days; at most ``CHART_DAYS_MAX``)."""
+    until = min(until, now)
+    if until <= since:
+        return {}
+    found = quotas.charges(team.pk, since, until)
+    names = dict(
+        CardModel.objects.filter(pk__in={c.card_model_id for c in found}).values_list("pk", "name")
+    )
+    days: dict[str, dict] = {}
+    day_len = timedelta(days=1)
+    for c in found:
+        # Only the days the charge touches (a lease is mostly hours long; a range has many).
+        lo, hi = max(c.start, since), min(c.end, until)
+        day = since + timedelta(days=(lo - since) // day_len)
+        while day < hi:
+            hours = c.count * periods.overlap_hours(c.start, min(c.end, until), day, day + day_len)
+            if hours:
+                per_day = days.setdefault(names[c.card_model_id], {})
+                key = periods.local_date(day)
+                per_day[key] = per_day.get(key, Decimal(0)) + hours
+            day += day_len
+    return days
+
+
+def team_for_viewer(user, slug: str) -> Team | None:
+    """The team, if *user* may see its page: its members and leads, operators, finance."""
+    team = Team.objects.filter(slug=slug).first()
+    if team is None:
+        return None
+    if (
+        is_operator(user)
+        or is_finance(user)
+        or Membership.objects.filter(user=user, team=team).exists()
+    ):
+        return team
+    return None

@@ -17,6 +17,23 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["slug", "name", "department", "allow_borrowing"]
 
 
+class ShareSerializer(StrictSerializer):
+    """A guaranteed share: cards of a card model (or of a family) the team gets within a
+    stated time; lent to others while it does not use them."""
+
+    card_model = serializers.SlugRelatedField(
+        slug_field="slug",
+        queryset=CardModel.objects.all(),
+        allow_null=True,
+        required=False,
+        default=None,
+        error_messages={"does_not_exist": "Unknown card model “{value}”."},
+    )
+    family = serializers.CharField(max_length=40, required=False, allow_blank=True, default="")
+    cards = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT_CARDS)
+    within_minutes = serializers.IntegerField(min_value=1, max_value=24 * 60)
+
+
 class QuotaRuleSerializer(StrictSerializer):
     card_model = serializers.SlugRelatedField(
         slug_field="slug",
@@ -78,3 +95,15 @@ class QuotaUseSerializer(serializers.Serializer):
         help_text="Held up to now, at the bill's prices (the reports' recorded + accrued).",
     )
     cards_held_now = serializers.IntegerField(source="concurrent_now")
+
+
+class MemberSerializer(serializers.Serializer):
+    """A member of a team as the API shows one."""
+
+    username = serializers.CharField(source="user.username", read_only=True)
+    role = serializers.CharField(read_only=True)
+    joined_at = serializers.DateTimeField(read_only=True)
+
+
+class MemberAddSerializer(StrictSerializer):
+    username = serializers.CharField(max_length=150)

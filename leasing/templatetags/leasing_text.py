@@ -1,6 +1,7 @@
 """Template filters that word stored parameters for the reader (the active language and zone)."""
 
 from django import template
+from django.utils.translation import gettext as _
 
 from leasing.notify.messages import breaches_text
 
@@ -12,3 +13,33 @@ def breaches(stored, fallback: str = "") -> str:
     """Limits broken, stored as parameters (``Breach.stored``), one per line; *fallback*: the
     text kept before they were (older rows)."""
     return breaches_text(stored) or fallback
+
+
+@register.filter
+def event_note(event) -> str:
+    """A timeline line's note for the reader: the limits it broke (stored as parameters, so a
+    lead reading in English sees English), else the text a person wrote (a lead's note, an
+    operator's reason)."""
+    data = event.data or {}
+    return "\n".join(
+        t
+        for t in (_facts(event.kind, data), event.message, breaches_text(data.get("breaches")))
+        if t
+    )
+
+
+def _facts(kind: str, data: dict) -> str:
+    """What a resize or a swap changed, from its parameters."""
+    try:
+        if kind == "resized" and "to" in data:
+            text = _("%(from)s → %(to)s cards") % {"from": data["from"], "to": data["to"]}
+            if data.get("reason") == "preempted":
+                text += " · " + _("taken back for a higher-priority request")
+            return text
+        if kind == "ended" and data.get("by_hand"):
+            return _("Released by hand by an operator.")
+        if kind == "card_replaced" and "to_card" in data:
+            return _("card %(old)s → %(new)s") % {"old": data["from_card"], "new": data["to_card"]}
+    except (KeyError, TypeError):
+        pass
+    return ""

@@ -11,12 +11,103 @@
     }
   });
 
+  // <form data-confirm="Release the 6 cards now?" data-confirm-ok="Release">: a destructive
+  // action asks first, in the page's own dialog (#confirm-dialog in base.html); the form is
+  // sent only when the person confirms. The button that was pressed is sent along.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var dialog = document.getElementById("confirm-dialog");
+    if (!form.dataset || !form.dataset.confirm || form.dataset.confirmed || !dialog || !dialog.showModal) {
+      return;
+    }
+    event.preventDefault();
+    var submitter = event.submitter || null;
+    var ok = dialog.querySelector("[data-confirm-ok]");
+    dialog.querySelector("#confirm-dialog-text").textContent = form.dataset.confirm;
+    if (form.dataset.confirmOk) {
+      ok.textContent = form.dataset.confirmOk;
+    }
+    dialog.returnValue = "";
+    dialog.onclose = function () {
+      if (dialog.returnValue === "confirm") {
+        form.dataset.confirmed = "1";
+        if (form.requestSubmit) {
+          form.requestSubmit(submitter);
+        } else {
+          form.submit();
+        }
+      }
+    };
+    dialog.showModal();
+  });
+
+  // <pre data-copy>: a "Copy" button beside commands (the lease's access details), added here so
+  // a page without JavaScript shows no dead button; again after htmx swaps the status in.
+  // navigator.clipboard needs HTTPS; on a plain-HTTP intranet the text is selected and copied.
+  function copyButtons(root) {
+    if (!root || !root.querySelectorAll) {
+      return;
+    }
+    var labels = document.body.dataset;
+    root.querySelectorAll("pre[data-copy]").forEach(function (pre) {
+      if (pre.previousElementSibling && pre.previousElementSibling.matches("button.copy-button")) {
+        return;
+      }
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "button button--secondary button--small copy-button";
+      button.textContent = labels.copyLabel || "Copy";
+      button.addEventListener("click", function () {
+        var done = function () {
+          button.textContent = labels.copiedLabel || "Copied";
+          window.setTimeout(function () {
+            button.textContent = labels.copyLabel || "Copy";
+          }, 2000);
+        };
+        var text = pre.textContent;
+        if (navigator.clipboard && window.isSecureContext) {
+          navigator.clipboard.writeText(text).then(done);
+          return;
+        }
+        var range = document.createRange();
+        range.selectNodeContents(pre);
+        var selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+        if (document.execCommand("copy")) {
+          done();
+        }
+      });
+      pre.parentNode.insertBefore(button, pre);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    copyButtons(document);
+  });
+  document.addEventListener("htmx:load", function (event) {
+    copyButtons(event.target);
+  });
+
   // <a data-print>: print the page.
   document.addEventListener("click", function (event) {
     var link = event.target.closest && event.target.closest("[data-print]");
     if (link) {
       event.preventDefault();
       window.print();
+    }
+  });
+
+  // <form data-confirm="Remove alice?">: a destructive form asks before it is sent — with the
+  // browser's own confirm, unless the page has its confirmation dialog (#confirm-dialog),
+  // whose handler asks instead.
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest && event.target.closest("form[data-confirm]");
+    if (!form || document.getElementById("confirm-dialog")) {
+      return;
+    }
+    if (!window.confirm(form.dataset.confirm)) {
+      event.preventDefault();
     }
   });
 })();

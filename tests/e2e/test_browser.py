@@ -139,10 +139,11 @@ def request_watch_and_release(page, worker, model) -> int:
     expect(page.locator("#lease-timeline [data-kind=active]")).to_have_count(1)
     expect(page.locator("form[action$='/extend/']")).to_be_visible()
 
-    # Release now: the form posts, the page comes back releasing (or already ended),
-    # and the poll shows it ended; polling stops once the lease is over.
+    # Release now: it asks first; confirmed, the form posts, the page comes back releasing
+    # (or already ended), and the poll shows it ended; polling stops once the lease is over.
+    page.locator("form[action$='/release/'] [type=submit]").click()
     with page.expect_navigation():
-        page.locator("form[action$='/release/'] [type=submit]").click()
+        page.locator("#confirm-dialog [data-confirm-ok]").click()
     expect(page.locator("#lease-live [data-status]")).to_have_attribute(
         "data-status", re.compile(r"^(releasing|ended)$")
     )

@@ -359,7 +359,11 @@ def test_loop_keeps_going_after_a_bad_batch(two_cards, capsys):
 
     opener = FakeOpener(400, {"count": 2})
     with pytest.raises(Stop):
-        agent.main(["--url", URL, "--token", "t", "--interval", "30"], opener=opener, sleep=sleep)
+        agent.main(
+            ["--url", URL, "--token", "t", "--interval", "30", "--no-checkpoints"],
+            opener=opener,
+            sleep=sleep,
+        )
     assert len(opener.requests) == 2  # the 400 was reported, and the next round posted again
     assert "400" in capsys.readouterr().err
 

@@ -192,7 +192,7 @@ def test_exports_say_recorded_or_accrued(finding, fin, client):
     text = _body(client.get(f"/reports/?{query}&format=csv")).decode("utf-8-sig")
     rows = list(csv.reader(io.StringIO(text)))
     assert rows[0] == [
-        "Period", "User", "Card-hours", "Cost", "Leases", "Average queue wait (min)", "Usage"
+        "Month", "User", "Card-hours", "Cost (CNY)", "Leases", "Average queue wait (min)", "Usage"
     ]  # fmt: skip
     assert sorted((r[1], r[2], r[3], r[6]) for r in rows[1:]) == [
         ("alice", "0.10", "4.00", "Recorded"),
@@ -205,10 +205,10 @@ def test_exports_say_recorded_or_accrued(finding, fin, client):
             )
         )
     )
-    assert detail[0][-1] == "Usage" and detail[0][14] == "Cost"
+    assert detail[0][-1] == "Usage" and detail[0][14] == "Cost (CNY)"
     accrued = [r for r in detail[1:] if r[-1] == "Accrued (running)"]
     assert [(r[0], r[11], r[12], r[13], r[14]) for r in accrued] == [
-        (str(finding["running"].pk), "8", "480", "40.0000", "320.00")
+        (str(finding["running"].pk), "8", "8.00", "40.0000", "320.00")
     ]
     sheet = _sheet(client.get(f"/reports/?{query}&format=xlsx"))
     assert next(r[1] for r in sheet if r[0] == "Accrued usage as of").startswith("2026-12-10 11:00")
@@ -247,9 +247,10 @@ def test_report_queries_stay_bounded_with_running_leases(
             _start(carol, vision, model, 2, timedelta(hours=3))
         clock.move_to(at(12, 10, 10))
         f = reports.ReportFilter(start=date(2026, 12, 1), end=date(2026, 12, 31), group_by="user")
-        # records, totals, labels; held time not recorded, its leases, two price lists, nodes,
-        # which of those leases have records too — whatever the number of running leases.
-        with django_assert_max_num_queries(9):
+        # records, totals, labels; held time not recorded, its leases, two price lists, the
+        # off-peak windows, nodes, which of those leases have records too — whatever the
+        # number of running leases.
+        with django_assert_max_num_queries(10):
             report = reports.usage_report(f)
     assert report["totals"]["accrued"]["card_hours"] == Decimal("12.00")
 

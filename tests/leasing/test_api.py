@@ -91,7 +91,7 @@ def test_queued_request_has_estimated_start(api, frozen, alice, vision, a100, sm
             "not a member",
         ),
         ({"card_model": "a100-test", "count": "two", "duration_minutes": 60}, 400, "valid integer"),
-        ({"count": 1, "duration_minutes": 60}, 400, "Give either card_model"),
+        ({"count": 1, "duration_minutes": 60}, 400, "Give card_model"),
     ],
 )
 def test_bad_input_gets_a_clear_4xx_and_no_lease(

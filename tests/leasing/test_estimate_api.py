@@ -51,7 +51,7 @@ def test_estimate_returns_the_breakdown_and_ranked_options(api, frozen, alice):
     assert top["memory_gb"] == 24 and 0 < top["headroom"] < 1
     assert top["explanation"].startswith("1 × NVIDIA GeForce RTX 4090: fits with")
     assert top["request_url"] == (
-        "/leases/new/?card_model=rtx-4090&count=1&duration=4&unit=hours&purpose=fine_tuning"
+        "/leases/new/?card_model=rtx-4090&count=1&duration=4&unit=hours&purpose=fine_tuning&stack="
     )
 
 

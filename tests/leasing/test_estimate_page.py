@@ -59,7 +59,7 @@ def test_a_profile_shows_the_breakdown_formulas_and_ranked_options(browser, froz
     assert slugs == ["rtx-4090", "l40s", "a100-80g-sxm"]
     assert (
         'href="/leases/new/?card_model=rtx-4090&amp;count=1&amp;duration=4&amp;unit=hours'
-        '&amp;purpose=fine_tuning"' in page
+        '&amp;purpose=fine_tuning&amp;stack="' in page
     )
     assert "1 × NVIDIA GeForce RTX 4090: fits with" in page and "free now" in page
     assert not Lease.objects.exists()
@@ -76,9 +76,10 @@ def test_training_over_pcie_and_missing_precision_are_explained(browser, frozen)
     page = browser.get(
         URL, profile(task="full_finetune", params_b="7", precision="bf16")
     ).content.decode()
-    assert 'data-verdict="none"' in page
-    assert "not offered" in page
-    assert "NVLink-class links" in page and "no BF16 figure" in page
+    # 8 × RTX 4090 train over PCIe: offered, with the time the link costs said plainly
+    assert 'data-card-model="rtx-4090" data-count="8"' in page
+    assert "of the time computing" in page and "PCIe 64 GB/s between cards" in page
+    assert "not offered" in page and "no BF16 figure" in page
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,11 @@ def _random_pool(rng: random.Random, model) -> None:
     cards = list(Card.objects.filter(card_model=model).values_list("pk", flat=True))
     faulty = rng.sample(cards, k=len(cards) // 8)
     Card.objects.filter(pk__in=faulty).update(status=Card.Status.FAULTY)
+    # Cards the pool-health rules keep out (hot, or on a silent node): one rule for both ways.
+    unhealthy = rng.sample(cards, k=len(cards) // 8)
+    for pk in unhealthy:
+        health = rng.choice([Card.Health.HOT, Card.Health.UNKNOWN])
+        Card.objects.filter(pk=pk).update(health=health)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -72,6 +77,7 @@ def test_place_now_chooses_what_the_planner_chooses(frozen, alice, vision, a100,
             got = fastpath.place_now(a100.pk, count=count, start=T0, end=end)
             if got is not None:
                 assert got == expected, (count, minutes)
+                assert not Card.objects.filter(pk__in=got).exclude(health=Card.Health.OK).exists()
                 compared += 1
             else:
                 # Only what needs more than one interconnect domain goes to the full pass.
@@ -106,3 +112,36 @@ def test_a_waiting_lease_is_not_overtaken_by_the_fast_path(frozen, alice, vision
     assert small.status == LeaseStatus.QUEUED
     short = ask(alice, vision, a100, count=1, duration=timedelta(minutes=30))
     assert short.status == LeaseStatus.PROVISIONING
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_place_now_on_allowed_nodes_chooses_what_the_planner_chooses(
+    frozen, alice, vision, a100, seed
+):
+    """A lease's node requirements (region, network, stack version) narrow both alike."""
+    rng = random.Random(seed)
+    _random_pool(rng, a100)
+    for _ in range(rng.randint(2, 8)):
+        ask(alice, vision, a100, count=rng.choice([1, 2, 3]), duration=hours(rng.choice([1, 4])))
+    nodes = list(Node.objects.values_list("pk", flat=True))
+    allowed = frozenset(rng.sample(nodes, k=max(1, len(nodes) // 2)))
+    where = {c.card_id: (c.node_id, c.domain) for c in card_slots(a100.pk, now=T0)}
+    for count in (1, 2, 4):
+        end = T0 + hours(2)
+        request = planner.Request(0, count, hours(2), T0, True, allowed)
+        expected = planner.place(
+            planner.cards_for(card_slots(a100.pk, now=T0), request),
+            timeline_for(a100.pk, now=T0),
+            count,
+            T0,
+            end,
+            same_node=True,
+        )
+        got = fastpath.place_now(a100.pk, count=count, start=T0, end=end, nodes=allowed)
+        if got is not None:
+            assert got == expected
+            assert {where[c][0] for c in got} <= allowed
+        else:  # only what needs more than one interconnect domain goes to the full pass
+            assert expected is None or len({where[c] for c in expected}) > 1
+    no_node = fastpath.place_now(a100.pk, count=1, start=T0, end=T0 + hours(1), nodes=frozenset())
+    assert no_node is None

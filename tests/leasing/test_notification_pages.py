@@ -232,3 +232,19 @@ def test_api_read_and_read_all(api, alice, bob, frozen):
 
 def test_api_needs_authentication(api, db):
     assert api.get("/api/v1/notifications/").status_code in (401, 403)
+
+
+def test_the_bell_is_polled_and_counts_new_notices(client, alice):
+    """The header's bell asks for itself again (htmx, every 20 s): a notice that arrives while
+    a page is open shows in its count without a reload."""
+    from leasing.notify.services import notify
+
+    client.force_login(alice)
+    page = client.get("/leases/").content.decode()
+    assert 'hx-get="/notifications/bell/"' in page and 'data-unread="0"' in page
+    notify(user=alice, kind="lease_active", title="t")
+    bell = client.get("/notifications/bell/", HTTP_HX_REQUEST="true").content.decode()
+    assert 'data-unread="1"' in bell and "<html" not in bell
+    client.logout()  # signed out meanwhile: htmx is told to stop polling, nothing to swap in
+    gone = client.get("/notifications/bell/", HTTP_HX_REQUEST="true")
+    assert gone.status_code == 286 and gone.content == b""

@@ -214,3 +214,33 @@ def test_a_tampered_form_key_is_told_not_swallowed(browser, frozen, a100, small_
     assert response.status_code == 200
     assert "Reload the form and send it again" in response.content.decode()
     assert not Lease.objects.exists()
+
+
+def test_destructive_actions_ask_first(browser, frozen, alice, vision, a100, small_pool):
+    """Release, resize, cancel, revoke a token, delete a webhook: each form asks (data-confirm,
+    the page's dialog), says what will happen, and its button is not the primary blue."""
+    import re
+
+    from portal.tokens.services import token_create
+
+    active = ask(alice, vision, a100, count=2)
+    provisioning.provision_step(lease_id=active.pk)
+    waiting = ask(alice, vision, a100, count=2, start_at=T0 + hours(24))
+    token_create(user=alice, name="ci script")
+
+    def form(page, action):
+        found = re.search(rf'<form[^>]*action="[^"]*{action}"[^>]*>.*?</form>', page, re.S)
+        assert found, action
+        return found.group(0)
+
+    page = browser.get(f"/leases/{active.pk}/").content.decode()
+    release = form(page, "/release/")
+    assert 'data-confirm="Release lease' in release and "2 × A100 test cards go back" in release
+    assert "button--danger" in release and "button--secondary" not in release
+    assert "data-confirm=" in form(page, "/resize/")
+    assert "data-confirm=" in form(
+        browser.get(f"/leases/{waiting.pk}/").content.decode(), "/cancel/"
+    )
+    revoke = form(browser.get("/accounts/profile/").content.decode(), "/revoke/")
+    assert 'data-confirm="Revoke the token “ci script”' in revoke and "button--danger" in revoke
+    assert 'id="confirm-dialog"' in page

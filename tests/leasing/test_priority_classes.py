@@ -70,3 +70,22 @@ def test_a_malformed_setting_fails_loudly(settings):
     settings.CARDPOOL = {**settings.CARDPOOL, "PURPOSE_PRIORITY": {"gaming": "high"}}
     with pytest.raises(ImproperlyConfigured, match="purposes are"):
         apps.get_app_config("leasing").ready()
+
+
+def test_the_preview_counts_the_lifted_class_like_the_request(
+    inference_first, frozen, alice, bob, vision, nlp, a100, small_pool
+):
+    """The request form's preview (``lease_request_check``) runs the same order: an inference
+    request would start before the training already waiting, a training one after it."""
+    from leasing.lifecycle.request_steps import lease_request_check
+
+    training, _inference = fill_then_queue(alice, bob, vision, nlp, a100)
+    shape = {"user": bob, "team": nlp, "card_model": a100, "count": 8, "same_node": False}
+    shape["duration"] = hours(2)
+    ahead = lease_request_check(purpose=Purpose.INFERENCE, **shape)
+    behind = lease_request_check(purpose=Purpose.TRAINING, **shape)
+    assert ahead.start == T0 + hours(3)  # after the waiting inference only
+    assert behind.start == T0 + hours(5)  # after both
+    late = ask(bob, nlp, a100, count=8, purpose=Purpose.INFERENCE, same_node=False)
+    late.refresh_from_db()
+    assert late.estimated_start == ahead.start

@@ -54,3 +54,25 @@ def test_a_stale_stored_plan_is_not_trusted(frozen, alice, bob, vision, nlp, a10
     assert waiting.estimated_start == T0 + hours(1) and 999_999 not in waiting.planned_cards
     assert newcomer.estimated_start == T0 + hours(1)
     assert not set(waiting.planned_cards) & set(newcomer.planned_cards)
+
+
+def test_with_a_guaranteed_share_every_join_plans_the_whole_queue(
+    frozen, ops, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """A team within its share is served before the rest (``shares.entitled_first``), which
+    the stored plan's order does not know: the pass plans the whole queue, stores no cards,
+    and the share's team comes first though it asked last."""
+    from leasing.teams.services import share_set
+
+    share_set(user=ops, team=vision, card_model=a100, cards=2, within_minutes=60)
+    joins = []
+    monkeypatch.setattr(run, "_join", lambda *a: joins.append(a) or None)
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
+    first = ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    owed = ask(alice, vision, a100, count=2, duration=hours(1))
+    assert joins == []
+    first.refresh_from_db()
+    owed.refresh_from_db()
+    assert (first.status, owed.status) == (LeaseStatus.QUEUED, LeaseStatus.QUEUED)
+    assert first.planned_cards is None and owed.planned_cards is None
+    assert owed.estimated_start < first.estimated_start

@@ -65,12 +65,15 @@ requests = st.tuples(
     st.integers(0, 90),  # not before, minutes after T
     st.booleans(),  # same node
     st.integers(0, 120),  # submitted, minutes before T
+    # the nodes its requirements allow (None: any), some of them not in the pool
+    st.one_of(st.none(), st.none(), st.frozensets(st.integers(1, 5), min_size=1, max_size=3)),
 )
 
 
 def keyed(n, spec):
-    count, minutes, after, same_node, before = spec
-    request = Request(n, count, minutes * M, T + after * M, same_node)
+    count, minutes, after, same_node, before, *rest = spec
+    nodes = rest[0] if rest else None
+    request = Request(n, count, minutes * M, T + after * M, same_node, nodes)
     key = service_key(
         rank=100, submitted_at=T - before * M, duration=minutes * M, count=count, lease_id=n
     )
@@ -80,7 +83,7 @@ def keyed(n, spec):
 def full_plan(cards, busy, items, now):
     ordered = sorted(items, key=lambda kr: kr[0])
     queue = [
-        Request(r.lease_id, r.count, r.duration, max(r.not_before, now), r.same_node)
+        Request(r.lease_id, r.count, r.duration, max(r.not_before, now), r.same_node, r.nodes)
         for _k, r in ordered
     ]
     return plan_queue(cards, timeline_of(busy), queue)
@@ -151,7 +154,7 @@ def brute_earliest(cards, timeline, request):
 def test_earliest_matches_trying_every_candidate(data):
     cards = data.draw(pools())
     busy = data.draw(timelines(cards))
-    count, minutes, after, same_node, _ = data.draw(requests)
+    count, minutes, after, same_node, *_ = data.draw(requests)
     if data.draw(st.booleans()):
         count = 1  # the one-card shortcut
     request = Request(1, count, minutes * M, T + after * M, same_node)
@@ -195,3 +198,30 @@ def test_a_lease_starting_from_behind_counts_for_those_ahead_of_it():
         del items[entry.request.lease_id]
     assert plan.decisions() == full_plan(cards, busy, items.values(), T)
     assert plan.decisions()[0].card_ids == (11,)
+
+
+def test_a_stored_plan_on_cards_off_the_requests_nodes_is_not_trusted():
+    """A lease's requirements allow only some nodes (``Request.nodes``): a stored plan that
+    puts it elsewhere (its requirements changed, a node left its region) is replanned."""
+    cards = [CardSlot(10, 1, 0), CardSlot(20, 2, 0)]
+    key, request = keyed(1, (1, 60, 30, True, 0, frozenset({2})))
+    plan = QueuePlan(cards, Timeline(), now=T)
+    assert not plan.restore([(key, request, T + 30 * M, (10,))])
+    assert len(plan) == 0
+    assert plan.restore([(key, request, T + 30 * M, (20,))])
+    plan = QueuePlan(cards, Timeline(), now=T)
+    assert plan.rebuild([(key, request)]) == [Decision(1, T + 30 * M, (20,))]
+
+
+def test_requests_joining_on_their_nodes_only():
+    """Node 1 is free now, node 2 busy for an hour: a request allowed only on node 2 waits
+    for it, and one allowed anywhere behind it still starts now on node 1."""
+    cards = [CardSlot(10, 1, 0), CardSlot(20, 2, 0)]
+    busy = {20: [(T - 10 * M, T + 60 * M)]}
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    first = keyed(1, (1, 30, 0, True, 10, frozenset({2})))
+    second = keyed(2, (1, 30, 0, True, 0))
+    plan.add(*first)
+    plan.add(*second)
+    assert plan.decisions() == [Decision(1, T + 60 * M, (20,)), Decision(2, T, (10,))]
+    assert plan.decisions() == full_plan(cards, busy, [first, second], T)

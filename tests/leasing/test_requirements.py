@@ -65,8 +65,13 @@ def test_api_accepts_requirements(api, frozen, alice, vision, mixed_pool):
     response = api.post("/api/v1/leases/", body, format="json")
     assert response.status_code == 201, response.content
     assert response.json()["card_model"] == "cheap-80"
+    # A model and requirements: the model must meet them.
     both = api.post("/api/v1/leases/", body | {"card_model": "big-80"}, format="json")
-    assert both.status_code == 400 and "not both" in both.content.decode()
+    assert both.status_code == 201 and both.json()["card_model"] == "big-80"
+    small = api.post("/api/v1/leases/", body | {"card_model": "small-24"}, format="json")
+    assert small.status_code == 400 and "does not meet" in small.content.decode()
+    neither = api.post("/api/v1/leases/", {"count": 1, "duration_minutes": 60}, format="json")
+    assert neither.status_code == 400 and "card_model" in neither.json()
     bad = api.post("/api/v1/leases/", body | {"requirements": {"precision": "fp4"}}, format="json")
     assert bad.status_code == 400
 

@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -216,3 +217,65 @@ def test_a_swap_and_a_resize_change_the_slurm_jobs(slurm, pool, alice, ops, visi
     assert provisioning.change_step(lease_id=grown.pk)
     held = _devices(slurm, grown)
     assert sum(len(d) for d in held.values()) == 1
+
+
+def test_preemption_signals_the_job_and_requeues_it(slurm, pool, alice, bob, vision, nlp):
+    """A preemptible lease that declared USR1 and requeue: preempted for bob's high-priority
+    request, its job's steps get SIGUSR1 through ``scancel --signal`` (the job saves its
+    state), the job is cancelled at the grace's end, and a new lease resumes the work."""
+    from leasing.choices import Priority
+    from leasing.lifecycle.validation import Checkpoint
+    from leasing.models import Lease
+    from portal.models import Membership
+
+    Membership.objects.filter(user=bob).update(role=Membership.Role.LEAD)  # may ask for high
+    _, h800 = pool
+    lease = ask(
+        alice,
+        vision,
+        h800,
+        count=2,
+        duration=timedelta(hours=2),
+        priority=Priority.PREEMPTIBLE,
+        checkpoint=Checkpoint(signal="USR1", seconds=60, requeue=True),
+    )
+    assert provisioning.provision_step(lease_id=lease.pk)
+    job = _job(slurm, lease)
+    marker = f"/tmp/cardpool-checkpoint-{lease.pk}-{os.getpid()}"
+    if os.path.exists(marker):
+        os.unlink(marker)
+    step = subprocess.Popen(
+        ["runuser", "-u", "alice", "--", "env", f"SLURM_CONF={CONF}", "srun",
+         f"--jobid={job.job_id}", "--overlap", "bash", "-c",
+         f'trap "echo saved > {marker}; exit 0" USR1; echo ready; '
+         "for i in $(seq 600); do sleep 0.1; done"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert step.stdout.readline().strip() == "ready"
+        urgent = ask(bob, nlp, h800, count=2, priority=Priority.HIGH)
+        lease.refresh_from_db()
+        assert lease.preempt_at is not None and lease.preempted_for_id == urgent.pk
+
+        assert provisioning.checkpoint_step(lease_id=lease.pk)
+        assert step.wait(timeout=15) == 0
+        with open(marker) as saved:
+            assert saved.read().strip() == "saved"
+        assert lease.events.get(kind="checkpoint_signal").data["signal"] == "USR1"
+        assert _job(slurm, lease) is not None  # the signal does not end the job
+
+        assert endings.preemptions_due(now=lease.preempt_at) == 1
+        assert provisioning.release_step(lease_id=lease.pk)
+        _gone_within(slurm, lease, 5)
+        resumed = Lease.objects.get(resumes=lease)
+        assert resumed.status == LeaseStatus.QUEUED and resumed.checkpoint_signal == "USR1"
+        assert resumed.user == alice and resumed.count == 2 and resumed.card_model == h800
+        urgent.refresh_from_db()
+        assert urgent.status == LeaseStatus.PROVISIONING
+        assert provisioning.provision_step(lease_id=urgent.pk)
+        assert _job(slurm, urgent).user == "bob"
+    finally:
+        if step.poll() is None:
+            step.kill()
+        if os.path.exists(marker):
+            os.unlink(marker)

@@ -14,6 +14,7 @@ from leasing.lifecycle import provisioning
 from leasing.lifecycle import tasks as lease_tasks
 from leasing.lifecycle.reconcile import slurm_reconcile
 from leasing.models import Notification
+from leasing.notify.messages import notice_text
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask
 from tests.leasing.slurm_fake import FakeSlurm
@@ -49,7 +50,8 @@ def test_a_vanished_job_ends_its_lease_and_tells_the_holder(fake, two_leases):
     assert healthy.status == LeaseStatus.ACTIVE
     assert gone.status == LeaseStatus.RELEASING
     (note,) = Notification.objects.filter(lease=gone, kind="lease_ended")
-    assert "cancelled outside Cardpool" in note.title
+    assert "cancelled outside Cardpool" in notice_text(note)[0]  # worded for the reader (en)
+    assert note.data["message"] == "ended" and note.data["params"]["why"] == "slurm_cancelled"
     # The release step finishes it; the generic "ended" notice does not come twice.
     lease_tasks.release_lease.run(gone.pk, EndReason.ADMIN)
     gone.refresh_from_db()
@@ -67,7 +69,9 @@ def test_a_down_node_ends_the_lease_as_failed(fake, two_leases):
     for lease in two_leases:
         lease.refresh_from_db()
         assert lease.events.filter(kind=EndReason.FAILED).exists()
-    assert "gpu01 is down" in Notification.objects.filter(kind="lease_ended").first().title
+    assert (
+        "gpu01 is down" in notice_text(Notification.objects.filter(kind="lease_ended").first())[0]
+    )
 
 
 def test_a_job_without_a_lease_is_cancelled(fake, two_leases, alice):

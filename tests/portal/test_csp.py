@@ -65,13 +65,16 @@ def test_main_pages_have_nothing_inline(client, alice, lena, fin, ops, vision):
     assert _inline_parts(client.get("/accounts/login/").content.decode()) == []
 
 
-def test_plotly_style_rules_are_a_file_the_chart_pages_link(client, alice):
+def test_plotly_style_rules_are_a_file_charts_js_links(client, alice):
     """plotly.js writes its rules into an inline <style> unless the page links them with the id
-    it looks for; the file is built from the installed plotly.min.js."""
+    it looks for (static/js/charts.js does, before loading plotly.js); the file is built from
+    the vendored bundle."""
     from django.contrib.staticfiles import finders
 
     css = open(finders.find("vendor/plotly.css"), encoding="utf-8").read()
     assert ".js-plotly-plot .plotly .modebar {" in css and ".plotly-notifier" in css
     client.force_login(alice)
     page = client.get("/pool/").content.decode()
-    assert 'id="plotly.js-style-global" class="no-inline-styles"' in page
+    assert 'data-plotly-css="/static/vendor/plotly.css"' in page
+    script = open(finders.find("js/charts.js"), encoding="utf-8").read()
+    assert 'link.id = "plotly.js-style-global"' in script and '"no-inline-styles"' in script

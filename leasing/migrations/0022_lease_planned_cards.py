@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leasing', '0015_allocation_periods'),
+        ('leasing', '0021_workbench_sessions_keys_environments'),
     ]
 
     operations = [

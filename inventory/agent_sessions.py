@@ -1,0 +1,251 @@
+"""cardpool-agent's sessions and SSH keys (``cardpool-agent --sessions``): make the node match
+what the portal says its active local leases need.
+
+Each round asks ``GET /api/v1/agent/work/`` and then:
+
+* starts every listed session that is not running (as its holder's Unix user, through
+  ``runuser``; the script comes on stdin, so Jupyter's token never shows in ``ps``), stops
+  (its whole process group) every running one no longer listed — a stopped session or an
+  ended lease — and reports which answer on their port, or died, to
+  ``POST /api/v1/agent/sessions/``;
+* rewrites each holder's ``~/.ssh/authorized_keys``: lines marked ``cardpool-lease-<id>``
+  are exactly the listed ones (each carries OpenSSH's ``expiry-time`` at the lease's end,
+  so a key expires even if the agent is down); other lines are never touched.
+
+Standard library only, beside agent.py: copy both files to a node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.request import Request, urlopen
+
+MARK = "cardpool-lease-"
+PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _home(user: str) -> Path:
+    return Path(pwd.getpwnam(user).pw_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        done, _status = os.waitpid(pid, os.WNOHANG)  # our own child: reap it if it ended
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass  # started by an earlier agent: init reaps it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
+
+
+def port_open(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+class SessionKeeper:
+    """The sessions and keys of one node; its state (pid files, logs) under *state_dir*."""
+
+    def __init__(
+        self,
+        state_dir: str | Path,
+        *,
+        address: str = "127.0.0.1",
+        home_of: Callable[[str], Path] = _home,
+        log: Callable[[str], None] = print,
+    ):
+        self.state = Path(state_dir)
+        self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.address = address
+        self.home_of = home_of
+        self.log = log
+
+    # --- sessions ------------------------------------------------------------------------
+
+    def _pidfile(self, session_id: int) -> Path:
+        return self.state / f"session-{session_id}.pid"
+
+    def running(self) -> dict[int, int]:
+        """{session id: pid} of the sessions this node runs."""
+        found = {}
+        for path in self.state.glob("session-*.pid"):
+            try:
+                session_id = int(path.stem.split("-", 1)[1])
+                pid = int(path.read_text().strip())
+            except ValueError:
+                continue
+            found[session_id] = pid
+        return found
+
+    def start(self, item: dict) -> int:
+        user = str(item["user"])
+        if pwd.getpwnam(user).pw_uid == 0:
+            raise PermissionError("sessions never run as root")
+        session_id = int(item["id"])
+        env = [f"PATH={PATH}", "LANG=C.UTF-8", f"CARDPOOL_SESSION_IP={self.address}"]
+        if os.geteuid() == 0:
+            argv = ["runuser", "-u", user, "--", "env", "-i", *env, "/bin/bash", "-s"]
+        elif pwd.getpwuid(os.geteuid()).pw_name == user:
+            argv = ["env", "-i", *env, "/bin/bash", "-s"]
+        else:
+            raise PermissionError(f"the agent must run as root to start sessions as {user}")
+        log_path = self.state / f"session-{session_id}.log"
+        with open(log_path, "ab") as out:
+            os.chmod(log_path, 0o600)
+            proc = subprocess.Popen(  # noqa: S603 - fixed argv
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        assert proc.stdin is not None
+        proc.stdin.write(str(item["script"]).encode())
+        proc.stdin.close()
+        self._pidfile(session_id).write_text(str(proc.pid))
+        self.log(f"cardpool-agent: session {session_id} started for {user} (pid {proc.pid})")
+        return proc.pid
+
+    def stop(self, session_id: int, pid: int) -> None:
+        """End the session's whole process group: TERM, then KILL after 5 s."""
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.1)
+            if not _alive(pid):
+                break
+        self._pidfile(session_id).unlink(missing_ok=True)
+        self.log(f"cardpool-agent: session {session_id} stopped")
+
+    def log_tail(self, session_id: int) -> str:
+        try:
+            return (
+                (self.state / f"session-{session_id}.log")
+                .read_bytes()[-1500:]
+                .decode(errors="replace")
+            )
+        except OSError:
+            return ""
+
+    def reconcile_sessions(self, wanted: list[dict]) -> list[dict]:
+        """Start, stop and check; the reports for the portal."""
+        running = self.running()
+        listed = {int(item["id"]): item for item in wanted}
+        for session_id, pid in running.items():
+            if session_id not in listed:
+                self.stop(session_id, pid)
+        reports = []
+        for session_id, item in listed.items():
+            pid = running.get(session_id)
+            failed = self.state / f"session-{session_id}.failed"
+            if pid is not None and not _alive(pid):
+                self._pidfile(session_id).unlink(missing_ok=True)
+                failed.write_text("exited")
+                reports.append(
+                    {"id": session_id, "state": "failed", "message": self.log_tail(session_id)}
+                )
+                continue
+            if pid is None:
+                if failed.exists():
+                    continue
+                try:
+                    self.start(item)
+                except (OSError, KeyError, PermissionError) as exc:
+                    failed.write_text(str(exc))
+                    reports.append({"id": session_id, "state": "failed", "message": str(exc)})
+                continue
+            if item.get("state") == "starting" and port_open(self.address, int(item["port"])):
+                reports.append({"id": session_id, "state": "running", "address": self.address})
+        return reports
+
+    # --- SSH keys --------------------------------------------------------------------------
+
+    def reconcile_keys(self, wanted: list[dict]) -> int:
+        """Rewrite the marked lines of each user's authorized_keys; returns files changed."""
+        lines: dict[str, set[str]] = {}
+        for item in wanted:
+            lines.setdefault(str(item["user"]), set()).update(item.get("lines") or [])
+        seen_file = self.state / "key-users.json"
+        try:
+            before = set(json.loads(seen_file.read_text()))
+        except (OSError, ValueError):
+            before = set()
+        changed = 0
+        for user in sorted(before | set(lines)):
+            try:
+                changed += self._write_keys(user, sorted(lines.get(user, ())))
+            except (KeyError, OSError) as exc:
+                self.log(f"cardpool-agent: keys of {user}: {exc}")
+        seen_file.write_text(json.dumps(sorted(set(lines))))
+        return changed
+
+    def _write_keys(self, user: str, marked: list[str]) -> int:
+        ssh = self.home_of(user) / ".ssh"
+        path = ssh / "authorized_keys"
+        try:
+            old = path.read_text().splitlines()
+        except FileNotFoundError:
+            old = []
+        new = [line for line in old if MARK not in line] + marked
+        if new == old:
+            return 0
+        ssh.mkdir(mode=0o700, exist_ok=True)
+        tmp = ssh / ".authorized_keys.cardpool"
+        tmp.write_text("\n".join(new) + ("\n" if new else ""))
+        os.chmod(tmp, 0o600)
+        if os.geteuid() == 0:
+            owner = pwd.getpwnam(user)
+            for target in (ssh, tmp):
+                os.chown(target, owner.pw_uid, owner.pw_gid)
+        os.replace(tmp, path)
+        return 1
+
+
+def _call(url: str, token: str, *, body: dict | None = None, timeout: float = 10, opener=None):
+    request = Request(  # noqa: S310 - the operator gives the portal's URL
+        url,
+        data=json.dumps(body).encode() if body is not None else None,
+        method="POST" if body is not None else "GET",
+        headers={
+            "Authorization": f"Node {token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": "cardpool-agent/1",
+        },
+    )
+    with (opener or urlopen)(request, timeout=timeout) as response:
+        return json.loads(response.read() or b"{}")
+
+
+def sessions_round(api_base: str, token: str, keeper: SessionKeeper, **kwargs) -> dict:
+    """One round: fetch the work, converge sessions and keys, report. *api_base* is the
+    portal's ``…/api/v1/``."""
+    base = api_base.rstrip("/") + "/"
+    work = _call(base + "agent/work/", token, **kwargs)
+    reports = keeper.reconcile_sessions(work.get("sessions", []))
+    keys = keeper.reconcile_keys(work.get("keys", []))
+    if reports:
+        _call(base + "agent/sessions/", token, body={"sessions": reports}, **kwargs)
+    return {"sessions": len(work.get("sessions", [])), "reports": reports, "keys_changed": keys}

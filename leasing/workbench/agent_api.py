@@ -1,0 +1,141 @@
+"""What a node's cardpool-agent must make true on its node, and what it reports back.
+
+``GET /api/v1/agent/work/`` (node token): the sessions that should run there (with the
+script to run as the holder) and the SSH keys that should be allowed, per user and lease.
+The agent starts what is missing, stops what is no longer listed, rewrites its marked
+``authorized_keys`` lines, then ``POST /api/v1/agent/sessions/`` says which sessions answer
+(and at which address) or failed. Desired state, not commands: a lost answer or a restarted
+agent converges on the next round, and the release path needs no call to the node.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inventory.api_telemetry import IsNodeAgent, NodeRateThrottle, NodeTokenAuthentication
+from leasing.choices import LeaseStatus
+from leasing.models import Lease, Session, SessionStatus, SshKey
+from leasing.workbench import keys, sessions
+from portal.input import StrictSerializer
+
+
+def node_work(node) -> dict:
+    """The sessions and keys *node*'s agent must keep (only leases handed over by the agent:
+    the local backend's)."""
+    leases = [
+        lease
+        for lease in Lease.objects.filter(status=LeaseStatus.ACTIVE)
+        .filter(allocations__card__node=node)
+        .select_related("user", "team", "user__profile", "environment")
+        .distinct()
+        if (lease.access or {}).get("backend") == "local"
+    ]
+    by_id = {lease.pk: lease for lease in leases}
+    work_sessions = []
+    for session in (
+        Session.objects.live()
+        .filter(lease_id__in=list(by_id), host=node.hostname)
+        .select_related("environment")
+        .order_by("pk")
+    ):
+        lease = by_id[session.lease_id]
+        devices = next(
+            (
+                n.get("env", {})
+                for n in lease.access.get("nodes", [])
+                if n.get("host") == node.hostname
+            ),
+            {},
+        )
+        work_sessions.append(
+            {
+                "id": session.pk,
+                "user": _unix_user(lease),
+                "port": session.port,
+                "state": session.status,
+                "script": sessions.session_script(session, lease, devices),
+            }
+        )
+    user_keys: dict[int, list[str]] = {}
+    for key in SshKey.objects.filter(user_id__in={lease.user_id for lease in leases}):
+        user_keys.setdefault(key.user_id, []).append(key.public_key)
+    work_keys = [
+        {
+            "user": _unix_user(lease),
+            "lease": lease.pk,
+            "lines": [
+                keys.authorized_line(k, lease_id=lease.pk, until=lease.end_at)
+                for k in user_keys.get(lease.user_id, [])
+            ],
+        }
+        for lease in leases
+    ]
+    return {"node": node.hostname, "sessions": work_sessions, "keys": work_keys}
+
+
+def _unix_user(lease: Lease) -> str:
+    profile = getattr(lease.user, "profile", None)
+    return (getattr(profile, "slurm_user", "") or lease.user.get_username()).strip()
+
+
+class ReportItem(StrictSerializer):
+    id = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=["running", "failed"])
+    address = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    message = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+
+class ReportSerializer(StrictSerializer):
+    sessions = ReportItem(many=True)
+
+
+class AgentWorkView(APIView):
+    """The sessions and SSH keys this node's agent must keep."""
+
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [NodeRateThrottle]
+
+    @extend_schema(operation_id="agent_work", responses={200: dict})
+    def get(self, request):
+        return Response(node_work(request.auth))
+
+
+class AgentSessionsView(APIView):
+    """The agent reports sessions that answer (running) or could not start (failed)."""
+
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [NodeRateThrottle]
+
+    @extend_schema(operation_id="agent_sessions", request=ReportSerializer, responses={200: dict})
+    def post(self, request):
+        serializer = ReportSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        node = request.auth
+        changed = 0
+        for item in serializer.validated_data["sessions"]:
+            own = Session.objects.filter(
+                pk=item["id"], host=node.hostname, status=SessionStatus.STARTING
+            ).exists()
+            if not own:
+                continue
+            if item["state"] == "running":
+                changed += sessions.session_running(
+                    session_id=item["id"], address=item.get("address") or node.hostname
+                )
+            else:
+                reason = item.get("message") or str(_("The session did not start."))
+                changed += sessions.session_failed(session_id=item["id"], reason=reason)
+        return Response({"changed": changed})
+
+
+urlpatterns = [
+    path("agent/work/", AgentWorkView.as_view(), name="api-agent-work"),
+    path("agent/sessions/", AgentSessionsView.as_view(), name="api-agent-sessions"),
+]

@@ -1,0 +1,45 @@
+"""What the lease page shows about working on the cards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from leasing.choices import LeaseStatus
+from leasing.models import Lease, Session
+from leasing.workbench import environments, workspace
+
+
+@dataclass
+class Workbench:
+    session: Session | None
+    environments: list = field(default_factory=list)
+    ssh_commands: list[str] = field(default_factory=list)
+    workspaces: list = field(default_factory=list)
+    is_holder: bool = False
+    keys: int = 0
+
+
+def lease_workbench(lease: Lease, user) -> Workbench:
+    """The latest session, the environments that fit, a ready ssh command per node, and the
+    holder's workspaces with their measured size."""
+    is_holder = lease.user_id == user.pk
+    session = Session.objects.filter(lease=lease).order_by("-pk").first()
+    commands = []
+    if lease.status == LeaseStatus.ACTIVE:
+        unix = (getattr(getattr(lease.user, "profile", None), "slurm_user", "") or "").strip()
+        unix = unix or lease.user.get_username()
+        for node in (lease.access or {}).get("nodes", []):
+            env = " ".join(f"{k}={v}" for k, v in sorted((node.get("env") or {}).items()))
+            if node.get("job_id"):
+                # pam_slurm_adopt puts the ssh login into the lease's job on that node.
+                commands.append(f"ssh {unix}@{node['host']}")
+            else:
+                commands.append(f"ssh -t {unix}@{node['host']} 'export {env}; exec $SHELL -l'")
+    return Workbench(
+        session=session,
+        environments=environments.environments_for(lease.card_model) if is_holder else [],
+        ssh_commands=commands,
+        workspaces=workspace.workspace_usage(user=lease.user, team=lease.team),
+        is_holder=is_holder,
+        keys=lease.user.ssh_keys.count(),
+    )

@@ -1,0 +1,112 @@
+"""What each person's home page leads with (reads only; the dashboard view renders them).
+
+A researcher: their leases and the request button. A team lead: the requests waiting for
+them and their team's month. Finance: the month's cost so far and the last closed month's
+statements. An operator: the pool's health (cards down, nodes out, failed releases, queue).
+Someone with several roles sees each panel, the site roles first. Each panel is a bounded
+number of queries, and only the panels of the viewer's roles are read.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q
+
+from inventory.models import Card, Node
+from leasing.billing import reports
+from leasing.choices import WAITING_STATES
+from leasing.lifecycle import selectors as lease_selectors
+from leasing.models import Lease, LeaseChange, Statement
+from leasing.periods import local_date, month_of, site_tz
+from leasing.teams import selectors as team_selectors
+from portal.models import Membership
+from portal.permissions import is_finance, is_operator
+
+SHOWN = 5
+
+
+def lead_panel(user, now: datetime) -> dict | None:
+    """Requests and changes waiting for this lead, and each led team's month so far."""
+    led = list(
+        Membership.objects.filter(user=user, role=Membership.Role.LEAD)
+        .select_related("team")
+        .order_by("team__name")
+    )
+    if not led:
+        return None
+    approvals = team_selectors.approvals_for(user).filter(team__in=[m.team for m in led])
+    changes = LeaseChange.objects.filter(
+        status=LeaseChange.Status.PENDING, lease__team__in=[m.team for m in led]
+    )
+    teams = []
+    for membership in led:
+        overview = team_selectors.team_overview(membership.team, now=now)
+        total = next(row for row in overview["rows"] if row.card_model is None)
+        teams.append(
+            {
+                "team": membership.team,
+                "used_hours": total.used_hours,
+                "money_spent": total.money_spent,
+                "holding": total.concurrent_now,
+            }
+        )
+    return {
+        "approvals": list(approvals.order_by("submitted_at")[:SHOWN]),
+        "approvals_count": approvals.count(),
+        "changes_count": changes.count(),
+        "teams": teams,
+    }
+
+
+def finance_panel(now: datetime) -> dict:
+    """The month's cost so far by team (recorded + accrued) and last month's statements."""
+    today = local_date(now)
+    f = reports.ReportFilter(start=today.replace(day=1), end=today, group_by="team")
+    report = reports.usage_report(f, now=now)
+    by_team: dict[str, dict] = {}
+    for row in report["rows"]:
+        entry = by_team.setdefault(row["label"], {"label": row["label"], "cost": 0, "hours": 0})
+        entry["cost"] += row["cost"]
+        entry["hours"] += row["card_hours"]
+    last_month = month_of(month_of(now)[0] - timedelta(minutes=1))[0].astimezone(site_tz())
+    return {
+        "month": today.replace(day=1),
+        "totals": report["totals"],
+        "teams": sorted(by_team.values(), key=lambda e: -e["cost"])[:SHOWN],
+        "last_month": last_month.date(),
+        "statements": list(
+            Statement.objects.filter(month=last_month.date())
+            .select_related("team")
+            .order_by("number")
+        ),
+        "report_query": f"start={f.start:%Y-%m-%d}&end={f.end:%Y-%m-%d}&group_by=team",
+    }
+
+
+def operator_panel(now: datetime) -> dict:
+    """Pool health: cards by state, nodes out of service (drains first), failed releases."""
+    cards = Card.objects.in_service().aggregate(
+        total=Count("pk"), faulty=Count("pk", filter=Q(status=Card.Status.FAULTY))
+    )
+    nodes = list(
+        Node.objects.exclude(status=Node.Status.ACTIVE)
+        .select_related("region")
+        .order_by("drain_at", "hostname")[: SHOWN * 2]
+    )
+    return {
+        "cards": cards,
+        "nodes_out": nodes,
+        "nodes_out_count": Node.objects.exclude(status=Node.Status.ACTIVE).count(),
+        "releases_failed": lease_selectors.releases_failed().count(),
+        "waiting": Lease.objects.filter(status__in=WAITING_STATES).count(),
+    }
+
+
+def home_panels(user, now: datetime) -> dict:
+    """The panels of *user*'s roles (None for a role they do not have)."""
+    return {
+        "operator_panel": operator_panel(now) if is_operator(user) else None,
+        "finance_panel": finance_panel(now) if is_finance(user) else None,
+        "lead_panel": lead_panel(user, now),
+    }

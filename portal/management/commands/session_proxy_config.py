@@ -1,0 +1,32 @@
+"""Write the session proxy's nginx.conf (docs/operations.md, "Sessions")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from leasing.workbench.proxy import nginx_config
+
+
+class Command(BaseCommand):
+    help = "Print (or write) an nginx.conf that puts the session proxy in front of the portal."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--listen", default="8080", help="nginx's listen (default 8080)")
+        parser.add_argument(
+            "--portal", default="127.0.0.1:8000", help="where the portal (gunicorn) listens"
+        )
+        parser.add_argument("--var-dir", default="var/nginx", help="nginx's pid and temp files")
+        parser.add_argument("--output", default="", help="write here instead of printing")
+        parser.add_argument("--daemon", action="store_true", help="let nginx daemonize")
+
+    def handle(self, *args, listen, portal, var_dir, output, daemon, **options):
+        for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (Path(var_dir) / sub).mkdir(parents=True, exist_ok=True)
+        text = nginx_config(listen=listen, portal=portal, var_dir=var_dir, foreground=not daemon)
+        if output:
+            Path(output).write_text(text)
+            self.stdout.write(f"wrote {output}; run: nginx -c {Path(output).resolve()}")
+        else:
+            self.stdout.write(text)

@@ -119,6 +119,8 @@ class Session(models.Model):
     objects = SessionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("session")
+        verbose_name_plural = _("sessions")
         constraints = [
             models.UniqueConstraint(
                 fields=["lease"],
@@ -148,6 +150,8 @@ class SshKey(models.Model):
 
     class Meta:
         ordering = ["created_at", "pk"]
+        verbose_name = _("SSH key")
+        verbose_name_plural = _("SSH keys")
         constraints = [
             models.UniqueConstraint(fields=["user", "fingerprint"], name="sshkey_unique_per_user")
         ]
@@ -174,6 +178,10 @@ class WorkspaceUsage(models.Model):
     files = models.BigIntegerField(default=0)
     measured_at = models.DateTimeField()
     warned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("workspace usage")
+        verbose_name_plural = _("workspace usage")
 
     def __str__(self) -> str:
         return self.path

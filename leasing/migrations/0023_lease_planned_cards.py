@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leasing', '0021_workbench_sessions_keys_environments'),
+        ('leasing', '0022_workbench_verbose_names'),
     ]
 
     operations = [

@@ -308,6 +308,7 @@ STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
     "portal.staticfinders.PlotlyFinder",  # vendor/plotly.css, from the vendored plotly.js bundle
+    "portal.staticfinders.RedocFinder",  # vendor/redoc.standalone.js: Redoc, nothing from outside
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -355,10 +356,7 @@ SPECTACULAR_SETTINGS = {
         if CARDPOOL_API_DOCS_PUBLIC
         else "rest_framework.permissions.IsAuthenticated"
     ],
-    "SWAGGER_UI_DIST": "SIDECAR",
-    # No badge fetched from validator.swagger.io: the docs page reaches nothing outside.
-    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # The docs page is Redoc, served from drf-spectacular-sidecar's bundle (portal/urls.py).
     "REDOC_DIST": "SIDECAR",
     # One schema name per choice set shared by several serializers.
     "ENUM_NAME_OVERRIDES": {
@@ -502,8 +500,9 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 # Content-Security-Policy (django-csp): the portal's own scripts, styles, fonts and images
 # only; nothing inline (charts are data drawn by static/js/charts.js), nothing from outside.
-# data: images are plotly's and Swagger UI's icons. form-action is left open: sign-in through
-# SSO posts, then redirects to the identity provider.
+# data: images are plotly's icons. The API docs page (Redoc) alone adds inline styles and
+# blob: workers (portal/urls.py). form-action is left open: sign-in through SSO posts, then
+# redirects to the identity provider.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": ["'self'"],

@@ -1,4 +1,5 @@
-"""plotly.js's style rules as a file, so charts need neither a CDN nor an inline <style>.
+"""Vendored scripts made to fit the Content-Security-Policy: plotly.js's style rules as a file,
+so charts need neither a CDN nor an inline <style>; Redoc without its one outside image.
 
 The portal draws bars and lines only, so it serves plotly.js's *basic* partial bundle
 (``static/vendor/plotly-basic.min.js``, 1.2 MB, from the npm package plotly.js-basic-dist-min
@@ -16,6 +17,7 @@ import re
 from functools import cache, cached_property
 from pathlib import Path
 
+import drf_spectacular_sidecar
 import plotly
 from django.conf import settings
 from django.contrib.staticfiles.finders import BaseFinder
@@ -69,15 +71,7 @@ def inline_style_ids() -> tuple[str, ...]:
 
 def _css_dir() -> Path:
     """vendor/plotly.css, written next to the collected files when missing or out of date."""
-    folder = Path(settings.VAR_DIR) / "plotly-css"
-    target = folder / "plotly.css"
-    css = plotly_css(BUNDLE.read_text(encoding="utf-8"))
-    if not target.exists() or target.read_text(encoding="utf-8") != css:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(css, encoding="utf-8")
-        tmp.replace(target)
-    return folder
+    return _generated("plotly-css", "plotly.css", plotly_css(BUNDLE.read_text(encoding="utf-8")))
 
 
 class PlotlyFinder(BaseFinder):
@@ -104,3 +98,64 @@ class PlotlyFinder(BaseFinder):
 
     def list(self, ignore_patterns):
         yield "plotly.css", self.css_storage
+
+
+# Redoc (the API docs page, /api/v1/docs/) draws the sidebar's "API docs by Redocly" logo from
+# cdn.redoc.ly, which the policy refuses (the page reaches nothing outside). The portal serves
+# drf-spectacular-sidecar's bundle with that address emptied: the image fails at once, Redoc
+# drops it (its onError) and the link's text stays. Its source map is not served (the
+# collected files' manifest would need it, and it no longer matches byte for byte).
+REDOC_BUNDLE = (
+    Path(drf_spectacular_sidecar.__file__).parent
+    / "static"
+    / "drf_spectacular_sidecar"
+    / "redoc"
+    / "bundles"
+    / "redoc.standalone.js"
+)
+REDOC_NAME = "vendor/redoc.standalone.js"
+REDOC_OUTSIDE = ('src:"https://cdn.redoc.ly/redoc/logo-mini.svg"',)
+_SOURCE_MAP = re.compile(r"\n//# sourceMappingURL=\S+\s*$")
+
+
+def redoc_script(script: str) -> str:
+    """Redoc's bundle with the outside image's address emptied (an error if it moved), without
+    its source map comment."""
+    for address in REDOC_OUTSIDE:
+        if address not in script:
+            raise RuntimeError(f"redoc.standalone.js: {address} not found (Redoc changed?)")
+        script = script.replace(address, 'src:""')
+    return _SOURCE_MAP.sub("", script)
+
+
+def _generated(folder_name: str, file_name: str, text: str) -> Path:
+    """A generated file under VAR_DIR, written when missing or out of date; its folder."""
+    folder = Path(settings.VAR_DIR) / folder_name
+    target = folder / file_name
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    return folder
+
+
+class RedocFinder(BaseFinder):
+    @cached_property
+    def folder(self) -> Path:
+        script = redoc_script(REDOC_BUNDLE.read_text(encoding="utf-8"))
+        return _generated("redoc", "redoc.standalone.js", script)
+
+    def check(self, **kwargs):
+        return []
+
+    def find(self, path, find_all=False, **kwargs):
+        match = str(self.folder / "redoc.standalone.js") if path == REDOC_NAME else None
+        if find_all or kwargs.get("all"):
+            return [match] if match else []
+        return match
+
+    def list(self, ignore_patterns):
+        storage = FileSystemStorage(location=str(self.folder))
+        storage.prefix = "vendor"
+        yield "redoc.standalone.js", storage

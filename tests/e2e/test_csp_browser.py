@@ -1,6 +1,7 @@
 """Under the Content-Security-Policy the pages work in a real browser with no violation: charts
-drawn (also the lease's utilisation chart htmx loads), Swagger UI up, nothing refused. Chromium
-via Playwright on the live server (PostgreSQL: the server thread must see the test's data)."""
+drawn (also the lease's utilisation chart htmx loads), the API docs (Redoc) listing the
+endpoints and searching them, nothing refused. Chromium via Playwright on the live server
+(PostgreSQL: the server thread must see the test's data)."""
 
 from __future__ import annotations
 
@@ -68,8 +69,11 @@ def test_pages_draw_under_the_policy_without_violations(live_server, alice, lena
         page.locator(".plotly-chart .main-svg").first.wait_for()
         page.goto(f"/leases/{lease.pk}/")
         page.locator("#utilisation .plotly-chart .main-svg").first.wait_for()  # htmx-loaded
-        page.goto("/api/v1/docs/")
-        page.locator(".swagger-ui .opblock").first.wait_for()
+        docs = page.goto("/api/v1/docs/").headers["content-security-policy"]
+        assert "script-src 'self';" in docs + ";" and "worker-src blob:" in docs
+        page.locator("[data-section-id='operation/leases_extend_create']").wait_for()
+        page.locator("input.search-input").fill("extend")  # Redoc's search runs in its worker
+        page.locator("[role=search] li", has_text="leases_extend_create").first.wait_for()
         page.goto("/no/such/page/")
         _login(page, "lena")
         page.goto("/teams/vision/")

@@ -117,8 +117,8 @@ def one_run(args, queued: int) -> dict:
     real = {
         "card_slots": scheduler_run.card_slots,
         "timeline_for": scheduler_run.timeline_for,
-        "queued_requests": scheduler_run.queued_requests,
-        "plan_queue": scheduler_run.planner.plan_queue,
+        "waiting_for": scheduler_run.waiting_for,
+        "rebuild": scheduler_run.QueuePlan.rebuild,
         "start_batch": scheduler_run.start_batch,
     }
 
@@ -134,8 +134,8 @@ def one_run(args, queued: int) -> dict:
 
     scheduler_run.card_slots = timed("card_slots", "snapshot")
     scheduler_run.timeline_for = timed("timeline_for", "snapshot")
-    scheduler_run.queued_requests = timed("queued_requests", "snapshot")
-    scheduler_run.planner.plan_queue = timed("plan_queue", "plan")
+    scheduler_run.waiting_for = timed("waiting_for", "snapshot")
+    scheduler_run.QueuePlan.rebuild = timed("rebuild", "plan")
     scheduler_run.start_batch = timed("start_batch", "start")
     commit = {}
     try:
@@ -149,8 +149,8 @@ def one_run(args, queued: int) -> dict:
     finally:
         scheduler_run.card_slots = real["card_slots"]
         scheduler_run.timeline_for = real["timeline_for"]
-        scheduler_run.queued_requests = real["queued_requests"]
-        scheduler_run.planner.plan_queue = real["plan_queue"]
+        scheduler_run.waiting_for = real["waiting_for"]
+        scheduler_run.QueuePlan.rebuild = real["rebuild"]
         scheduler_run.start_batch = real["start_batch"]
     placed = Lease.objects.filter(status=LeaseStatus.PROVISIONING).exclude(pk=holder.pk).count()
     with connection.cursor() as cur:

@@ -2,25 +2,31 @@
 
 Run by hand, no database:
 
-    .venv/bin/python bench/trace_replay.py                 # first 10,000 jobs, default scale
-    .venv/bin/python bench/trace_replay.py --jobs 2000 --pool-scale 0.1 --policies fifo
+    .venv/bin/python bench/trace_replay.py --table       # the docs/performance.md table
+    .venv/bin/python bench/trace_replay.py --vc 11cb48 --nodes 16 --cards-per-node 8
+    .venv/bin/python bench/trace_replay.py --jobs 10000 --pool-scale 0.165   # PAI inventory
 
 Each trace job becomes a lease request: submit time -> request time, duration -> requested
-(and actual) duration, num_gpus -> count, cluster -> team; ``same_node`` for up to 8 cards,
-spread across nodes above that. The pool is the Alibaba PAI inventory: every machine with
-cards is one node and one interconnect domain (the CSV has no topology); all GPU types are
-treated as ONE card model (the Philly jobs name no GPU type), so both policies see one pool.
-``--pool-scale`` keeps that fraction of the machines of every GPU type (file order).
+(and actual) duration, num_gpus -> count, cluster -> team; one node for up to 8 cards
+(``same_node``), spread across nodes above that. ``--vc`` keeps the jobs of one virtual
+cluster (or several, comma-separated: then they are teams sharing the pool and the table
+shows fairness). The pool is ``--nodes`` x ``--cards-per-node`` (one interconnect domain
+per node), or without ``--nodes`` the Alibaba PAI inventory at ``--pool-scale``.
 
-Policies, on the same jobs and pool, both placing with the real ``planner.place`` (best fit):
+Policies, on the same jobs and pool, all placing with the real ``planner.place`` (best fit):
 
-* ``fifo``     strict FIFO: at each event, start the head of the queue while it fits now;
-               the first one that does not fit blocks everyone behind it (no backfill);
-* ``backfill`` the project's policy, driven as ``schedule_card_model`` drives it: on every
-               submit and every end, a Timeline of the running leases, ``plan_queue`` over the
-               waiting queue in service order (all priority normal: submit order), and every
-               decision with ``start == now`` starts now.
+* ``fifo``   strict FIFO: start the head of the queue while it fits now, nothing passes it;
+* ``easy``   FIFO + EASY backfill, the textbook baseline: the head gets a reservation (the
+             earliest start where it fits, on specific cards); any later job that fits now
+             around that one reservation starts now;
+* ``conservative`` the project's policy before issue 18: every waiting lease gets a
+             reservation in submit order (conservative backfill, ``planner.plan_queue``);
+* ``portal`` the project's policy now, the real code (``scheduler.queueplan``):
+             conservative backfill in the order of ``service_key`` (virtual submit time =
+             submit + slack by size), kept up to date by ``QueuePlan`` as the portal keeps it.
 
+``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
+queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
 Events at the same second are applied together (ends, then submits) before one pass.
 """
 
@@ -41,13 +47,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from leasing.scheduler.planner import CardSlot, Request, Timeline, place, plan_queue  # noqa: E402
+from leasing.scheduler.planner import (  # noqa: E402
+    CardSlot,
+    Request,
+    Timeline,
+    earliest,
+    place,
+    plan_queue,
+)
+from leasing.scheduler.queueplan import (  # noqa: E402
+    SLACK_CAP,
+    SLACK_PER_CARD_HOUR,
+    QueuePlan,
+    service_key,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data"
 TRACE = DATA / "traces/philly-jobs.csv"
 MACHINES = DATA / "inventory/alibaba-pai-machines.csv"
 SAME_NODE_MAX = 8
 NEVER = datetime.max.replace(tzinfo=UTC)
+POLICIES = ("fifo", "easy", "conservative", "portal")
+NORMAL_RANK = 100
 
 
 @dataclass
@@ -59,10 +80,14 @@ class Job:
     team: str
     same_node: bool
     start: datetime | None = None
+    first_estimate: datetime | None = None
     cards: tuple[int, ...] = ()
 
+    def request(self, now: datetime) -> Request:
+        return Request(self.id, self.count, self.duration, max(self.submit, now), self.same_node)
 
-def load_jobs(n: int) -> list[tuple[datetime, int, int, str]]:
+
+def load_rows(vcs: list[str] | None, n: int | None) -> list[tuple[datetime, int, int, str]]:
     with TRACE.open() as f:
         rows = [
             (
@@ -72,115 +97,219 @@ def load_jobs(n: int) -> list[tuple[datetime, int, int, str]]:
                 r["cluster"],
             )
             for r in csv.DictReader(f)
+            if not vcs or r["cluster"] in vcs
         ]
     rows.sort(key=lambda r: r[0])  # the file is not in submit order; sort is stable
-    return rows[:n]
+    return rows[:n] if n else rows
 
 
-def load_pool(scale: float) -> tuple[list[CardSlot], Counter]:
-    by_type: dict[str, list[tuple[str, int]]] = defaultdict(list)
+def vc_sizes() -> Counter:
+    with TRACE.open() as f:
+        return Counter(r["cluster"] for r in csv.DictReader(f))
+
+
+def grid_pool(nodes: int, per_node: int) -> list[CardSlot]:
+    return [
+        CardSlot(n * per_node + i + 1, n + 1, n + 1) for n in range(nodes) for i in range(per_node)
+    ]
+
+
+def pai_pool(scale: float) -> list[CardSlot]:
+    by_type: dict[str, list[int]] = defaultdict(list)
     with MACHINES.open() as f:
         for r in csv.DictReader(f):
             if int(r["cap_gpu"]) > 0:
-                by_type[r["gpu_type"]].append((r["machine"], int(r["cap_gpu"])))
+                by_type[r["gpu_type"]].append(int(r["cap_gpu"]))
     cards: list[CardSlot] = []
-    per_type: Counter = Counter()
     node_id = 0
     for gpu_type in sorted(by_type):
         machines = by_type[gpu_type]
         keep = max(1, round(len(machines) * scale)) if scale < 1 else len(machines)
-        for _machine, cap in machines[:keep]:
+        for cap in machines[:keep]:
             node_id += 1
-            for _ in range(cap):
-                # one interconnect domain per machine: domain = node id
-                cards.append(CardSlot(len(cards) + 1, node_id, node_id))
-            per_type[gpu_type] += cap
-    return cards, per_type
+            cards.extend(CardSlot(len(cards) + 1, node_id, node_id) for _ in range(cap))
+    return cards
 
 
-def replay(rows, cards: list[CardSlot], policy: str) -> dict:
+def make_jobs(rows, cards: list[CardSlot]) -> tuple[list[Job], int]:
     pool = len(cards)
-    node_of = {c.card_id: c.node_id for c in cards}
-    node_size = Counter(node_of.values())
-    max_node = max(node_size.values())
+    max_node = max(Counter(c.node_id for c in cards).values())
     jobs, dropped = [], 0
     for submit, dur, count, team in rows:
         same_node = count <= SAME_NODE_MAX
-        if count > pool or (same_node and count > max_node):
-            dropped += 1  # can never fit in this pool
+        if count > pool or (same_node and count > max_node) or dur <= 0:
+            dropped += 1  # can never fit in this pool (or runs for no time at all)
             continue
         jobs.append(Job(len(jobs) + 1, submit, timedelta(seconds=dur), count, team, same_node))
+    return jobs, dropped
 
-    running: dict[int, tuple[datetime, datetime]] = {}  # card -> the period it is busy
-    idle_on_node = dict(node_size)
-    ends: list[tuple[datetime, int]] = []
-    queue: list[Job] = []
-    allocations: list[tuple[int, datetime, datetime]] = []
-    frag_events = 0
-    frag_jobs: set[int] = set()
-    passes = 0
-    i = 0
-    t_wall = time.perf_counter()
 
-    def start(job: Job, now: datetime, card_ids) -> None:
-        job.start, job.cards = now, tuple(card_ids)
-        end = now + job.duration
-        for c in job.cards:
-            running[c] = (now, end)
-            idle_on_node[node_of[c]] -= 1
-            allocations.append((c, now, end))
-        heapq.heappush(ends, (end, job.id))
+class Fifo:
+    """Strict FIFO, and with ``easy``, EASY backfill around the head's one reservation."""
 
-    while i < len(jobs) or ends:
-        now = min(
-            jobs[i].submit if i < len(jobs) else NEVER,
-            ends[0][0] if ends else NEVER,
-        )
-        while ends and ends[0][0] == now:
-            _, jid = heapq.heappop(ends)
-            for c in jobs[jid - 1].cards:
-                del running[c]
-                idle_on_node[node_of[c]] += 1
-        while i < len(jobs) and jobs[i].submit == now:
-            queue.append(jobs[i])
-            i += 1
-        if not queue:
-            continue
-        passes += 1
-        if policy == "fifo":
-            timeline = Timeline(busy=defaultdict(list, {c: [p] for c, p in running.items()}))
-            while queue:
-                job = queue[0]
-                chosen = place(
-                    cards, timeline, job.count, now, now + job.duration, same_node=job.same_node
-                )
-                if chosen is None:
-                    break
-                queue.pop(0)
-                start(job, now, chosen)
+    def __init__(self, cards, easy: bool):
+        self.cards, self.easy, self.queue = cards, easy, []
+
+    def step(self, now, new, running):
+        self.queue.extend(new)
+        timeline = Timeline(busy=defaultdict(list, {c: [p] for c, p in running.items()}))
+        idle = len(self.cards) - len(running)
+        out = []
+        while self.queue and self.queue[0].count <= idle:
+            job = self.queue[0]
+            chosen = place(
+                self.cards, timeline, job.count, now, now + job.duration, same_node=job.same_node
+            )
+            if chosen is None:
+                break
+            self.queue.pop(0)
+            out.append((job, chosen))
+            idle -= job.count
+            for c in chosen:
+                timeline.add(c, now, now + job.duration)
+        if not self.easy or len(self.queue) < 2 or idle == 0:
+            return out
+        head = self.queue[0]
+        shadow = earliest(self.cards, timeline, head.request(now))
+        if shadow.start is not None:
+            for c in shadow.card_ids:
+                timeline.add(c, shadow.start, shadow.start + head.duration)
+        started = set()
+        for job in self.queue[1:]:
+            if job.count > idle:
+                continue
+            chosen = place(
+                self.cards, timeline, job.count, now, now + job.duration, same_node=job.same_node
+            )
+            if chosen is not None:
+                out.append((job, chosen))
+                started.add(job.id)
+                idle -= job.count
                 for c in chosen:
                     timeline.add(c, now, now + job.duration)
-        else:
-            timeline = Timeline(busy=defaultdict(list, {c: [p] for c, p in running.items()}))
-            requests = [Request(j.id, j.count, j.duration, now, j.same_node) for j in queue]
-            decisions = plan_queue(cards, timeline, requests)
-            started = set()
-            for job, d in zip(queue, decisions, strict=True):
-                if d.start is not None and d.start == now:
-                    start(job, now, d.card_ids)
-                    started.add(job.id)
-            if started:
-                queue = [j for j in queue if j.id not in started]
-        # Fragmentation: still waiting although enough cards are idle in total, but no
-        # node (= domain) has enough of them for a same-node request.
-        if queue:
-            idle = pool - len(running)
-            biggest = max(idle_on_node.values())
-            for job in queue:
-                if job.same_node and job.count <= idle and job.count > biggest:
-                    frag_events += 1
-                    frag_jobs.add(job.id)
-    wall = time.perf_counter() - t_wall
+                if idle == 0:
+                    break
+        if started:
+            self.queue = [j for j in self.queue if j.id not in started]
+        return out
+
+
+class Planned:
+    """Conservative backfill through ``QueuePlan`` in FIFO or the portal's order."""
+
+    def __init__(self, cards, portal: bool, check_full: bool, per_card_hour, cap, start):
+        self.plan = QueuePlan(cards, Timeline(), now=start)
+        self.portal, self.check_full = portal, check_full
+        self.per_card_hour, self.cap = per_card_hour, cap
+        self.jobs: dict[int, Job] = {}
+
+    def key(self, job: Job):
+        if not self.portal:
+            return (-NORMAL_RANK, job.submit, job.id)
+        return service_key(
+            rank=NORMAL_RANK,
+            submitted_at=job.submit,
+            duration=job.duration,
+            count=job.count,
+            lease_id=job.id,
+            per_card_hour=self.per_card_hour,
+            cap=self.cap,
+        )
+
+    def step(self, now, new, running):
+        plan = self.plan
+        due = plan.advance(now)
+        for job in new:
+            self.jobs[job.id] = job
+            first = plan.add(self.key(job), job.request(now))[0]
+            job.first_estimate = first.decision.start
+        due += plan.advance(now)
+        if self.check_full:
+            self.compare(now, due, running)
+        return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
+
+    def compare(self, now, due, running):
+        """The full planner on the same picture must decide exactly what the plan holds."""
+        waiting = [(e.key, e.request) for e in due] + [
+            (e.key, e.request) for e in self.plan.entries
+        ]
+        waiting.sort(key=lambda kr: kr[0])
+        timeline = Timeline(busy=defaultdict(list, {c: [p] for c, p in running.items()}))
+        requests = [
+            Request(r.lease_id, r.count, r.duration, max(r.not_before, now), r.same_node)
+            for _k, r in waiting
+        ]
+        full = plan_queue(self.plan.cards, timeline, requests)
+        mine = {e.request.lease_id: e.decision for e in due + self.plan.entries}
+        for d in full:
+            m = mine[d.lease_id]
+            assert (d.start, d.card_ids) == (m.start, m.card_ids), (now, d, m)
+
+
+def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
+    for job in jobs:
+        job.start, job.first_estimate, job.cards = None, None, ()
+    pool = len(cards)
+    node_of = {c.card_id: c.node_id for c in cards}
+    if policy in ("fifo", "easy"):
+        runner = Fifo(cards, easy=policy == "easy")
+    else:
+        runner = Planned(
+            cards,
+            portal=policy == "portal",
+            check_full=args.check_full,
+            per_card_hour=timedelta(minutes=args.slack_per_card_hour),
+            cap=timedelta(hours=args.slack_cap),
+            start=jobs[0].submit,
+        )
+    teams = sorted({j.team for j in jobs})
+    running: dict[int, tuple[datetime, datetime]] = {}  # card -> the period it is busy
+    held: Counter = Counter()  # team -> cards held now
+    waiting: Counter = Counter()  # team -> jobs waiting now
+    deprived: Counter = Counter()  # team -> seconds below its fair share while others above
+    waited_time: Counter = Counter()  # team -> seconds with work waiting
+    ends: list[tuple[datetime, int]] = []
+    allocations: list[tuple[int, datetime, datetime]] = []
+    passes = i = 0
+    last = jobs[0].submit
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+
+    while i < len(jobs) or ends:
+        now = min(jobs[i].submit if i < len(jobs) else NEVER, ends[0][0] if ends else NEVER)
+        if len(teams) > 1:
+            span = (now - last).total_seconds()
+            active = [t for t in teams if held[t] or waiting[t]]
+            share = pool / len(active) if active else pool
+            over = any(held[t] > share for t in active)
+            for t in active:
+                if waiting[t]:
+                    waited_time[t] += span
+                    if held[t] < share and over:
+                        deprived[t] += span
+        last = now
+        while ends and ends[0][0] == now:
+            _, jid = heapq.heappop(ends)
+            job = jobs[jid - 1]
+            held[job.team] -= job.count
+            for c in job.cards:
+                del running[c]
+        new = []
+        while i < len(jobs) and jobs[i].submit == now:
+            new.append(jobs[i])
+            waiting[jobs[i].team] += 1
+            i += 1
+        passes += 1
+        for job, chosen in runner.step(now, new, running):
+            job.start, job.cards = now, tuple(chosen)
+            end = now + job.duration
+            waiting[job.team] -= 1
+            held[job.team] += job.count
+            for c in job.cards:
+                assert c not in running, (c, job)
+                running[c] = (now, end)
+                allocations.append((c, now, end))
+            heapq.heappush(ends, (end, job.id))
+    wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu
 
     # Double allocation: no card may have overlapping busy periods.
     per_card = defaultdict(list)
@@ -197,86 +326,164 @@ def replay(rows, cards: list[CardSlot], policy: str) -> dict:
 
     waits = sorted((j.start - j.submit).total_seconds() for j in jobs)
     first = jobs[0].submit
-    last = max(j.start + j.duration for j in jobs)
-    makespan = (last - first).total_seconds()
+    end_all = max(j.start + j.duration for j in jobs)
+    makespan = (end_all - first).total_seconds()
     busy = sum(j.duration.total_seconds() * j.count for j in jobs)
+    # ETA accuracy: the first estimate a waiting job was given vs when it started
+    estimated = [j for j in jobs if j.first_estimate is not None and j.start > j.submit]
+    late = sorted((j.start - j.first_estimate).total_seconds() for j in estimated)
     return {
         "policy": policy,
         "jobs": len(jobs),
-        "dropped": dropped,
         "mean": statistics.fmean(waits),
         "median": waits[len(waits) // 2],
-        "p95": waits[min(len(waits) - 1, math.ceil(0.95 * len(waits)) - 1)],
+        "p95": pct(waits, 0.95),
+        "max": waits[-1],
         "waited": sum(1 for w in waits if w > 0),
         "util": busy / (pool * makespan),
-        "makespan": makespan,
-        "frag_events": frag_events,
-        "frag_jobs": len(frag_jobs),
+        "eta_n": len(estimated),
+        "eta_exact": sum(1 for x in late if x == 0) / len(late) if late else None,
+        "eta_not_late": sum(1 for x in late if x <= 0) / len(late) if late else None,
+        "eta_p95_late": pct(late, 0.95) if late else None,
+        "deprived": {t: deprived[t] / waited_time[t] for t in teams if waited_time[t]},
+        "team_mean": {
+            t: statistics.fmean((j.start - j.submit).total_seconds() for j in jobs if j.team == t)
+            for t in teams
+        },
         "double": double,
         "passes": passes,
         "wall": wall,
+        "cpu": cpu,
     }
+
+
+def pct(sorted_values, q):
+    return sorted_values[min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def fmt_eta(r):
+    if r["eta_exact"] is None:
+        return "–"
+    return f"{r['eta_not_late']:.0%} / {r['eta_p95_late']:,.0f}"
+
+
+def print_table(rows_out: list[tuple[str, dict]]) -> None:
+    print(
+        "| jobs of | policy | jobs | mean wait s | median s | p95 wait s | max wait s | "
+        "jobs that waited | utilisation | ETA kept / p95 late s | double allocations | replay CPU s |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for label, r in rows_out:
+        name = f"**{r['policy']}**" if r["policy"] == "portal" else r["policy"]
+        print(
+            f"| {label} | {name} | {r['jobs']:,} | {r['mean']:,.0f} | {r['median']:,.0f} | "
+            f"{r['p95']:,.0f} | {r['max']:,.0f} | {r['waited']:,} | {r['util']:.1%} | "
+            f"{fmt_eta(r)} | {r['double']} | {r['cpu']:.1f} |"
+        )
+
+
+def verdict(label: str, by: dict[str, dict]) -> list[str]:
+    """The issue's bar: the portal ahead of EASY on mean and p95, max within 1.5 x EASY's."""
+    if "portal" not in by or "easy" not in by:
+        return []
+    p, e = by["portal"], by["easy"]
+    ok_mean = p["mean"] < e["mean"] or p["mean"] == e["mean"] == 0
+    ok_p95 = p["p95"] < e["p95"] or p["p95"] == e["p95"] == 0
+    ok_max = p["max"] <= 1.5 * e["max"]
+    bad = [
+        f"{label}: {what}"
+        for what, ok in (("mean", ok_mean), ("p95", ok_p95), ("max", ok_max))
+        if not ok
+    ]
+    print(
+        f"{label}: portal vs easy: mean {rel(p['mean'], e['mean'])}, p95 {rel(p['p95'], e['p95'])},"
+        f" max {p['max'] / e['max'] if e['max'] else 0:.2f} x"
+    )
+    return bad
+
+
+def rel(a, b):
+    return f"{a / b - 1:+.0%}" if b else "0 vs 0"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=10_000, help="first N jobs by submit time")
+    parser.add_argument("--vc", help="virtual cluster(s), comma-separated; default: all jobs")
+    parser.add_argument("--table", action="store_true", help="every VC with >= --min-jobs jobs")
+    parser.add_argument("--min-jobs", type=int, default=2000)
+    parser.add_argument("--jobs", type=int, help="first N jobs by submit time")
+    parser.add_argument("--nodes", type=int, help="a pool of N nodes (default: PAI inventory)")
+    parser.add_argument("--cards-per-node", type=int, default=8)
+    parser.add_argument("--pool-scale", type=float, default=0.165, help="of the PAI machines")
+    parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument(
-        "--pool-scale", type=float, default=0.165, help="fraction of machines of each GPU type"
+        "--slack-per-card-hour", type=float, default=SLACK_PER_CARD_HOUR / timedelta(minutes=1)
     )
-    parser.add_argument("--policies", default="fifo,backfill")
+    parser.add_argument("--slack-cap", type=float, default=SLACK_CAP / timedelta(hours=1))
+    parser.add_argument("--check-full", action="store_true", help="hold QueuePlan to plan_queue")
     parser.add_argument("--profile", action="store_true", help="cProfile the last policy")
     args = parser.parse_args()
+    if args.table and args.nodes is None:
+        args.nodes = 16
 
-    rows = load_jobs(args.jobs)
-    cards, per_type = load_pool(args.pool_scale)
+    cards = grid_pool(args.nodes, args.cards_per_node) if args.nodes else pai_pool(args.pool_scale)
     nodes = len({c.node_id for c in cards})
-    sizes = Counter(rows_count for _s, _d, rows_count, _t in rows)
     print(
-        f"trace: {len(rows)} jobs, {rows[0][0]} .. {rows[-1][0]}, "
-        f"sizes {dict(sorted(sizes.items()))}, {sum(d * n for _s, d, n, _t in rows) / 3600:,.0f}"
-        f" card-hours"
+        f"pool: {len(cards)} cards on {nodes} nodes, one model, one interconnect domain per node; "
+        f"portal slack {args.slack_per_card_hour:g} min per card-hour, cap {args.slack_cap:g} h"
     )
-    print(
-        f"pool: scale {args.pool_scale} -> {len(cards)} cards on {nodes} nodes "
-        f"({', '.join(f'{k} {v}' for k, v in sorted(per_type.items()))}), one model, "
-        f"one domain per node"
-    )
-    results = []
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for n, policy in enumerate(policies):
-        if args.profile and n == len(policies) - 1:
-            import cProfile
-            import pstats
-
-            prof = cProfile.Profile()
-            res = prof.runcall(replay, rows, cards, policy)
-            pstats.Stats(prof).sort_stats("cumulative").print_stats(15)
-        else:
-            res = replay(rows, cards, policy)
-        results.append(res)
-
-    print()
-    print(
-        "| policy | jobs | mean wait s | median s | p95 wait s | jobs that waited | "
-        "utilisation | makespan d | fragmented waits (jobs) | double allocations | "
-        "passes | replay s |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in results:
+    if args.table:
+        groups = [[vc] for vc, n in vc_sizes().most_common() if n >= args.min_jobs]
+    else:
+        groups = [args.vc.split(",") if args.vc else []]
+    table, bad = [], []
+    for vcs in groups:
+        rows = load_rows(vcs, args.jobs)
+        jobs, dropped = make_jobs(rows, cards)
+        label = ",".join(vcs) or "all"
+        sizes = Counter(j.count for j in jobs)
         print(
-            f"| {r['policy']} | {r['jobs']:,} | {r['mean']:,.0f} | {r['median']:,.0f} | "
-            f"{r['p95']:,.0f} | {r['waited']:,} | {r['util']:.1%} | {r['makespan'] / 86400:.1f} | "
-            f"{r['frag_events']:,} ({r['frag_jobs']:,}) | {r['double']} | {r['passes']:,} | "
-            f"{r['wall']:.1f} |"
+            f"\n{label}: {len(jobs)} jobs, {jobs[0].submit:%Y-%m-%d} .. {jobs[-1].submit:%Y-%m-%d},"
+            f" sizes {dict(sorted(sizes.items()))}, "
+            f"{sum(j.duration.total_seconds() * j.count for j in jobs) / 3600:,.0f} card-hours"
+            + (f"; {dropped} dropped (larger than the pool or a node, or 0 s)" if dropped else "")
         )
-    if results[0]["dropped"]:
-        print(f"\n{results[0]['dropped']} jobs dropped: larger than the pool or than any node")
-    by = {r["policy"]: r for r in results}
-    if "fifo" in by and "backfill" in by and by["fifo"]["mean"] > 0:
-        cut = 1 - by["backfill"]["mean"] / by["fifo"]["mean"]
-        print(f"\nmean wait: backfill is {cut:.0%} lower than FIFO (goal: >= 50%)")
-    return 1 if any(r["double"] for r in results) else 0
+        by = {}
+        for n, policy in enumerate(policies):
+            if args.profile and n == len(policies) - 1:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                res = prof.runcall(replay, jobs, cards, policy, args)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+            else:
+                res = replay(jobs, cards, policy, args)
+            print(
+                f"  {policy}: mean {res['mean']:,.0f} s, p95 {res['p95']:,.0f} s, "
+                f"max {res['max']:,.0f} s, {res['cpu']:.1f} s CPU ({res['wall']:.1f} s wall)",
+                flush=True,
+            )
+            if len(res["deprived"]) > 1:
+                worst = max(res["deprived"].items(), key=lambda kv: kv[1])
+                print(
+                    f"    below fair share while others above (worst team): {worst[0]} "
+                    f"{worst[1]:.1%} of its waiting time; mean wait by team: "
+                    + ", ".join(f"{t} {w:,.0f} s" for t, w in res["team_mean"].items())
+                )
+            by[policy] = res
+            table.append((label, res))
+        bad += verdict(label, by)
+    print()
+    print_table(table)
+    if any(r["double"] for _l, r in table):
+        print("\nDOUBLE ALLOCATIONS")
+        return 1
+    if bad:
+        print(f"\nportal NOT ahead of EASY: {', '.join(bad)}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

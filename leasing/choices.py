@@ -108,6 +108,19 @@ PRIORITY_RANK = {
 }
 
 
+def queue_rank(priority: str, purpose: str = "") -> int:
+    """The rank a request waits with: its class's, raised to the class the operator gives
+    its purpose (``CARDPOOL["PURPOSE_PRIORITY"]``, e.g. inference=high). Never lowered, and a
+    preemptible request keeps its rank (it asked to be cheap and interruptible)."""
+    from django.conf import settings
+
+    rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
+    if priority == Priority.PREEMPTIBLE:
+        return rank
+    lifted = settings.CARDPOOL.get("PURPOSE_PRIORITY", {}).get(purpose)
+    return max(rank, PRIORITY_RANK[lifted]) if lifted in PRIORITY_RANK else rank
+
+
 class StartPolicy(models.TextChoices):
     """When a request may start, besides its asked start (off-peak windows, site time zone)."""
 

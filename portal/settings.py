@@ -518,7 +518,24 @@ CONTENT_SECURITY_POLICY = {
 }
 SILENCED_SYSTEM_CHECKS = env_list("CARDPOOL_SILENCED_CHECKS")
 
+
 # --- Cardpool ------------------------------------------------------------------------
+def _purpose_priority(raw: str) -> dict[str, str]:
+    """``inference=high,development=normal`` (purpose=priority class); fails loudly when
+    malformed. The names are checked against leasing.choices at startup (apps.ready)."""
+    pairs = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        purpose, sep, priority = (x.strip() for x in item.partition("="))
+        if not sep or not purpose or not priority:
+            raise ImproperlyConfigured(
+                f"CARDPOOL_PURPOSE_PRIORITY: {item!r} is not purpose=priority-class"
+            )
+        pairs[purpose] = priority
+    return pairs
+
+
 CARDPOOL = {
     "DEMO_PASSWORD": env("CARDPOOL_DEMO_PASSWORD", "cardpool-demo"),
     # Longest lease anyone may ask for, in minutes, before team quotas narrow it.
@@ -551,6 +568,10 @@ CARDPOOL = {
     "METRICS_TOKEN": env("CARDPOOL_METRICS_TOKEN", ""),
     # Preemptible leases pay this fraction of the price (0…1; checked in leasing.billing.prices).
     "PREEMPTIBLE_DISCOUNT": env("CARDPOOL_PREEMPTIBLE_DISCOUNT", "0.5"),
+    # Queue a request of this purpose at least in this priority class (it never lowers a
+    # request's class, and a preemptible request stays preemptible): e.g. "inference=high"
+    # serves inference before training when the pool is tight (docs/operations.md, "Queue").
+    "PURPOSE_PRIORITY": _purpose_priority(env("CARDPOOL_PURPOSE_PRIORITY", "")),
 }
 
 # --- Sessions, SSH keys and workspaces (docs/operations.md, "Sessions") ---------------

@@ -374,6 +374,7 @@ def _rank(
         duration=duration,
         start_at=start_at,
         priority=priority,
+        purpose=PURPOSE_FOR_TASK[Task(est.profile.task)],
         start_policy=start_policy,
         now=now,
         cards=pool.slots,

@@ -61,6 +61,7 @@ def lease_choose_model(
     start_at: datetime | None = None,
     same_node: bool = True,
     priority: str = Priority.NORMAL,
+    purpose: str = "",
     now: datetime | None = None,
 ) -> CardModel:
     """The card model meeting *requirements* that would start soonest (then the cheapest).
@@ -107,6 +108,7 @@ def lease_choose_model(
             start_at=start_at,
             same_node=same_node,
             priority=priority,
+            purpose=purpose,
             now=now,
             nodes=nodes,
         )
@@ -181,6 +183,7 @@ def validated_model(
             start_at=start_at,
             same_node=same_node,
             priority=priority,
+            purpose=purpose,
             now=now,
         )
     # Capacity is asked below, unless the request is placed at once.
@@ -315,6 +318,7 @@ def lease_request_check(
         start_at=start_at,
         same_node=same_node,
         priority=priority,
+        purpose=purpose,
         start_policy=start_policy,
         now=now,
         nodes=nodes,

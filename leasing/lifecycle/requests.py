@@ -17,11 +17,11 @@ from inventory.requirements import nodes_meeting
 from leasing.advisor.estimator import Task, TaskProfile
 from leasing.advisor.recommend import PURPOSE_FOR_TASK, recommend
 from leasing.choices import (
-    PRIORITY_RANK,
     LeaseStatus,
     Priority,
     Purpose,
     StartPolicy,
+    queue_rank,
 )
 from leasing.lifecycle.request_steps import (
     admission,
@@ -208,7 +208,7 @@ def lease_request(
             status=LeaseStatus.PROVISIONING if placed else verdict.status,
             status_changed_at=now,
             priority=priority,
-            priority_rank=PRIORITY_RANK[priority],
+            priority_rank=queue_rank(priority, purpose),
             purpose=purpose,
             same_node=same_node,
             description=description,
@@ -300,7 +300,7 @@ def lease_request(
             )
             notify_after_commit(lease.pk, "approval_requested")
         else:
-            replan(card_model.pk, now=now)
+            replan(card_model.pk, now=now, joined=lease.pk)
             if (
                 verdict.borrowed
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()

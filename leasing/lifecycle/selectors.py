@@ -20,7 +20,7 @@ from leasing.choices import (
 )
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
-from leasing.scheduler.snapshot import card_slots, timeline_for
+from leasing.scheduler.snapshot import card_slots, timeline_for, waiting_for
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
 
@@ -274,17 +274,13 @@ def releases_failed() -> QuerySet[Lease]:
 
 
 def queue_position(lease: Lease) -> int | None:
-    """1-based place of a queued lease among the waiting leases of its card model."""
+    """1-based place of a queued lease among the waiting leases of its card model, in the
+    order the queue serves them (``scheduler.queueplan.service_key``)."""
     if lease.status != LeaseStatus.QUEUED:
         return None
-    ahead = Lease.objects.filter(
-        card_model_id=lease.card_model_id, status=LeaseStatus.QUEUED
-    ).filter(
-        Q(priority_rank__gt=lease.priority_rank)
-        | Q(priority_rank=lease.priority_rank, submitted_at__lt=lease.submitted_at)
-        | Q(priority_rank=lease.priority_rank, submitted_at=lease.submitted_at, pk__lt=lease.pk)
-    )
-    return ahead.count() + 1
+    queue = waiting_for(lease.card_model_id, now=timezone.now(), min_rank=lease.priority_rank)
+    ids = [w.request.lease_id for w in queue]
+    return ids.index(lease.pk) + 1 if lease.pk in ids else None
 
 
 def availability_calendar(

@@ -190,6 +190,10 @@ class Lease(models.Model):
     activated_at = models.DateTimeField(_("active since"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
     estimated_start = models.DateTimeField(_("estimated start"), null=True, blank=True)
+    # The cards the queue plan reserves for a waiting lease at its estimated start: with
+    # them, a request that joins the queue is planned around everyone ahead without
+    # re-planning the whole queue (scheduler/queueplan.py). Written by the queue pass only.
+    planned_cards = models.JSONField(null=True, blank=True, editable=False)
     stall_reason = models.CharField(
         _("why it cannot start"),
         max_length=24,

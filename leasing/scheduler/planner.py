@@ -43,6 +43,23 @@ class Timeline:
     def add(self, card_id: int, start: datetime, end: datetime) -> None:
         bisect.insort(self.busy[card_id], (start, end))
 
+    def remove(self, card_id: int, start: datetime, end: datetime) -> None:
+        """Take back a period added with ``add`` (a reservation being re-planned)."""
+        periods = self.busy[card_id]
+        i = bisect.bisect_left(periods, (start, end))
+        if i == len(periods) or periods[i] != (start, end):
+            raise KeyError((card_id, start, end))
+        del periods[i]
+
+    def prune(self, now: datetime) -> None:
+        """Forget the periods that ended by *now*: they can no longer be in anyone's way."""
+        for periods in self.busy.values():
+            n = 0
+            while n < len(periods) and periods[n][1] <= now:
+                n += 1
+            if n:
+                del periods[:n]
+
     def is_free(self, card_id: int, start: datetime, end: datetime) -> bool:
         periods = self.busy.get(card_id)
         if not periods:
@@ -186,6 +203,16 @@ def earliest(
         )
         if chosen is not None:
             return Decision(request.lease_id, t0, tuple(chosen))
+        if request.count == 1:
+            # One card: the earliest moment any single card is free (no sweep, no list of
+            # every end; tests/leasing/test_queueplan.py holds it to the general way).
+            t = _first_free_card(cards, timeline, t0, request.duration)
+            if t is not _UNKNOWN:
+                if t is None or (horizon is not None and t > horizon):
+                    return Decision(request.lease_id, None)
+                chosen = place(cards, timeline, 1, t, t + request.duration, same_node=True)
+                if chosen is not None:
+                    return Decision(request.lease_id, t, tuple(chosen))
     card_ids = [c.card_id for c in cards]
     candidates = [t0, *timeline.ends_after(card_ids, t0)]
     first = 0
@@ -204,6 +231,45 @@ def earliest(
         if chosen is not None:
             return Decision(request.lease_id, t, tuple(chosen))
     return Decision(request.lease_id, None)
+
+
+_UNKNOWN = object()
+
+
+def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime, d: timedelta):
+    """The earliest *t* >= *t0* where some card is free over ``[t, t + d)``, None if none
+    ever is, or ``_UNKNOWN`` when a period of zero or negative length makes the shortcut
+    unsafe. A card's free windows begin at *t0* or at one of its own ends, so the first
+    candidate where any card is free is the smallest such moment over the cards."""
+    best: datetime | None = None
+    busy = timeline.busy
+    for card in cards:
+        limit = card.usable_until
+        periods = busy.get(card.card_id)
+        t = t0
+        if periods:
+            # the first period still running at t0 (ends are sorted like starts)
+            j = bisect.bisect_right(periods, (t0, t0))
+            if j > 0 and periods[j - 1][1] > t0:
+                j -= 1
+            n = len(periods)
+            while j < n:
+                s, e = periods[j]
+                if e <= s:
+                    return _UNKNOWN
+                if s >= t + d:
+                    break
+                if e > t:
+                    t = e
+                    if best is not None and t >= best:
+                        break
+                j += 1
+        if best is not None and t >= best:
+            continue
+        if limit is not None and t + d > limit:
+            continue
+        best = t
+    return best
 
 
 def _first_feasible(

@@ -9,18 +9,22 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from inventory.models import CardModel
-from leasing.choices import PRIORITY_RANK, Priority
+from leasing.choices import Priority, queue_rank
 from leasing.scheduler import planner
 from leasing.scheduler.offpeak import OffPeakHold
+from leasing.scheduler.queueplan import QueuePlan, service_key
 from leasing.scheduler.snapshot import (
     card_slots,
     card_slots_of,
     queued_requests,
-    queues_of,
     timeline_for,
     timelines_of,
+    waiting_of,
 )
 
+# The id in a previewed request's queue key: a new lease's id is larger than every waiting
+# one's, so it comes after those with the same class and virtual submit time.
+NEWCOMER = 2**63 - 1
 # Off-peak windows a preview tries before it gives up (each try: the next allowed start).
 OFF_PEAK_TRIES = 30
 
@@ -33,11 +37,13 @@ def lease_preview(
     start_at: datetime | None = None,
     same_node: bool = True,
     priority: str = Priority.NORMAL,
+    purpose: str = "",
     start_policy: str = "",
     now: datetime | None = None,
     nodes: frozenset[int] | None = None,
 ) -> datetime | None:
-    """When a request like this would start if made now: its place in the queue, no writes.
+    """When a request like this would start if made now: its place in the queue (everyone
+    the queue order serves before it: ``queueplan.service_key``), no writes.
     *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``).
     With an off-peak *start_policy* the start is the first the policy allows where the cards
     are free (the queue pass's rule, ``offpeak.OffPeakHold``). The same code as the
@@ -48,6 +54,7 @@ def lease_preview(
         duration=duration,
         start_at=start_at,
         priority=priority,
+        purpose=purpose,
         start_policy=start_policy,
         now=now,
     )[card_model.pk].start
@@ -69,6 +76,7 @@ def lease_previews(
     duration: timedelta,
     start_at: datetime | None = None,
     priority: str = Priority.NORMAL,
+    purpose: str = "",
     start_policy: str = "",
     now: datetime | None = None,
     cards: dict[int, list[planner.CardSlot]] | None = None,
@@ -80,17 +88,25 @@ def lease_previews(
     now = now or timezone.now()
     not_before = start_at if start_at and start_at > now else now
     ids = [a.card_model_id for a in asks]
-    rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
+    rank = queue_rank(priority, purpose)
     if cards is None:
         cards = card_slots_of(ids, now=now)
     timelines = timelines_of(ids, now=now)
-    queues = queues_of(ids, now=now, min_rank=rank)
+    queues = waiting_of(ids, now=now, min_rank=rank)
     offpeak = OffPeakHold()
     out: dict[int, planner.Decision] = {}
     for ask in asks:
         model_cards = cards.get(ask.card_model_id, [])
         timeline = timelines[ask.card_model_id]
-        planner.plan_queue(model_cards, timeline, queues.get(ask.card_model_id, []))
+        # Ahead: those the queue order serves first (a smaller key). The plan the last pass
+        # stored for them is the plan; planned again only when it is stale.
+        key = service_key(
+            rank=rank, submitted_at=now, duration=duration, count=ask.count, lease_id=NEWCOMER
+        )
+        ahead = [w for w in queues.get(ask.card_model_id, []) if w.key < key]
+        plan = QueuePlan(model_cards, timeline, now=now)
+        if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):
+            plan.rebuild((w.key, w.request) for w in ahead)
         out[ask.card_model_id] = _earliest_allowed(
             ask, model_cards, timeline, offpeak, start_policy, not_before, duration
         )

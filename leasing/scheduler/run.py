@@ -26,7 +26,8 @@ from leasing.scheduler import planner, shares
 from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
-from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for
+from leasing.scheduler.queueplan import Planned, QueuePlan
+from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 from leasing.transitions import cards_free, event_record, hand_over, transition
 
 logger = logging.getLogger(__name__)
@@ -39,8 +40,15 @@ class PassResult:
     waiting: dict[int, datetime | None] = field(default_factory=dict)  # lease → estimated start
 
 
-def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
+def schedule_card_model(
+    card_model_id: int, *, now: datetime, joined: int | None = None
+) -> PassResult:
     """Place every queued lease of the model that fits now; give the rest an estimated start.
+
+    With *joined* (a lease that just joined the queue, and nothing else changed), the plan
+    the last pass stored is taken back and only the newcomer and those behind it are
+    planned (``QueuePlan.add``); when that plan cannot be trusted, or without *joined*, the
+    whole queue is planned again. Both decide the same (tests/leasing/test_queueplan.py).
 
     Must run inside a transaction holding the model's lock (leasing.locking). State
     changes go through the compare-and-set helper (leasing.transitions).
@@ -48,33 +56,50 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
     assert transaction.get_connection().in_atomic_block, "schedule_card_model needs a transaction"
 
     result = PassResult()
-    queue = queued_requests(card_model_id, now=now)
-    if not queue:
+    waiting = waiting_for(card_model_id, now=now)
+    if not waiting:
         return result
     # Make room for a higher class first, so the plan below already sees the victims'
     # end (their grace period) and gives the waiting lease an honest estimate.
     covering = shares.shares_covering(card_model_id)  # guaranteed shares: one statement
-    preemption_plan(card_model_id, now=now, covering=covering)
-    # A team within its guaranteed share is served first: the cards a reclaim frees are its.
-    queue = shares.entitled_first(card_model_id, queue, covering=covering)
+    marked = preemption_plan(card_model_id, now=now, covering=covering)
     cards = card_slots(card_model_id, now=now)
     timeline = timeline_for(card_model_id, now=now)
-    decisions = planner.plan_queue(cards, timeline, queue)
-    requests = {r.lease_id: r for r in queue}
-    shown = {}
-    policies = {}
-    for pk, estimate, stall, policy in Lease.objects.filter(pk__in=requests).values_list(
-        "pk", "estimated_start", "stall_reason", "start_policy"
-    ):
-        shown[pk] = (estimate, stall)
-        if policy:
-            policies[pk] = policy
+    policies = {w.request.lease_id: w.start_policy for w in waiting if w.start_policy}
+    if covering or policies:
+        # A team within its guaranteed share is served first (the cards a reclaim frees are
+        # its), and off-peak starts are held below: both change the plan after the service
+        # order, which a stored plan does not know. So plan the whole queue, and store no
+        # cards (the next request that joins plans the whole queue too).
+        queue = shares.entitled_first(
+            card_model_id, [w.request for w in waiting], covering=covering
+        )
+        decisions = planner.plan_queue(cards, timeline, queue)
+        requests = {r.lease_id: r for r in queue}
+        keep_plan = False
+    else:
+        plan = QueuePlan(cards, timeline, now=now)
+        changed = _join(plan, waiting, joined) if joined is not None and not marked else None
+        if changed is None:
+            plan.rebuild((w.key, w.request) for w in waiting)
+        # Those that start now leave the plan and hold their cards; anyone ahead of them is
+        # planned again around that (QueuePlan.advance), so what is stored is what a pass run
+        # right after this one would decide. Only decisions that differ from the stored ones
+        # are written (below).
+        due = plan.advance(now)
+        entries = due + plan.entries
+        decisions = [e.decision for e in entries]
+        requests = {e.request.lease_id: e.request for e in entries}
+        keep_plan = True
+    shown = {
+        w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
+    }
     offpeak = OffPeakHold()
     in_service: dict[int, int] | None = None
     unhealthy = 0
 
     starting: list[tuple[Request, Decision]] = []
-    waiting: list[Lease] = []
+    estimates: list[Lease] = []
     stalled: list[int] = []
     for decision in decisions:
         request = requests[decision.lease_id]
@@ -101,6 +126,7 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
                 end_at=end,
                 estimated_start=None,
                 stall_reason="",
+                planned_cards=None,
             ):
                 Allocation.objects.bulk_create(
                     Allocation(
@@ -117,19 +143,41 @@ def schedule_card_model(card_model_id: int, *, now: datetime) -> PassResult:
                     in_service = in_service_by_node(card_model_id)
                     unhealthy = unhealthy_count(card_model_id)
                 stall = planner.never_fits_because(in_service, request, unhealthy)
-            if shown.get(decision.lease_id) != (decision.start, stall):
-                waiting.append(
-                    Lease(pk=decision.lease_id, estimated_start=decision.start, stall_reason=stall)
+            planned = decision.card_ids if keep_plan and decision.start is not None else None
+            if shown.get(decision.lease_id) != (decision.start, stall, planned):
+                estimates.append(
+                    Lease(
+                        pk=decision.lease_id,
+                        estimated_start=decision.start,
+                        stall_reason=stall,
+                        planned_cards=None if planned is None else list(planned),
+                    )
                 )
-                if stall and shown.get(decision.lease_id, (None, ""))[1] != stall:
+                if stall and shown.get(decision.lease_id, (None, "", None))[1] != stall:
                     stalled.append(decision.lease_id)
     if starting:
         result.started = start_batch(starting, now=now)
     # One statement per 500 changed estimates, not one per waiting lease (the queue is
     # re-planned on every pass, and a long queue's estimates all move together).
-    Lease.objects.bulk_update(waiting, ["estimated_start", "stall_reason"], batch_size=500)
+    Lease.objects.bulk_update(
+        estimates, ["estimated_start", "stall_reason", "planned_cards"], batch_size=500
+    )
     stalled_tell(stalled)
     return result
+
+
+def _join(plan: QueuePlan, waiting: list[Waiting], joined: int) -> list[Planned] | None:
+    """Plan lease *joined* into the stored plan of everyone else; None when the stored plan
+    cannot be trusted (then the caller plans the whole queue)."""
+    new = next((w for w in waiting if w.request.lease_id == joined), None)
+    if new is None:
+        return None
+    stored = (
+        (w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting if w is not new
+    )
+    if not plan.restore(stored):
+        return None
+    return plan.add(new.key, new.request)
 
 
 def in_service_by_node(card_model_id: int) -> dict[int, int]:
@@ -192,6 +240,7 @@ def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> l
         end_at=ExpressionWrapper(Value(now) + F("duration"), output_field=DateTimeField()),
         estimated_start=None,
         stall_reason="",
+        planned_cards=None,
     )
     if updated != len(ids):
         # Someone else changed one of them (they hold the model's lock too, so this is a
@@ -245,10 +294,10 @@ def lent_mark(lease_ids: list[int], *, now: datetime) -> None:
             event_record(pk, kind="lent", at=now)
 
 
-def replan(card_model_id: int, *, now: datetime) -> PassResult:
+def replan(card_model_id: int, *, now: datetime, joined: int | None = None) -> PassResult:
     """Run the model's queue pass (the model is locked) and hand what it started to the
-    workers after commit."""
-    result = schedule_card_model(card_model_id, now=now)
+    workers after commit. *joined*: the one change is that this lease joined the queue."""
+    result = schedule_card_model(card_model_id, now=now, joined=joined)
     hand_over(result.started)
     return result
 

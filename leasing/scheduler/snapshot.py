@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from inventory.models import Node
@@ -15,6 +16,7 @@ from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
 from leasing.scheduler.availability import usable_cards
 from leasing.scheduler.planner import CardSlot, Request, Timeline
+from leasing.scheduler.queueplan import Key, service_key
 
 
 def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, list[CardSlot]]:
@@ -105,34 +107,94 @@ def timeline_for(
     )[card_model_id]
 
 
-def queues_of(
-    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
-) -> dict[int, list[Request]]:
-    """Per card model, its waiting leases in service order: priority class, then submit time.
+@dataclass(frozen=True)
+class Waiting:
+    """A waiting lease: its place in the queue, what it asks, and what the last pass planned."""
 
-    With *min_rank*, only those a new request of that priority would queue behind.
-    """
+    key: Key
+    request: Request
+    estimated_start: datetime | None
+    planned_cards: tuple[int, ...] | None
+    stall_reason: str
+    start_policy: str = ""  # an off-peak start policy (``choices.StartPolicy``), or ""
+
+
+def waiting_of(
+    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
+) -> dict[int, list[Waiting]]:
+    """Per card model, its waiting leases in service order (``queueplan.service_key``:
+    priority class, then virtual submit time). With *min_rank*, only those of that class or
+    above."""
     leases = Lease.objects.filter(card_model_id__in=list(card_model_ids), status=LeaseStatus.QUEUED)
     if min_rank is not None:
         leases = leases.filter(priority_rank__gte=min_rank)
-    rows = leases.order_by("-priority_rank", "submitted_at", "pk").values_list(
-        "pk", "card_model_id", "count", "duration", "start_at", "same_node", "requirements"
+    rows = leases.values_list(
+        "pk",
+        "card_model_id",
+        "count",
+        "duration",
+        "start_at",
+        "same_node",
+        "priority_rank",
+        "submitted_at",
+        "estimated_start",
+        "planned_cards",
+        "stall_reason",
+        "start_policy",
+        "requirements",
     )
-    queues: dict[int, list[Request]] = defaultdict(list)
+    queues: dict[int, list[Waiting]] = defaultdict(list)
     allowed: dict[str, frozenset[int] | None] = {}  # one look-up per distinct requirements
-    for pk, model_id, count, duration, start, same_node, wanted in rows:
+    for (
+        pk,
+        model_id,
+        count,
+        duration,
+        start,
+        same_node,
+        rank,
+        submitted,
+        eta,
+        planned,
+        stall,
+        policy,
+        wanted,
+    ) in rows:
         nodes = None
         if wanted and NODE_KEYS.intersection(wanted):
-            key = json.dumps(wanted, sort_keys=True)
-            if key not in allowed:
-                allowed[key] = nodes_meeting(wanted)
-            nodes = allowed[key]
-        queues[model_id].append(Request(pk, count, duration, max(start, now), same_node, nodes))
+            text = json.dumps(wanted, sort_keys=True)
+            if text not in allowed:
+                allowed[text] = nodes_meeting(wanted)
+            nodes = allowed[text]
+        key = service_key(
+            rank=rank, submitted_at=submitted, duration=duration, count=count, lease_id=pk
+        )
+        request = Request(pk, count, duration, max(start, now), same_node, nodes)
+        queues[model_id].append(
+            Waiting(key, request, eta, None if planned is None else tuple(planned), stall, policy)
+        )
+    for queue in queues.values():
+        queue.sort(key=lambda w: w.key)
     return queues
+
+
+def waiting_for(card_model_id: int, *, now: datetime, min_rank: int | None = None) -> list[Waiting]:
+    """The waiting leases of one model in service order (see ``waiting_of``)."""
+    return waiting_of([card_model_id], now=now, min_rank=min_rank).get(card_model_id, [])
+
+
+def queues_of(
+    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
+) -> dict[int, list[Request]]:
+    """Per card model, its waiting leases' requests in service order (see ``waiting_of``)."""
+    return {
+        model_id: [w.request for w in queue]
+        for model_id, queue in waiting_of(card_model_ids, now=now, min_rank=min_rank).items()
+    }
 
 
 def queued_requests(
     card_model_id: int, *, now: datetime, min_rank: int | None = None
 ) -> list[Request]:
-    """The waiting leases of one model in service order (see ``queues_of``)."""
-    return queues_of([card_model_id], now=now, min_rank=min_rank).get(card_model_id, [])
+    """The waiting leases of one model in service order (see ``waiting_of``)."""
+    return [w.request for w in waiting_for(card_model_id, now=now, min_rank=min_rank)]

@@ -81,7 +81,7 @@ def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = 
         transaction.on_commit(
             lambda: quotas.budget_alerts(team=team, card_model_id=model_id, now=now)
         )
-        replan(lease.card_model_id, now=now)
+        replan(lease.card_model_id, now=now, joined=lease.pk)
         notify_after_commit(lease.pk, "approved")
     lease.refresh_from_db()
     return lease

@@ -105,8 +105,9 @@ def test_a_waiting_lease_is_not_overtaken_by_the_fast_path(frozen, alice, vision
     ask(alice, vision, a100, count=3, duration=hours(1))
     big = ask(alice, vision, a100, count=4)  # waits for the 3 to end
     assert big.status == LeaseStatus.QUEUED and big.estimated_start == T0 + hours(1)
-    small = ask(alice, vision, a100, count=1, duration=hours(2))
-    # One card is free now, but taking it for 2 h would delay the waiting lease: backfill
+    # 10 card-hours: behind the waiting 8 card-hours in the queue order (queueplan.slack)
+    small = ask(alice, vision, a100, count=1, duration=hours(10))
+    # One card is free now, but taking it for 10 h would delay the waiting lease: backfill
     # may only use it if it ends before the waiting lease's reservation.
     assert small.status == LeaseStatus.QUEUED
     short = ask(alice, vision, a100, count=1, duration=timedelta(minutes=30))

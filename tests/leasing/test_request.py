@@ -6,6 +6,7 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from leasing.choices import LeaseStatus, Priority
+from leasing.lifecycle.selectors import queue_position
 from leasing.models import Allocation
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
@@ -44,10 +45,24 @@ def test_request_beyond_free_cards_is_queued_with_estimated_start(
 def test_estimated_start_counts_everyone_ahead(frozen, alice, bob, vision, nlp, a100, small_pool):
     ask(alice, vision, a100, count=8, duration=hours(1), same_node=False)
     first = ask(bob, nlp, a100, count=8, duration=hours(2), same_node=False)
-    second = ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    second = ask(bob, nlp, a100, count=8, duration=hours(2), same_node=False)
     assert first.estimated_start == T0 + hours(1)
     second.refresh_from_db()
     assert second.estimated_start == T0 + hours(3)
+
+
+def test_short_request_is_served_before_a_long_one_submitted_just_before(
+    frozen, alice, bob, vision, nlp, a100, small_pool
+):
+    """The queue order (scheduler.queueplan.service_key): inside a class, the virtual submit
+    time is the submit time plus a slack that grows with the card-hours asked."""
+    ask(alice, vision, a100, count=8, duration=hours(1), same_node=False)
+    long = ask(bob, nlp, a100, count=8, duration=hours(2), same_node=False)
+    short = ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    long.refresh_from_db()
+    assert short.estimated_start == T0 + hours(1)
+    assert long.estimated_start == T0 + hours(2)
+    assert queue_position(short) == 1 and queue_position(long) == 2
 
 
 def test_backfill_small_later_lease_starts_when_it_delays_nobody(

@@ -1,0 +1,210 @@
+"""How long a request takes when it meets a queue: the curve over the queue's length.
+
+A pool of --nodes x 8 cards of one model, every card held (one-card leases ending at
+random between 30 min and 10 h from now), and N leases of 1-4 cards waiting (submitted
+over the last hour), planned by one full queue pass. Then --requests one-card requests of
+1-4 h arrive one after another through ``lease_request`` (the service the API calls): each
+meets the queue, joins it and gets its estimated start. Times each call from the service
+call to the commit, and, for comparison, one full queue pass (``queue_advance``: the whole
+queue planned again, as the periodic tick does). Not a test; run by hand:
+
+    .venv/bin/python bench/queue_length.py                   # 0, 100, 300, 1000 waiting
+
+Needs PostgreSQL (127.0.0.1:5432, trust); drops and recreates the database named by
+--database (must contain "bench"). The holders and the waiting leases are written with
+``bulk_create``; everything timed is the real code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432")
+    p.add_argument("--database", default="cardpool_bench_queue_length")
+    p.add_argument("--redis", default="redis://127.0.0.1:6379")
+    p.add_argument("--redis-db", type=int, default=13)
+    p.add_argument("--nodes", type=int, default=200, help="x 8 cards (default 1,600)")
+    p.add_argument("--waiting", default="0,100,300,1000", help="queue lengths (comma-separated)")
+    p.add_argument("--requests", type=int, default=40, help="timed requests per length")
+    p.add_argument("--seed", type=int, default=18)
+    p.add_argument(
+        "--profile", action="store_true", help="cProfile the requests of the last length"
+    )
+    return p.parse_args(argv)
+
+
+def one_length(args, waiting: int) -> dict:
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from inventory.models import Card, CardModel, Node, Region
+    from leasing.choices import LeaseStatus
+    from leasing.lifecycle import requests as lease_requests
+    from leasing.models import Allocation, Lease
+    from leasing.scheduler.run import queue_advance
+    from portal.models import Membership, Team
+
+    rng = random.Random(args.seed + waiting)
+    with connection.cursor() as cur:
+        cur.execute(
+            "TRUNCATE leasing_lease, inventory_card, inventory_node, inventory_cardmodel, "
+            "portal_membership, portal_team, inventory_region CASCADE"
+        )
+    region = Region.objects.create(slug="r", name="R")
+    model = CardModel.objects.create(slug="ql", name="QL", vendor="nvidia", memory_gb=80)
+    Node.objects.bulk_create(Node(hostname=f"q{i:04d}", region=region) for i in range(args.nodes))
+    Card.objects.bulk_create(
+        Card(node=node, card_model=model, index=j, uuid=f"{node.hostname}-{j}")
+        for node in Node.objects.all()
+        for j in range(8)
+    )
+    user, _ = get_user_model().objects.get_or_create(username="queuer")
+    team = Team.objects.create(slug="ql", name="QL")
+    Membership.objects.create(user=user, team=team, role=Membership.Role.MEMBER)
+    now = timezone.now()
+    cards = list(Card.objects.order_by("pk").values_list("pk", flat=True))
+    holders = []
+    for _card in cards:
+        end = now + timedelta(minutes=rng.randint(30, 600))
+        holders.append(
+            Lease(
+                user=user, team=team, card_model=model, count=1, duration=end - now,
+                start_at=now, end_at=end, status=LeaseStatus.ACTIVE, status_changed_at=now,
+                submitted_at=now, activated_at=now,
+            )
+        )  # fmt: skip
+    holders = Lease.objects.bulk_create(holders)
+    Allocation.objects.bulk_create(
+        Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at)
+        for c, lease in zip(cards, holders, strict=True)
+    )
+    Lease.objects.bulk_create(
+        Lease(
+            user=user, team=team, card_model=model, count=rng.randint(1, 4),
+            duration=(d := timedelta(minutes=rng.randint(30, 480))), start_at=now,
+            end_at=now + d, status=LeaseStatus.QUEUED, status_changed_at=now,
+            submitted_at=now - timedelta(seconds=rng.randint(0, 3600)),
+        )
+        for _ in range(waiting)
+    )  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+    t = time.perf_counter()
+    queue_advance(card_model_ids=[model.pk])  # plans (and stores) the whole queue
+    first_pass = time.perf_counter() - t
+
+    # warm up (first-call imports), not timed
+    lease_requests.lease_request(
+        user=user, team=team, card_model=model, count=1, duration=timedelta(hours=30),
+        same_node=True,
+    )  # fmt: skip
+    out = {}
+    for kind, hours in (("short", (1, 4)), ("long", (24, 24))):
+        out[kind] = timed_requests(args, rng, user, team, model, hours)
+    t = time.perf_counter()
+    with transaction.atomic():
+        queue_advance(card_model_ids=[model.pk])
+    full = time.perf_counter() - t
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM leasing_allocation a JOIN leasing_allocation b "
+            "ON a.card_id = b.card_id AND a.id < b.id "
+            "AND a.start_at < b.end_at AND b.start_at < a.end_at"
+        )
+        overlaps = cur.fetchone()[0]
+    return {"waiting": waiting, **out, "first_pass": first_pass, "full": full, "overlaps": overlaps}
+
+
+def timed_requests(args, rng, user, team, model, hours) -> dict:
+    from leasing.choices import LeaseStatus
+    from leasing.lifecycle import requests as lease_requests
+
+    times, cpu = [], []
+    prof = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    for _ in range(args.requests):
+        t, c = time.perf_counter(), time.process_time()
+        lease = lease_requests.lease_request(
+            user=user, team=team, card_model=model, count=1,
+            duration=timedelta(hours=rng.randint(*hours)), same_node=True,
+        )  # fmt: skip
+        times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+        assert lease.status == LeaseStatus.QUEUED and lease.estimated_start, lease
+    if prof is not None:
+        import pstats
+
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+    times.sort()
+    cpu.sort()
+    return {
+        "median": statistics.median(times),
+        "p95": times[min(len(times) - 1, math.ceil(0.95 * len(times)) - 1)],
+        "cpu_median": statistics.median(cpu),
+        "cpu_p95": cpu[min(len(cpu) - 1, math.ceil(0.95 * len(cpu)) - 1)],
+    }
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if "bench" not in args.database:
+        sys.exit("--database must contain 'bench' (it is dropped and recreated)")
+    os.environ["CELERY_BROKER_URL"] = f"{args.redis}/{args.redis_db}"
+    import report_scale
+
+    report_scale.setup_django(args)
+    rows = []
+    try:
+        for waiting in (int(x) for x in args.waiting.split(",") if x.strip()):
+            rows.append(one_length(args, waiting))
+            r = rows[-1]
+            print(
+                f"  {waiting} waiting: p95 {r['short']['p95'] * 1000:.0f} ms (short), "
+                f"{r['long']['p95'] * 1000:.0f} ms (long)",
+                flush=True,
+            )
+    finally:
+        report_scale.drop_db(args)
+    load = os.getloadavg()
+    print(
+        f"\n{args.nodes * 8:,} cards ({args.nodes} nodes x 8), every card held; "
+        f"{args.requests} one-card requests per length; load average {load[0]:.1f}\n"
+    )
+    print(
+        "| waiting | short request (1-4 h, joins inside the queue): median ms | **p95 ms** | "
+        "p95 CPU ms (bench process) | long request (24 h, joins at the end): median ms | "
+        "**p95 ms** | p95 CPU ms | full queue pass ms (as the tick) | overlapping allocations |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        s, g = r["short"], r["long"]
+        print(
+            f"| {r['waiting']:,} | {s['median'] * 1000:.0f} | **{s['p95'] * 1000:.0f}** | "
+            f"{s['cpu_p95'] * 1000:.0f} | {g['median'] * 1000:.0f} | **{g['p95'] * 1000:.0f}** | "
+            f"{g['cpu_p95'] * 1000:.0f} | {r['full'] * 1000:,.0f} | {r['overlaps']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+"""The queue's order and a plan of it kept up to date instead of rebuilt.
+
+**Order** (``service_key``): priority class first; inside a class, by a *virtual submit
+time*: when the lease was submitted plus a slack that grows with its size (card-hours)
+up to a cap. Every lease declares its duration, so a short one can be served ahead of a
+long one submitted a little earlier, but never ahead of one submitted more than the cap
+before it: the key is fixed when the lease is submitted, so a lease is overtaken only by
+leases submitted before its own virtual time, and everyone who waits long enough comes
+first. That bound is the aging; no key ever changes while a lease waits, which is what
+lets the plan below be updated rather than rebuilt (docs/decisions.md, "queue order").
+
+**Plan** (``QueuePlan``): conservative backfill as ``planner.plan_queue`` decides it: in
+service order, each waiting lease gets the earliest window around the reservations of
+everyone ahead of it. A lease's decision depends only on the timeline and the leases
+ahead, so when a request joins, the leases ahead keep theirs and only the newcomer and
+those behind it are planned again; when time moves on and leases start or end exactly as
+planned, only those ahead of a lease that started from behind them are looked at again (its
+cards are now held, which can change their best fit). Anything else that changes the timeline (an early
+release, a new card, a drain) needs ``rebuild``. tests/leasing/test_queueplan.py holds
+every step to ``plan_queue`` on random timelines.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from leasing.scheduler.planner import (
+    CardSlot,
+    Decision,
+    Request,
+    Timeline,
+    cards_for,
+    earliest,
+    place,
+)
+
+# The slack of the virtual submit time: SLACK_PER_CARD_HOUR per card-hour asked, at most
+# SLACK_CAP. Chosen on the Philly trace (bench/trace_replay.py, docs/performance.md).
+SLACK_PER_CARD_HOUR = timedelta(minutes=15)
+SLACK_CAP = timedelta(hours=4)
+
+Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
+Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
+_NOT_BEFORE = object()  # _keep: search from the old start on
+
+
+def slack(
+    duration: timedelta,
+    count: int,
+    *,
+    per_card_hour: timedelta = SLACK_PER_CARD_HOUR,
+    cap: timedelta = SLACK_CAP,
+) -> timedelta:
+    """How far behind its submit time a lease of this size is served (see the module)."""
+    card_hours = count * duration / timedelta(hours=1)
+    return min(cap, per_card_hour * card_hours)
+
+
+def service_key(
+    *,
+    rank: int,
+    submitted_at: datetime,
+    duration: timedelta,
+    count: int,
+    lease_id: int,
+    per_card_hour: timedelta = SLACK_PER_CARD_HOUR,
+    cap: timedelta = SLACK_CAP,
+) -> Key:
+    """The lease's place in the queue: higher class first, then the earlier virtual submit
+    time, then the lower id. Fixed at submit (it reads nothing that changes while waiting)."""
+    virtual = submitted_at + slack(duration, count, per_card_hour=per_card_hour, cap=cap)
+    return (-rank, virtual, lease_id)
+
+
+@dataclass
+class Planned:
+    key: Key
+    request: Request
+    decision: Decision
+
+
+class QueuePlan:
+    """Conservative backfill over a queue, kept up to date as requests join and time moves.
+
+    *timeline* holds the busy periods of the leases that hold cards; the plan adds each
+    waiting lease's reservation to it (and takes it back when re-planning), so it always
+    reads: holders + every planned reservation.
+    """
+
+    def __init__(self, cards: Sequence[CardSlot], timeline: Timeline, *, now: datetime):
+        self.cards = cards
+        self.timeline = timeline
+        self.now = now
+        self.keys: list[Key] = []
+        self.entries: list[Planned] = []
+        self.node_of = {c.card_id: c.node_id for c in cards}
+        self.by_node: dict[int, list[CardSlot]] = {}
+        for card in cards:
+            self.by_node.setdefault(card.node_id, []).append(card)
+
+    # --- reading ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def decisions(self) -> list[Decision]:
+        """The decisions in service order (what ``plan_queue`` returns for the queue)."""
+        return [e.decision for e in self.entries]
+
+    # --- changing ---------------------------------------------------------------------
+    def rebuild(self, items: Iterable[tuple[Key, Request]]) -> list[Decision]:
+        """Plan the whole queue from scratch on the current timeline (no reservations)."""
+        for entry in self.entries:
+            self._unreserve(entry)
+        ordered = sorted(items, key=lambda kr: kr[0])
+        self.keys = [k for k, _r in ordered]
+        self.entries = [Planned(k, r, self._plan(r)) for k, r in ordered]
+        return self.decisions()
+
+    def restore(
+        self, stored: Iterable[tuple[Key, Request, datetime | None, Sequence[int] | None]]
+    ) -> bool:
+        """Take back a plan a pass made earlier (each waiting lease's key, request, planned
+        start and cards; start None: it can never fit), in service order, without planning.
+
+        False, leaving the plan empty, when it cannot be exactly what planning now would
+        give: a lease was never planned, its start has come, or its cards are no longer
+        usable or free, or not on the nodes its requirements allow. (A plan is exact as long as every change that frees cards re-plans,
+        which is the rule: ``run.replan``.)"""
+        until = {c.card_id: c.usable_until for c in self.cards}
+        entries: list[Planned] = []
+        ok = True
+        for key, request, start, card_ids in stored:
+            if start is None:
+                if card_ids is not None:
+                    ok = False
+                    break
+                entries.append(Planned(key, request, Decision(request.lease_id, None)))
+                continue
+            if (
+                card_ids is None
+                or start <= self.now
+                or start < request.not_before
+                or len(set(card_ids)) != request.count
+            ):
+                ok = False
+                break
+            end = start + request.duration
+            if not all(
+                c in until
+                and (request.nodes is None or self.node_of[c] in request.nodes)
+                and (until[c] is None or end <= until[c])
+                and self.timeline.is_free(c, start, end)
+                for c in card_ids
+            ):
+                ok = False
+                break
+            entry = Planned(key, request, Decision(request.lease_id, start, tuple(card_ids)))
+            self._reserve(entry)
+            entries.append(entry)
+        if not ok or any(a.key >= b.key for a, b in zip(entries, entries[1:], strict=False)):
+            for entry in entries:
+                self._unreserve(entry)
+            return False
+        self.entries = entries
+        self.keys = [e.key for e in entries]
+        return True
+
+    def add(self, key: Key, request: Request) -> list[Planned]:
+        """A request joins: plan it after everyone ahead; re-plan only those behind it.
+
+        Returns the entries whose decision was (re)made: the newcomer, then those behind."""
+        i = bisect.bisect_right(self.keys, key)
+        behind = self.entries[i:]
+        for entry in reversed(behind):
+            self._unreserve(entry)
+        new = Planned(key, request, self._plan(request))
+        self._replan(behind, added=self._windows(new), freed=[])
+        self.keys.insert(i, key)
+        self.entries.insert(i, new)
+        return [new, *behind]
+
+    def remove(self, lease_id: int) -> list[Planned]:
+        """A waiting lease leaves (cancelled, rejected): those behind it may move up."""
+        i = next((n for n, e in enumerate(self.entries) if e.request.lease_id == lease_id), None)
+        if i is None:
+            return []
+        gone = self.entries[i]
+        behind = self.entries[i + 1 :]
+        for entry in reversed(self.entries[i:]):
+            self._unreserve(entry)
+        del self.keys[i]
+        del self.entries[i]
+        self._replan(behind, added=[], freed=self._windows(gone))
+        return behind
+
+    def advance(self, now: datetime) -> list[Planned]:
+        """Time moves to *now* with every holder ending when it said it would: take out (and
+        return, in service order) the leases whose planned start has come. Their
+        reservations stay in the timeline: they now hold those cards.
+
+        A lease that starts now from behind one still waiting was planned around it; now it
+        holds its cards, and for the one ahead that is busy time added (the best fit there
+        may change), so those ahead of a starting lease are planned again (``_replan``)."""
+        self.now = now
+        self.timeline.prune(now)
+        due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
+        if due:
+            keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
+            self.entries = keep
+            self.keys = [e.key for e in keep]
+            last = max(e.key for e in due)
+            ahead = [e for e in keep if e.key < last]
+            if ahead:
+                # the leases behind those (kept or not) were planned after them: re-plan
+                # them too, in order, with what changes counted as usual
+                for entry in reversed(keep):
+                    self._unreserve(entry)
+                started = [(e.key, w) for e in due for w in self._windows(e)]
+                self._replan(keep, added=[], freed=[], started=started)
+        return due
+
+    # --- inside -----------------------------------------------------------------------
+    def _replan(
+        self,
+        behind: list[Planned],
+        *,
+        added: list[Window],
+        freed: list[Window],
+        started: list[tuple[Key, Window]] = (),
+    ) -> None:
+        """Plan *behind* again, in order, after the timeline changed ahead of them: busy time
+        *added* (new reservations) and *freed* (reservations taken out).
+
+        What ``earliest`` and ``place`` would decide, without a search over the whole pool
+        where the answer is known (``_keep``). Every decision that changes adds its old
+        window to *freed* and its new one to *added* for those behind it. *started*: leases
+        that hold cards now and were behind some of *behind* (``advance``): added busy time
+        for those ahead of them."""
+        for entry in behind:
+            old = entry.decision
+            extra = [w for key, w in started if key > entry.key]
+            kept = self._keep(entry, old, added + extra if extra else added, freed)
+            if kept is _NOT_BEFORE:
+                later = entry.request
+                if old.start > later.not_before:
+                    later = replace(later, not_before=old.start)
+                entry.decision = self._plan(later)
+            elif kept is None:
+                entry.decision = self._plan(entry.request)
+            else:
+                entry.decision = kept
+                self._reserve(entry)
+            if entry.decision != old:
+                freed = freed + self._windows(entry, old)
+                added = added + self._windows(entry)
+
+    def _keep(
+        self, entry: Planned, old: Decision, added: list[Window], freed: list[Window]
+    ) -> Decision | object | None:
+        """The decision *entry* gets, found without searching the whole pool; None when it
+        needs ``earliest``; ``_NOT_BEFORE`` when it needs it only from its old start on. The reasoning (held to the full planner by the property tests):
+
+        * busy time added never makes an earlier start possible, so only nodes where time
+          was freed before the lease's end can offer an earlier start; if its old cards are
+          still free, its start is the earlier of the old one and the best on those nodes
+          (a one-node request fits on one node at a time, so the search can stay on them);
+        * at that start, ``place`` ranks nodes by their free cards over the window; nodes
+          no change touches in the window rank as before, so the old node and domain stay
+          the best fit unless a touched node now ranks ahead of it.
+        """
+        request = entry.request
+        if old.start is None:
+            return old if not freed else None
+        start, end = old.start, old.start + request.duration
+        timeline = self.timeline
+        before_end = [w for w in freed if w[0] < end]
+        if before_end or any(a < end and start < b for a, b, _n in added):
+            if not all(timeline.is_free(c, start, end) for c in old.card_ids):
+                if before_end:
+                    return None
+                # only busy time added: it cannot start before its old start, which is
+                # still a candidate (the period ending there was not taken out)
+                return _NOT_BEFORE
+        if before_end:
+            if not request.same_node:
+                return None
+            nodes = set().union(*(w[2] for w in before_end))
+            if request.nodes is not None:
+                nodes &= request.nodes
+            sub = [c for n in sorted(nodes) for c in self.by_node.get(n, ())]
+            if request.not_before < self.now:
+                request = replace(request, not_before=self.now)
+            earlier = earliest(sub, timeline, request)
+            if earlier.start is not None and earlier.start < start:
+                # place over the whole pool at the new start (best fit across every node)
+                chosen = place(
+                    cards_for(self.cards, request), timeline, request.count, earlier.start,
+                    earlier.start + request.duration, same_node=True,
+                )  # fmt: skip
+                return (
+                    None if chosen is None else Decision(old.lease_id, earlier.start, tuple(chosen))
+                )
+        touched = set().union(*(w[2] for w in (*added, *freed) if w[0] < end and start < w[1]))
+        if request.nodes is not None:
+            touched &= request.nodes  # changes on nodes it may not use do not concern it
+        if not touched:
+            return old  # nothing changed inside its window: the same cards are the best fit
+        node = self.node_of[old.card_ids[0]]
+        domains = {c.domain for c in self.by_node[node] if c.card_id in set(old.card_ids)}
+        if (
+            node in touched
+            or len(domains) != 1
+            or any(self.node_of[c] != node for c in old.card_ids)
+        ):
+            chosen = place(
+                cards_for(self.cards, request),
+                timeline,
+                request.count,
+                start,
+                end,
+                same_node=request.same_node,
+            )
+            return None if chosen is None else Decision(old.lease_id, start, tuple(chosen))
+        # the old choice came from place's first step (one node, one domain) on an untouched
+        # node: compare it only with the touched nodes' best
+        mine = _best_domain(self.by_node[node], timeline, request.count, start, end)
+        others = _best_domain(
+            [c for n in sorted(touched) for c in self.by_node.get(n, ())],
+            timeline, request.count, start, end,
+        )  # fmt: skip
+        if mine is None:
+            return None
+        best = mine if others is None or mine[0] < others[0] else others
+        return Decision(old.lease_id, start, best[1])
+
+    def _windows(self, entry: Planned, decision: Decision | None = None) -> list[Window]:
+        d = entry.decision if decision is None else decision
+        if d.start is None:
+            return []
+        nodes = frozenset(self.node_of[c] for c in d.card_ids)
+        return [(d.start, d.start + entry.request.duration, nodes)]
+
+    def _plan(self, request: Request) -> Decision:
+        if request.not_before < self.now:
+            request = replace(request, not_before=self.now)
+        decision = earliest(cards_for(self.cards, request), self.timeline, request)
+        if decision.start is not None:
+            end = decision.start + request.duration
+            for card_id in decision.card_ids:
+                self.timeline.add(card_id, decision.start, end)
+        return decision
+
+    def _reserve(self, entry: Planned) -> None:
+        d = entry.decision
+        if d.start is None:
+            return
+        end = d.start + entry.request.duration
+        for card_id in d.card_ids:
+            self.timeline.add(card_id, d.start, end)
+
+    def _unreserve(self, entry: Planned) -> None:
+        d = entry.decision
+        if d.start is None:
+            return
+        end = d.start + entry.request.duration
+        for card_id in d.card_ids:
+            self.timeline.remove(card_id, d.start, end)
+
+
+def _best_domain(cards: Sequence[CardSlot], timeline: Timeline, count, start, end):
+    """``place``'s first step over *cards*: (its ranking key, the cards) of the best node and
+    interconnect domain with *count* cards free over [start, end), or None."""
+    free: dict[int, dict[int, list[int]]] = {}
+    for card in cards:
+        if card.usable_until is not None and end > card.usable_until:
+            continue
+        if timeline.is_free(card.card_id, start, end):
+            free.setdefault(card.node_id, {}).setdefault(card.domain, []).append(card.card_id)
+    best = None
+    for node, domains in free.items():
+        node_free = sum(len(ids) for ids in domains.values())
+        for domain, ids in domains.items():
+            if len(ids) >= count:
+                key = (node_free, len(ids), node, domain)
+                if best is None or key < best[0]:
+                    best = (key, tuple(ids[:count]))
+    return best

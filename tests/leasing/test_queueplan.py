@@ -1,0 +1,227 @@
+"""The queue plan kept up to date (scheduler.queueplan) decides exactly what the full planner
+(``planner.plan_queue`` over the whole queue) decides, on random pools and timelines; and the
+queue order (``service_key``) serves short work first without letting anyone be passed for
+longer than the cap."""
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leasing.scheduler.planner import (
+    CardSlot,
+    Decision,
+    Request,
+    Timeline,
+    earliest,
+    place,
+    plan_queue,
+)
+from leasing.scheduler.queueplan import SLACK_CAP, QueuePlan, service_key
+
+T = datetime(2026, 3, 2, tzinfo=UTC)
+M = timedelta(minutes=1)
+
+
+@st.composite
+def pools(draw):
+    cards = []
+    for node in range(1, draw(st.integers(1, 4)) + 1):
+        size = draw(st.integers(1, 4))
+        domains = draw(st.integers(1, 2))
+        drain = draw(st.sampled_from([None, None, None, T + 200 * M]))
+        for i in range(size):
+            cards.append(CardSlot(node * 10 + i, node, i % domains, drain))
+    return cards
+
+
+@st.composite
+def timelines(draw, cards):
+    """Busy periods per card, never overlapping on one card, all of positive length."""
+    busy = {}
+    for card in cards:
+        t = T - 30 * M + draw(st.integers(0, 60)) * M
+        periods = []
+        for _ in range(draw(st.integers(0, 3))):
+            length = draw(st.integers(1, 120)) * M
+            periods.append((t, t + length))
+            t += length + draw(st.integers(0, 60)) * M
+        if periods:
+            busy[card.card_id] = periods
+    return busy
+
+
+def timeline_of(busy) -> Timeline:
+    timeline = Timeline()
+    for card_id, periods in busy.items():
+        for s, e in periods:
+            timeline.add(card_id, s, e)
+    return timeline
+
+
+requests = st.tuples(
+    st.integers(1, 5),  # count
+    st.integers(1, 240),  # minutes
+    st.integers(0, 90),  # not before, minutes after T
+    st.booleans(),  # same node
+    st.integers(0, 120),  # submitted, minutes before T
+    # the nodes its requirements allow (None: any), some of them not in the pool
+    st.one_of(st.none(), st.none(), st.frozensets(st.integers(1, 5), min_size=1, max_size=3)),
+)
+
+
+def keyed(n, spec):
+    count, minutes, after, same_node, before, *rest = spec
+    nodes = rest[0] if rest else None
+    request = Request(n, count, minutes * M, T + after * M, same_node, nodes)
+    key = service_key(
+        rank=100, submitted_at=T - before * M, duration=minutes * M, count=count, lease_id=n
+    )
+    return key, request
+
+
+def full_plan(cards, busy, items, now):
+    ordered = sorted(items, key=lambda kr: kr[0])
+    queue = [
+        Request(r.lease_id, r.count, r.duration, max(r.not_before, now), r.same_node, r.nodes)
+        for _k, r in ordered
+    ]
+    return plan_queue(cards, timeline_of(busy), queue)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_requests_joining_one_by_one_get_what_the_full_planner_decides(data):
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    specs = data.draw(st.lists(requests, max_size=8))
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    items = []
+    for n, spec in enumerate(specs, start=1):
+        items.append(keyed(n, spec))
+        plan.add(*items[-1])
+        assert plan.decisions() == full_plan(cards, busy, items, T)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_leaving_and_time_moving_on_keep_the_plan_exact(data):
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    specs = data.draw(st.lists(requests, min_size=1, max_size=8))
+    items = {n: keyed(n, spec) for n, spec in enumerate(specs, start=1)}
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    plan.rebuild(items.values())
+    assert plan.decisions() == full_plan(cards, busy, items.values(), T)
+    # one waiting lease leaves
+    gone = data.draw(st.sampled_from(sorted(items)))
+    plan.remove(gone)
+    del items[gone]
+    assert plan.decisions() == full_plan(cards, busy, items.values(), T)
+    # time moves to a moment the plan starts someone (or just on): those leave the queue and
+    # hold their cards; the rest must be what the full planner decides at that moment
+    starts = sorted({d.start for d in plan.decisions() if d.start is not None})
+    now = data.draw(st.sampled_from(starts)) if starts else T + 10 * M
+    for entry in plan.advance(now):
+        for card_id in entry.decision.card_ids:
+            busy.setdefault(card_id, []).append(
+                (entry.decision.start, entry.decision.start + entry.request.duration)
+            )
+        del items[entry.request.lease_id]
+    assert plan.decisions() == full_plan(cards, busy, items.values(), now)
+    # and a newcomer after that
+    extra = keyed(99, data.draw(requests))
+    plan.add(*extra)
+    items[99] = extra
+    assert plan.decisions() == full_plan(cards, busy, items.values(), now)
+
+
+def brute_earliest(cards, timeline, request):
+    """``place`` at every candidate in turn: the definition ``earliest`` must match."""
+    t0 = request.not_before
+    ends = sorted({e for ps in timeline.busy.values() for _s, e in ps if e > t0})
+    for t in [t0, *ends]:
+        chosen = place(
+            cards, timeline, request.count, t, t + request.duration, same_node=request.same_node
+        )
+        if chosen is not None:
+            return Decision(request.lease_id, t, tuple(chosen))
+    return Decision(request.lease_id, None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_earliest_matches_trying_every_candidate(data):
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    count, minutes, after, same_node, *_ = data.draw(requests)
+    if data.draw(st.booleans()):
+        count = 1  # the one-card shortcut
+    request = Request(1, count, minutes * M, T + after * M, same_node)
+    timeline = timeline_of(busy)
+    assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
+
+
+def test_short_work_passes_long_work_submitted_a_little_earlier():
+    long = service_key(rank=100, submitted_at=T, duration=8 * 60 * M, count=8, lease_id=1)
+    short = service_key(rank=100, submitted_at=T + 5 * M, duration=30 * M, count=1, lease_id=2)
+    assert short < long
+
+
+def test_nobody_is_passed_by_work_submitted_more_than_the_cap_later():
+    huge = service_key(rank=100, submitted_at=T, duration=1000 * 60 * M, count=64, lease_id=1)
+    tiny = service_key(rank=100, submitted_at=T + SLACK_CAP + M, duration=M, count=1, lease_id=2)
+    assert huge < tiny
+
+
+def test_a_higher_class_comes_first_whatever_its_size():
+    high = service_key(rank=200, submitted_at=T + 60 * M, duration=9 * 60 * M, count=8, lease_id=2)
+    normal = service_key(rank=100, submitted_at=T, duration=M, count=1, lease_id=1)
+    assert high < normal
+
+
+def test_a_lease_starting_from_behind_counts_for_those_ahead_of_it():
+    """Found by the property test: a lease planned behind a waiting one starts now; for the
+    one ahead its cards are busy time added, and the best fit there changes."""
+    cards = [CardSlot(10 + i, 1, 0) for i in range(4)] + [CardSlot(20 + i, 2, 0) for i in range(3)]
+    specs = [(1, 1, 0, False, 0)] * 4 + [(1, 1, 1, False, 0), (1, 2, 0, False, 0)]
+    items = {n: keyed(n, spec) for n, spec in enumerate(specs, start=1)}
+    plan = QueuePlan(cards, Timeline(), now=T)
+    plan.rebuild(items.values())
+    plan.remove(1)
+    del items[1]
+    busy = {}
+    for entry in plan.advance(T):
+        busy[entry.decision.card_ids[0]] = [
+            (entry.decision.start, entry.decision.start + entry.request.duration)
+        ]
+        del items[entry.request.lease_id]
+    assert plan.decisions() == full_plan(cards, busy, items.values(), T)
+    assert plan.decisions()[0].card_ids == (11,)
+
+
+def test_a_stored_plan_on_cards_off_the_requests_nodes_is_not_trusted():
+    """A lease's requirements allow only some nodes (``Request.nodes``): a stored plan that
+    puts it elsewhere (its requirements changed, a node left its region) is replanned."""
+    cards = [CardSlot(10, 1, 0), CardSlot(20, 2, 0)]
+    key, request = keyed(1, (1, 60, 30, True, 0, frozenset({2})))
+    plan = QueuePlan(cards, Timeline(), now=T)
+    assert not plan.restore([(key, request, T + 30 * M, (10,))])
+    assert len(plan) == 0
+    assert plan.restore([(key, request, T + 30 * M, (20,))])
+    plan = QueuePlan(cards, Timeline(), now=T)
+    assert plan.rebuild([(key, request)]) == [Decision(1, T + 30 * M, (20,))]
+
+
+def test_requests_joining_on_their_nodes_only():
+    """Node 1 is free now, node 2 busy for an hour: a request allowed only on node 2 waits
+    for it, and one allowed anywhere behind it still starts now on node 1."""
+    cards = [CardSlot(10, 1, 0), CardSlot(20, 2, 0)]
+    busy = {20: [(T - 10 * M, T + 60 * M)]}
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    first = keyed(1, (1, 30, 0, True, 10, frozenset({2})))
+    second = keyed(2, (1, 30, 0, True, 0))
+    plan.add(*first)
+    plan.add(*second)
+    assert plan.decisions() == [Decision(1, T + 60 * M, (20,)), Decision(2, T, (10,))]
+    assert plan.decisions() == full_plan(cards, busy, [first, second], T)

@@ -191,6 +191,55 @@ def validated_model(
     return card_model
 
 
+@dataclass
+class Shape:
+    """What a request asks for once checked: when it starts (moved by an off-peak policy),
+    its requirements as kept, and the card model (asked for, or chosen by requirements)."""
+
+    start: datetime
+    start_at: datetime | None
+    requirements: dict
+    card_model: CardModel
+
+
+def request_shape(
+    *,
+    user,
+    team: Team,
+    card_model: CardModel | None,
+    requirements: dict | None,
+    count: int,
+    duration: timedelta,
+    start_at: datetime | None,
+    priority: str,
+    purpose: str,
+    same_node: bool,
+    start_policy: str,
+    now: datetime,
+) -> Shape:
+    """The first steps of a request and of its preview, in one place: the start (an off-peak
+    *start_policy* moves it), the requirements, who may ask and the model."""
+    start = start_at if start_at is not None and start_at > now else now
+    if start_policy:
+        start = offpeak_start_for(start_policy, start=start, duration=duration)
+        start_at = start
+    cleaned = clean_requirements(requirements)
+    model = validated_model(
+        user=user,
+        team=team,
+        card_model=card_model,
+        requirements=cleaned,
+        count=count,
+        duration=duration,
+        start_at=start_at,
+        priority=priority,
+        purpose=purpose,
+        same_node=same_node,
+        now=now,
+    )
+    return Shape(start=start, start_at=start_at, requirements=cleaned, card_model=model)
+
+
 def admission(
     *,
     user,
@@ -273,12 +322,7 @@ def lease_request_check(
     """What ``lease_request`` would decide for these values now, nothing written: the same
     validation, model choice, capacity check and admission, raising what it would raise."""
     now = now or timezone.now()
-    start = start_at if start_at is not None and start_at > now else now
-    if start_policy:
-        start = offpeak_start_for(start_policy, start=start, duration=duration)
-        start_at = start
-    requirements = clean_requirements(requirements)
-    card_model = validated_model(
+    shape = request_shape(
         user=user,
         team=team,
         card_model=card_model,
@@ -289,7 +333,14 @@ def lease_request_check(
         priority=priority,
         purpose=purpose,
         same_node=same_node,
+        start_policy=start_policy,
         now=now,
+    )
+    start, start_at, requirements, card_model = (
+        shape.start,
+        shape.start_at,
+        shape.requirements,
+        shape.card_model,
     )
     nodes = nodes_meeting(requirements)
     if errors := capacity_errors(

@@ -26,8 +26,7 @@ from leasing.choices import (
 from leasing.lifecycle.request_steps import (
     admission,
     borrow_refusal,
-    clean_requirements,
-    validated_model,
+    request_shape,
 )
 from leasing.lifecycle.validation import (
     Checkpoint,
@@ -43,7 +42,6 @@ from leasing.models import (
     LeaseEvent,
 )
 from leasing.scheduler import fastpath, shares
-from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.run import (
     replan,
 )
@@ -135,13 +133,9 @@ def lease_request(
         )
         if previous is not None:
             return previous
-    start = start_at if start_at is not None and start_at > now else now
     checkpoint = checkpoint_validate(checkpoint)
-    if start_policy:
-        start = offpeak_start_for(start_policy, start=start, duration=duration)
-        start_at = start
-    requirements = clean_requirements(requirements)
-    card_model = validated_model(
+    # The same first steps as the form's preview (request_steps.lease_request_check).
+    shape = request_shape(
         user=user,
         team=team,
         card_model=card_model,
@@ -152,7 +146,14 @@ def lease_request(
         priority=priority,
         purpose=purpose,
         same_node=same_node,
+        start_policy=start_policy,
         now=now,
+    )
+    start, start_at, requirements, card_model = (
+        shape.start,
+        shape.start_at,
+        shape.requirements,
+        shape.card_model,
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))

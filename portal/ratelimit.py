@@ -57,6 +57,8 @@ def rate_consume(*, scope: str, key: str, rate: str) -> bool:
             return False
         history.append(now)
         cache.set(cache_key, history, timeout=int(window) + 1)
-        return True
+        # DatabaseCache drops a write it cannot make (SQLite busy under parallel writers)
+        # without a word; a use whose count was not kept is refused, not let through.
+        return cache.get(cache_key) == history
     finally:
         cache.delete(lock_key)

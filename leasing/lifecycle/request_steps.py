@@ -21,11 +21,13 @@ from inventory.models import CardModel
 from inventory.requirements import BY_NAME, nodes_meeting, requirement_errors, stored
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.validation import capacity_errors, lease_validate_request
+from leasing.models import Environment
 from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.preview import lease_preview
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, Verdict, admit
+from leasing.workbench.environments import environment_check
 from portal.models import Team
 
 # What a request by requirements may name: the one declaration (inventory.requirements).
@@ -215,10 +217,12 @@ def request_shape(
     purpose: str,
     same_node: bool,
     start_policy: str,
+    environment: Environment | None = None,
     now: datetime,
 ) -> Shape:
     """The first steps of a request and of its preview, in one place: the start (an off-peak
-    *start_policy* moves it), the requirements, who may ask and the model."""
+    *start_policy* moves it), the requirements, who may ask, the model, and whether the
+    chosen environment fits it."""
     start = start_at if start_at is not None and start_at > now else now
     if start_policy:
         start = offpeak_start_for(start_policy, start=start, duration=duration)
@@ -237,6 +241,7 @@ def request_shape(
         same_node=same_node,
         now=now,
     )
+    environment_check(environment, model)
     return Shape(start=start, start_at=start_at, requirements=cleaned, card_model=model)
 
 
@@ -317,6 +322,7 @@ def lease_request_check(
     purpose: str = Purpose.DEVELOPMENT,
     same_node: bool = True,
     start_policy: str = StartPolicy.AS_ASKED,
+    environment: Environment | None = None,
     now: datetime | None = None,
 ) -> RequestOutlook:
     """What ``lease_request`` would decide for these values now, nothing written: the same
@@ -334,6 +340,7 @@ def lease_request_check(
         purpose=purpose,
         same_node=same_node,
         start_policy=start_policy,
+        environment=environment,
         now=now,
     )
     start, start_at, requirements, card_model = (

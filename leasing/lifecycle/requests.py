@@ -47,7 +47,6 @@ from leasing.scheduler.run import (
 )
 from leasing.teams import quotas
 from leasing.transitions import event_record, hand_over, notify_after_commit
-from leasing.workbench.environments import environment_check
 from portal.models import Team
 from portal.permissions import is_operator
 
@@ -147,6 +146,7 @@ def lease_request(
         purpose=purpose,
         same_node=same_node,
         start_policy=start_policy,
+        environment=environment,
         now=now,
     )
     start, start_at, requirements, card_model = (
@@ -157,7 +157,6 @@ def lease_request(
     )
     if override_reason and not is_operator(user):
         raise PermissionDenied(_("Only operators may override quotas."))
-    environment_check(environment, card_model)
     with transaction.atomic():
         # The team lock serializes quota checks; a team without rules for this request has
         # nothing to check, so its members' requests do not queue behind each other.

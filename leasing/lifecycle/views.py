@@ -149,6 +149,7 @@ def lease_preview(request):
                 purpose=d["purpose"],
                 same_node=d["same_node"],
                 start_policy=d["start_policy"],
+                environment=d.get("environment"),
             )
         except (ValidationError, PermissionDenied) as exc:
             context["problems"] = exc.messages if isinstance(exc, ValidationError) else [str(exc)]

@@ -407,3 +407,21 @@ def test_the_script_enters_the_environment_with_quoted_paths(alice, vision, a10)
     script = sessions.session_script(session, lease, {"CUDA_VISIBLE_DEVICES": "0"})
     assert "apptainer exec --nv" in script
     assert "'/images/torch; rm -rf ~.sif'" in script
+
+
+def test_the_preview_refuses_an_unfitting_environment_as_the_submit_does(
+    alice, vision, ascend, torch_env
+):
+    """The form's live preview runs the submit's first steps, the environment's fit included."""
+    from leasing.lifecycle.request_steps import lease_request_check
+
+    with pytest.raises(ValidationError) as refused:
+        lease_request_check(
+            user=alice,
+            team=vision,
+            card_model=ascend,
+            count=1,
+            duration=timedelta(hours=1),
+            environment=torch_env,
+        )
+    assert "910B" in str(refused.value.message_dict["environment"])

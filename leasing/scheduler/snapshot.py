@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from inventory.models import Node
 from inventory.requirements import NODE_KEYS, nodes_meeting
@@ -17,6 +17,7 @@ from leasing.models import Allocation, Lease
 from leasing.scheduler.availability import usable_cards
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 from leasing.scheduler.queueplan import Key, service_key
+from leasing.scheduler.rows import EpochMicros, at, fetch, json_value, micros
 
 
 def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, list[CardSlot]]:
@@ -33,8 +34,10 @@ def card_slots_of(card_model_ids: Iterable[int], *, now: datetime) -> dict[int, 
             status=Node.Status.DRAINING, pk__in=cards.values("node_id")
         ).values_list("pk", "drain_at")
     )
-    rows = cards.values_list("pk", "card_model_id", "node_id", "interconnect_domain").order_by(
-        "node_id", "index"
+    rows = fetch(
+        cards.values_list("pk", "card_model_id", "node_id", "interconnect_domain").order_by(
+            "node_id", "index"
+        )
     )
     for pk, model_id, node_id, domain in rows:
         slots[model_id].append(CardSlot(pk, node_id, domain, drains.get(node_id)))
@@ -74,23 +77,27 @@ def timelines_of(
     )
     if exclude_lease is not None:
         allocations = allocations.exclude(lease_id=exclude_lease)
-    rows = allocations.values_list(
-        "card_id",
-        "card__card_model_id",
-        "start_at",
-        "end_at",
-        "lease_id",
-        "lease__preempt_at",
-        "lease__preempt_cards",
+    rows = fetch(
+        allocations.values_list(
+            "card_id",
+            "card__card_model_id",
+            EpochMicros("start_at"),
+            EpochMicros("end_at"),
+            "lease_id",
+            EpochMicros("lease__preempt_at"),
+            "lease__preempt_cards",
+        )
     )
+    now_us = micros(now)
     for card_id, model_id, start, end, lease_id, preempt_at, preempt_cards in rows:
         if lease_id in ending_now:
             continue
         # A partial preemption already ended the periods of the cards it takes back.
         if preempt_at is not None and preempt_cards is None:
-            end = min(end, max(preempt_at, now))
-        if end > max(start, now):
-            timelines[model_id].add(card_id, max(start, now), end)
+            end = min(end, max(preempt_at, now_us))
+        start = max(start, now_us)
+        if end > start:
+            timelines[model_id].add(card_id, at(start), at(end))
     return timelines
 
 
@@ -128,23 +135,26 @@ def waiting_of(
     leases = Lease.objects.filter(card_model_id__in=list(card_model_ids), status=LeaseStatus.QUEUED)
     if min_rank is not None:
         leases = leases.filter(priority_rank__gte=min_rank)
-    rows = leases.values_list(
-        "pk",
-        "card_model_id",
-        "count",
-        "duration",
-        "start_at",
-        "same_node",
-        "priority_rank",
-        "submitted_at",
-        "estimated_start",
-        "planned_cards",
-        "stall_reason",
-        "start_policy",
-        "requirements",
+    rows = fetch(
+        leases.values_list(
+            "pk",
+            "card_model_id",
+            "count",
+            EpochMicros("duration", duration=True),
+            EpochMicros("start_at"),
+            "same_node",
+            "priority_rank",
+            EpochMicros("submitted_at"),
+            EpochMicros("estimated_start"),
+            "planned_cards",
+            "stall_reason",
+            "start_policy",
+            "requirements",
+        )
     )
     queues: dict[int, list[Waiting]] = defaultdict(list)
     allowed: dict[str, frozenset[int] | None] = {}  # one look-up per distinct requirements
+    now_us = micros(now)
     for (
         pk,
         model_id,
@@ -161,18 +171,20 @@ def waiting_of(
         wanted,
     ) in rows:
         nodes = None
-        if wanted and NODE_KEYS.intersection(wanted):
-            text = json.dumps(wanted, sort_keys=True)
-            if text not in allowed:
-                allowed[text] = nodes_meeting(wanted)
-            nodes = allowed[text]
+        if wanted is not None and wanted not in ("{}", {}):
+            wanted = json_value(wanted)
+            if wanted and NODE_KEYS.intersection(wanted):
+                text = json.dumps(wanted, sort_keys=True)
+                if text not in allowed:
+                    allowed[text] = nodes_meeting(wanted)
+                nodes = allowed[text]
+        duration = timedelta(microseconds=duration)
         key = service_key(
-            rank=rank, submitted_at=submitted, duration=duration, count=count, lease_id=pk
+            rank=rank, submitted_at=at(submitted), duration=duration, count=count, lease_id=pk
         )
-        request = Request(pk, count, duration, max(start, now), same_node, nodes)
-        queues[model_id].append(
-            Waiting(key, request, eta, None if planned is None else tuple(planned), stall, policy)
-        )
+        request = Request(pk, count, duration, at(max(start, now_us)), bool(same_node), nodes)
+        planned = None if planned is None else tuple(json_value(planned))
+        queues[model_id].append(Waiting(key, request, at(eta), planned, stall, policy))
     for queue in queues.values():
         queue.sort(key=lambda w: w.key)
     return queues

@@ -29,9 +29,12 @@ from leasing.lifecycle import (
 from leasing.models import Lease
 from leasing.notify import wording
 from leasing.scheduler.run import queue_advance
+from leasing.scheduler.run import queue_refresh as refresh_slice
 from leasing.workbench import workspace
 
 logger = logging.getLogger(__name__)
+
+REFRESH_SLICES_MAX = 500  # a queue of thousands is refreshed in far fewer
 
 BATCH = 500
 MAX_BACKEND_RETRIES = 5
@@ -121,6 +124,17 @@ def change_lease(self, lease_id: int) -> None:
 @shared_task(name="leasing.tasks.start_lease", acks_late=True)
 def start_lease(lease_id: int) -> None:
     provisioning.lease_start(lease_id=lease_id)
+
+
+@shared_task(name="leasing.tasks.queue_refresh", acks_late=True)
+def queue_refresh(card_model_id: int) -> int:
+    """Plan the stale stretch a request left behind it in the model's queue, one slice per
+    transaction, until the stored plan is exact again (``scheduler.run.queue_refresh``).
+    Bounded; the tick's full pass catches whatever is left or a lost message."""
+    slices = 1
+    while refresh_slice(card_model_id) and slices < REFRESH_SLICES_MAX:
+        slices += 1
+    return slices
 
 
 @shared_task(name="leasing.tasks.expire_lease", acks_late=True)

@@ -21,6 +21,7 @@ from leasing.models.lease import (
     Lease,
     LeaseChange,
     LeaseEvent,
+    QueueMark,
 )
 from leasing.models.notify import (
     Delivery,
@@ -52,6 +53,7 @@ __all__ = [
     "Lease",
     "LeaseChange",
     "LeaseEvent",
+    "QueueMark",
     "LeaseWarning",
     "MemberLimit",
     "Notification",

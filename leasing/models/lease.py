@@ -446,3 +446,38 @@ class LeaseChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} lease {self.lease_id} ({self.status})"
+
+
+class QueueMark(models.Model):
+    """Where a card model's stored queue plan stops being exact.
+
+    A request that joins a queue is planned exactly against the leases ahead of it, and
+    answers at once; the waiting leases behind it keep the plan stored before it came, which
+    no longer counts it. This row says so: the stored plan (``Lease.estimated_start`` and
+    ``planned_cards``) of every waiting lease whose service key (``queueplan.service_key``)
+    comes after this one's is stale until the queue is refreshed (``run.queue_refresh``,
+    right after the commit and on every tick). No row: the whole stored plan is exact."""
+
+    card_model = models.OneToOneField(
+        "inventory.CardModel",
+        verbose_name=_("card model"),
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="+",
+    )
+    # the service key (-rank, virtual submit time, lease id) after which plans are stale
+    rank = models.IntegerField(_("priority rank"))
+    virtual_at = models.DateTimeField(_("virtual submit time"))
+    lease_id_after = models.BigIntegerField(_("lease"))
+    since = models.DateTimeField(_("stale since"))
+
+    class Meta:
+        verbose_name = _("stale queue plan")
+        verbose_name_plural = _("stale queue plans")
+
+    def __str__(self) -> str:
+        return f"{self.card_model_id}: stale after lease {self.lease_id_after}"
+
+    @property
+    def key(self) -> tuple:
+        return (-self.rank, self.virtual_at, self.lease_id_after)

@@ -168,6 +168,45 @@ class QueuePlan:
         self.keys = [e.key for e in entries]
         return True
 
+    def estimate_behind(
+        self,
+        stale: Iterable[tuple[Request, datetime | None, Sequence[int] | None]],
+        request: Request,
+    ) -> Decision:
+        """An estimate for *request* behind leases whose stored plan is stale (planned before
+        someone joined ahead of them): their stored reservations that still fit are counted
+        as busy, the others are left out. Not an exact plan: the caller neither stores cards
+        from it nor starts the lease on it. The plan itself is left as it was."""
+        added: list[tuple[int, datetime, datetime]] = []
+        until = {c.card_id: c.usable_until for c in self.cards}
+        for stale_request, start, card_ids in stale:
+            if start is None or not card_ids:
+                continue
+            end = start + stale_request.duration
+            if all(
+                c in until and (until[c] is None or end <= until[c])
+                and self.timeline.is_free(c, start, end)
+                for c in card_ids
+            ):  # fmt: skip
+                for c in card_ids:
+                    self.timeline.add(c, start, end)
+                    added.append((c, start, end))
+        if request.not_before < self.now:
+            request = replace(request, not_before=self.now)
+        decision = earliest(cards_for(self.cards, request), self.timeline, request)
+        for c, start, end in added:
+            self.timeline.remove(c, start, end)
+        return Decision(request.lease_id, decision.start)
+
+    def append(self, key: Key, request: Request) -> Planned:
+        """Plan *request* after everyone in the plan (its key must be the largest)."""
+        if self.keys and key <= self.keys[-1]:
+            raise ValueError("append: the key must come after every key in the plan")
+        entry = Planned(key, request, self._plan(request))
+        self.keys.append(key)
+        self.entries.append(entry)
+        return entry
+
     def add(self, key: Key, request: Request) -> list[Planned]:
         """A request joins: plan it after everyone ahead; re-plan only those behind it.
 

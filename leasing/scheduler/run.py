@@ -8,6 +8,7 @@ moment cards free up, not on a timer.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,13 +21,13 @@ from inventory.models import Card
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
-from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, Session
+from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import planner, shares
 from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
-from leasing.scheduler.queueplan import Planned, QueuePlan
+from leasing.scheduler.queueplan import Key, QueuePlan
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 from leasing.transitions import cards_free, event_record, hand_over, transition
 
@@ -77,11 +78,26 @@ def schedule_card_model(
         decisions = planner.plan_queue(cards, timeline, queue)
         requests = {r.lease_id: r for r in queue}
         keep_plan = False
+        QueueMark.objects.filter(card_model_id=card_model_id).delete()  # planned whole
     else:
         plan = QueuePlan(cards, timeline, now=now)
-        changed = _join(plan, waiting, joined) if joined is not None and not marked else None
-        if changed is None:
+        mark = _mark_of(card_model_id)
+        joining = None
+        if joined is not None and not marked:
+            joining = _join(plan, waiting, joined, mark)
+        if isinstance(joining, Decision):
+            # Behind a stale stretch of the stored plan: an estimate, written now; the
+            # refresh plans it exactly (and starts it if it fits) right after the commit.
+            _estimate_write(joining, waiting)
+            result.waiting[joining.lease_id] = joining.start
+            return result
+        if joining is None:
             plan.rebuild((w.key, w.request) for w in waiting)
+            if mark is not None:
+                QueueMark.objects.filter(card_model_id=card_model_id).delete()
+        elif joining is not _NOBODY_BEHIND:
+            # Those behind the newcomer keep the plan stored before it came: stale after it.
+            _mark_set(card_model_id, joining, now=now)
         # Those that start now leave the plan and hold their cards; anyone ahead of them is
         # planned again around that (QueuePlan.advance), so what is stored is what a pass run
         # right after this one would decide. Only decisions that differ from the stored ones
@@ -91,6 +107,24 @@ def schedule_card_model(
         decisions = [e.decision for e in entries]
         requests = {e.request.lease_id: e.request for e in entries}
         keep_plan = True
+    _apply(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
+           policies=policies, now=now, result=result)  # fmt: skip
+    return result
+
+
+def _apply(
+    card_model_id: int,
+    decisions: list[Decision],
+    requests: dict[int, Request],
+    waiting: list[Waiting],
+    *,
+    keep_plan: bool,
+    policies: dict[int, str],
+    now: datetime,
+    result: PassResult,
+) -> None:
+    """Act on a pass's decisions: start what fits now, book advance reservations, and write
+    each waiting lease's estimate, stall reason and planned cards where they changed."""
     shown = {
         w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
     }
@@ -163,21 +197,72 @@ def schedule_card_model(
         estimates, ["estimated_start", "stall_reason", "planned_cards"], batch_size=500
     )
     stalled_tell(stalled)
-    return result
 
 
-def _join(plan: QueuePlan, waiting: list[Waiting], joined: int) -> list[Planned] | None:
-    """Plan lease *joined* into the stored plan of everyone else; None when the stored plan
-    cannot be trusted (then the caller plans the whole queue)."""
+_NOBODY_BEHIND = object()
+
+
+def _join(
+    plan: QueuePlan, waiting: list[Waiting], joined: int, mark: Key | None
+) -> Key | Decision | object | None:
+    """Plan lease *joined* into the stored plan of those ahead of it (only they decide its
+    start); the leases behind it are not planned again here.
+
+    Returns the newcomer's key when the plan now holds it exactly (those behind it are stale
+    from there), ``_NOBODY_BEHIND`` when it holds it exactly and nobody waits behind it, a
+    ``Decision`` (an estimate, not to be acted on) when a stale stretch of the stored plan
+    lies ahead of it, and None when the stored plan cannot be trusted (then the caller plans
+    the whole queue)."""
     new = next((w for w in waiting if w.request.lease_id == joined), None)
     if new is None:
         return None
+    behind_mark = mark is not None and new.key > mark
+    exact_until = mark if behind_mark else new.key  # the stored plan is exact up to here
     stored = (
-        (w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting if w is not new
+        (w.key, w.request, w.estimated_start, w.planned_cards)
+        for w in waiting
+        if w.key < exact_until or (behind_mark and w.key == exact_until)
     )
     if not plan.restore(stored):
         return None
-    return plan.add(new.key, new.request)
+    if behind_mark:
+        stale = [(w.request, w.estimated_start, w.planned_cards) for w in waiting
+                 if exact_until < w.key < new.key]  # fmt: skip
+        if stale:
+            return plan.estimate_behind(stale, new.request)
+    plan.add(new.key, new.request)
+    if any(w.key > new.key for w in waiting):
+        return new.key
+    return _NOBODY_BEHIND
+
+
+def _mark_of(card_model_id: int) -> Key | None:
+    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
+    return None if mark is None else mark.key
+
+
+def _mark_set(card_model_id: int, key: Key, *, now: datetime) -> None:
+    """Plans after *key* are stale (the earlier of this and any mark already there)."""
+    rank, virtual, lease_id = -key[0], key[1], key[2]
+    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
+    if mark is None:
+        QueueMark.objects.create(
+            card_model_id=card_model_id, rank=rank, virtual_at=virtual,
+            lease_id_after=lease_id, since=now,
+        )  # fmt: skip
+        enqueue_after_commit("leasing.tasks.queue_refresh", card_model_id)
+    elif key < mark.key:
+        QueueMark.objects.filter(card_model_id=card_model_id).update(
+            rank=rank, virtual_at=virtual, lease_id_after=lease_id
+        )
+
+
+def _estimate_write(decision: Decision, waiting: list[Waiting]) -> None:
+    """A newcomer behind a stale stretch: its estimated start, no planned cards (its plan is
+    stale until the refresh)."""
+    Lease.objects.filter(pk=decision.lease_id).update(
+        estimated_start=decision.start, planned_cards=None
+    )
 
 
 def in_service_by_node(card_model_id: int) -> dict[int, int]:
@@ -300,6 +385,63 @@ def replan(card_model_id: int, *, now: datetime, joined: int | None = None) -> P
     result = schedule_card_model(card_model_id, now=now, joined=joined)
     hand_over(result.started)
     return result
+
+
+REFRESH_BUDGET = 0.04  # seconds of planning per transaction (the model's lock is held)
+
+
+def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
+    """Plan the stale stretch of a model's stored plan (``QueueMark``) exactly, a slice at a
+    time: one transaction holds the model's lock for about ``REFRESH_BUDGET`` of planning
+    plus the reading, so requests that join meanwhile wait one slice, not the whole queue.
+    True when a stale stretch is left (the caller runs it again).
+
+    The leases up to the mark keep their (exact) plan; those after it are planned in order
+    after them, as ``plan_queue`` would. A stale lease that now fits at once starts from
+    behind those ahead of it, which changes their best fit: then the whole queue is planned
+    (``schedule_card_model``), as when cards free up."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lock_card_models([card_model_id])
+        mark = _mark_of(card_model_id)
+        if mark is None:
+            return False
+        waiting = waiting_for(card_model_id, now=now)
+        if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
+            hand_over(schedule_card_model(card_model_id, now=now).started)
+            return False
+        plan = QueuePlan(
+            card_slots(card_model_id, now=now), timeline_for(card_model_id, now=now), now=now
+        )
+        exact = ((w.key, w.request, w.estimated_start, w.planned_cards)
+                 for w in waiting if w.key <= mark)  # fmt: skip
+        stale = [w for w in waiting if w.key > mark]
+        if not plan.restore(exact):
+            hand_over(schedule_card_model(card_model_id, now=now).started)
+            return False
+        began = time.perf_counter()
+        planned = []
+        for w in stale:
+            entry = plan.append(w.key, w.request)
+            if entry.decision.start is not None and entry.decision.start <= now:
+                hand_over(schedule_card_model(card_model_id, now=now).started)
+                return False
+            planned.append(entry)
+            if time.perf_counter() - began > REFRESH_BUDGET:
+                break
+        result = PassResult()
+        _apply(card_model_id, [e.decision for e in planned],
+               {e.request.lease_id: e.request for e in planned}, waiting,
+               keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
+        hand_over(result.started)
+        if len(planned) == len(stale):
+            QueueMark.objects.filter(card_model_id=card_model_id).delete()
+            return False
+        last = planned[-1].key
+        QueueMark.objects.filter(card_model_id=card_model_id).update(
+            rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
+        )
+        return True
 
 
 def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:

@@ -5,7 +5,7 @@ gives."""
 from datetime import timedelta
 
 from leasing.choices import LeaseStatus
-from leasing.models import Lease
+from leasing.models import Lease, QueueMark
 from leasing.scheduler import run
 from leasing.scheduler.run import queue_advance
 from tests.leasing.conftest import T0, ask, hours
@@ -37,8 +37,14 @@ def test_joining_the_queue_reuses_the_stored_plan_and_matches_a_full_pass(
         assert lease.status in (LeaseStatus.QUEUED, LeaseStatus.PROVISIONING)
     assert rebuilds == []  # everyone joined the stored plan; nobody planned the queue again
     assert len(plans(a100)) >= 5
+    assert all(eta is not None and eta >= T0 for eta, _cards in plans(a100).values())
+    # those behind a newcomer were left stale; the refresh (a task after the commit) plans
+    # them, still without planning the queue again
+    assert QueueMark.objects.filter(card_model=a100).exists()
+    while run.queue_refresh(a100.pk):
+        pass
+    assert rebuilds == [] and not QueueMark.objects.exists()
     joined = plans(a100)
-    assert all(eta is not None and eta >= T0 for eta, _cards in joined.values())
     queue_advance(card_model_ids=[a100.pk])  # the whole queue planned again
     assert plans(a100) == joined
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import BigIntegerField, Func, QuerySet
 
@@ -52,7 +53,10 @@ class EpochMicros(Func):
 def fetch(queryset: QuerySet) -> list[tuple]:
     """The rows of a ``values_list`` queryset, read with a plain cursor (no ORM converters:
     JSON columns come back as text or as parsed values, booleans on SQLite as 0/1)."""
-    sql, params = queryset.query.sql_with_params()
+    try:
+        sql, params = queryset.query.sql_with_params()
+    except EmptyResultSet:  # a filter that can match nothing (``__in=[]``): no statement
+        return []
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

@@ -85,19 +85,21 @@ def schedule_card_model(
         joining = None
         if joined is not None and not marked:
             joining = _join(plan, waiting, joined, mark)
-        if isinstance(joining, Decision):
-            # Behind a stale stretch of the stored plan: an estimate, written now; the
-            # refresh plans it exactly (and starts it if it fits) right after the commit.
-            _estimate_write(joining, waiting)
-            result.waiting[joining.lease_id] = joining.start
-            return result
         if joining is None:
             plan.rebuild((w.key, w.request) for w in waiting)
             if mark is not None:
                 QueueMark.objects.filter(card_model_id=card_model_id).delete()
-        elif joining is not _NOBODY_BEHIND:
-            # Those behind the newcomer keep the plan stored before it came: stale after it.
-            _mark_set(card_model_id, joining, now=now)
+        else:
+            if joining.estimate is not None:
+                # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
+                # starts it if it fits) right after the commit.
+                _estimate_write(joining.estimate)
+                result.waiting[joined] = joining.estimate.start
+            if joining.stale_after is None:
+                if mark is not None:
+                    QueueMark.objects.filter(card_model_id=card_model_id).delete()
+            else:
+                _mark_put(card_model_id, joining.stale_after, now=now, had=mark)
         # Those that start now leave the plan and hold their cards; anyone ahead of them is
         # planned again around that (QueuePlan.advance), so what is stored is what a pass run
         # right after this one would decide. Only decisions that differ from the stored ones
@@ -199,41 +201,50 @@ def _apply(
     stalled_tell(stalled)
 
 
-_NOBODY_BEHIND = object()
+# How much of the queue a request plans again itself, counted in leases times cards (each
+# re-planned lease costs about one pass over the model's cards): a short queue is exact at
+# once, a long one is left to the refresh. A count, not a clock, so tests decide the same.
+JOIN_BUDGET = 8_000
 
 
-def _join(
-    plan: QueuePlan, waiting: list[Waiting], joined: int, mark: Key | None
-) -> Key | Decision | object | None:
-    """Plan lease *joined* into the stored plan of those ahead of it (only they decide its
-    start); the leases behind it are not planned again here.
+@dataclass
+class Joined:
+    stale_after: Key | None  # the plan is exact up to this key; None: exact throughout
+    estimate: Decision | None = None  # the newcomer's, when it lies in the stale stretch
 
-    Returns the newcomer's key when the plan now holds it exactly (those behind it are stale
-    from there), ``_NOBODY_BEHIND`` when it holds it exactly and nobody waits behind it, a
-    ``Decision`` (an estimate, not to be acted on) when a stale stretch of the stored plan
-    lies ahead of it, and None when the stored plan cannot be trusted (then the caller plans
-    the whole queue)."""
+
+def _join(plan: QueuePlan, waiting: list[Waiting], joined: int, mark: Key | None) -> Joined | None:
+    """Plan lease *joined* into the stored plan: the leases ahead of it keep theirs (they
+    alone decide its start); the newcomer and those behind it are planned in order while
+    ``JOIN_BUDGET`` lasts, and the rest are left stale (the refresh plans them). A stale
+    stretch already there (*mark*) is planned first, so the newcomer's plan is exact when
+    the budget reaches it and an estimate otherwise. None when the stored plan cannot be
+    trusted (then the caller plans the whole queue)."""
     new = next((w for w in waiting if w.request.lease_id == joined), None)
     if new is None:
         return None
-    behind_mark = mark is not None and new.key > mark
-    exact_until = mark if behind_mark else new.key  # the stored plan is exact up to here
-    stored = (
-        (w.key, w.request, w.estimated_start, w.planned_cards)
-        for w in waiting
-        if w.key < exact_until or (behind_mark and w.key == exact_until)
-    )
-    if not plan.restore(stored):
+    limit = new.key if mark is None or new.key < mark else mark
+    exact = [w for w in waiting if w.key < limit or (w.key == limit and w is not new)]
+    if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in exact):
         return None
-    if behind_mark:
-        stale = [(w.request, w.estimated_start, w.planned_cards) for w in waiting
-                 if exact_until < w.key < new.key]  # fmt: skip
-        if stale:
-            return plan.estimate_behind(stale, new.request)
-    plan.add(new.key, new.request)
-    if any(w.key > new.key for w in waiting):
-        return new.key
-    return _NOBODY_BEHIND
+    rest = waiting[len(exact) :]  # in service order, the newcomer among them
+    spend = max(1, len(plan.cards))
+    budget = JOIN_BUDGET
+    done = 0
+    for w in rest:
+        if done and budget < spend:  # at least one: the first of the rest is planned
+            break
+        plan.append(w.key, w.request)
+        budget -= spend
+        done += 1
+    if done == len(rest):
+        return Joined(stale_after=None)
+    stale_after = rest[done - 1].key
+    if new.key <= stale_after:
+        return Joined(stale_after=stale_after)
+    stale = [(w.request, w.estimated_start, w.planned_cards) for w in rest[done:]
+             if w.key < new.key]  # fmt: skip
+    return Joined(stale_after=stale_after, estimate=plan.estimate_behind(stale, new.request))
 
 
 def _mark_of(card_model_id: int) -> Key | None:
@@ -241,23 +252,22 @@ def _mark_of(card_model_id: int) -> Key | None:
     return None if mark is None else mark.key
 
 
-def _mark_set(card_model_id: int, key: Key, *, now: datetime) -> None:
-    """Plans after *key* are stale (the earlier of this and any mark already there)."""
+def _mark_put(card_model_id: int, key: Key, *, now: datetime, had: Key | None) -> None:
+    """Plans after *key* are stale (replacing the mark there was, *had*)."""
     rank, virtual, lease_id = -key[0], key[1], key[2]
-    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
-    if mark is None:
+    if had is None:
         QueueMark.objects.create(
             card_model_id=card_model_id, rank=rank, virtual_at=virtual,
             lease_id_after=lease_id, since=now,
         )  # fmt: skip
         enqueue_after_commit("leasing.tasks.queue_refresh", card_model_id)
-    elif key < mark.key:
+    elif key != had:
         QueueMark.objects.filter(card_model_id=card_model_id).update(
             rank=rank, virtual_at=virtual, lease_id_after=lease_id
         )
 
 
-def _estimate_write(decision: Decision, waiting: list[Waiting]) -> None:
+def _estimate_write(decision: Decision) -> None:
     """A newcomer behind a stale stretch: its estimated start, no planned cards (its plan is
     stale until the refresh)."""
     Lease.objects.filter(pk=decision.lease_id).update(

@@ -23,6 +23,7 @@ def plans(model):
 def test_joining_the_queue_reuses_the_stored_plan_and_matches_a_full_pass(
     frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
 ):
+    monkeypatch.setattr(run, "JOIN_BUDGET", 8)  # each request plans only itself
     ask(alice, vision, a100, count=4, duration=hours(1))
     ask(alice, vision, a100, count=2, duration=hours(3))
     ask(alice, vision, a100, count=2, duration=hours(2))

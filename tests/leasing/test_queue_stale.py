@@ -40,6 +40,8 @@ def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
     seed, frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
 ):
     rng = random.Random(seed)
+    # a request plans 1-3 leases itself (8 cards each), the rest is left to the refresh
+    monkeypatch.setattr(run, "JOIN_BUDGET", 8 * (1 + seed % 3))
     if seed % 2:
         monkeypatch.setattr(run, "REFRESH_BUDGET", 0)  # one lease per slice
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
@@ -80,8 +82,9 @@ def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
 
 
 def test_a_newcomer_ahead_of_the_stale_stretch_moves_the_mark_forward(
-    frozen, alice, bob, vision, nlp, a100, small_pool
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
 ):
+    monkeypatch.setattr(run, "JOIN_BUDGET", 8)  # each request plans only itself
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
     long = ask(bob, nlp, a100, count=4, duration=hours(8))
     assert not QueueMark.objects.exists()  # nobody behind it
@@ -95,3 +98,11 @@ def test_a_newcomer_ahead_of_the_stale_stretch_moves_the_mark_forward(
         pass
     long.refresh_from_db()
     assert long.estimated_start == full_plan(a100)[long.pk].start
+
+
+def test_a_short_queue_is_exact_at_once(frozen, alice, bob, vision, nlp, a100, small_pool):
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for n in range(6):
+        ask(bob, nlp, a100, count=1 + n % 4, duration=hours(8 - n))  # each ahead of the last
+    assert not QueueMark.objects.exists()
+    assert stored(a100) == {pk: (d.start, d.card_ids) for pk, d in full_plan(a100).items()}

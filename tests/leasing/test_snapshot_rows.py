@@ -99,3 +99,9 @@ def test_the_snapshot_reads_what_the_orm_reads(frozen, alice, vision, a100, smal
     assert w.planned_cards == (cards[4].pk, cards[5].pk, cards[6].pk)
     slots = snapshot.card_slots(a100.pk, now=now)
     assert [s.card_id for s in slots] == sorted(c.pk for c in cards)
+
+
+def test_asking_for_no_card_model_reads_nothing(db):
+    assert snapshot.card_slots_of([], now=T0) == {}
+    assert snapshot.timelines_of([], now=T0) == {}
+    assert snapshot.waiting_of([], now=T0) == {}

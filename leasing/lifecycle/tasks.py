@@ -28,8 +28,8 @@ from leasing.lifecycle import (
 )
 from leasing.models import Lease
 from leasing.notify import wording
-from leasing.scheduler.run import queue_advance
 from leasing.scheduler.run import queue_refresh as refresh_slice
+from leasing.scheduler.run import queue_tick
 from leasing.workbench import workspace
 
 logger = logging.getLogger(__name__)
@@ -219,9 +219,10 @@ def sweep() -> dict:
         .values_list("card_model_id", flat=True)
         .distinct()
     )
-    model_ids = list(models)
+    model_ids = sorted(models)
+    for model_id in model_ids:
+        queue_tick(model_id, now=now)
     if model_ids:
-        queue_advance(card_model_ids=model_ids, now=now)
         done["queues"] = len(model_ids)
     return done
 

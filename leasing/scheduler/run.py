@@ -7,12 +7,14 @@ moment cards free up, not on a timer.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Value
 from django.utils import timezone
@@ -24,10 +26,11 @@ from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import planner, shares
+from leasing.scheduler.joining import estimate_write, join_plan, mark_of, mark_put
 from leasing.scheduler.offpeak import OffPeakHold
-from leasing.scheduler.planner import Decision, Request
+from leasing.scheduler.planner import CardSlot, Decision, Request
 from leasing.scheduler.preemption import preemption_plan
-from leasing.scheduler.queueplan import Key, QueuePlan
+from leasing.scheduler.queueplan import QueuePlan
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 from leasing.transitions import cards_free, event_record, hand_over, transition
 
@@ -81,10 +84,10 @@ def schedule_card_model(
         QueueMark.objects.filter(card_model_id=card_model_id).delete()  # planned whole
     else:
         plan = QueuePlan(cards, timeline, now=now)
-        mark = _mark_of(card_model_id)
+        mark = mark_of(card_model_id)
         joining = None
         if joined is not None and not marked:
-            joining = _join(plan, waiting, joined, mark)
+            joining = join_plan(plan, waiting, joined, mark)
         if joining is None:
             plan.rebuild((w.key, w.request) for w in waiting)
             if mark is not None:
@@ -93,13 +96,13 @@ def schedule_card_model(
             if joining.estimate is not None:
                 # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
                 # starts it if it fits) right after the commit.
-                _estimate_write(joining.estimate)
+                estimate_write(joining.estimate)
                 result.waiting[joined] = joining.estimate.start
             if joining.stale_after is None:
                 if mark is not None:
                     QueueMark.objects.filter(card_model_id=card_model_id).delete()
             else:
-                _mark_put(card_model_id, joining.stale_after, now=now, had=mark)
+                mark_put(card_model_id, joining.stale_after, now=now, had=mark)
         # Those that start now leave the plan and hold their cards; anyone ahead of them is
         # planned again around that (QueuePlan.advance), so what is stored is what a pass run
         # right after this one would decide. Only decisions that differ from the stored ones
@@ -199,80 +202,6 @@ def _apply(
         estimates, ["estimated_start", "stall_reason", "planned_cards"], batch_size=500
     )
     stalled_tell(stalled)
-
-
-# How much of the queue a request plans again itself, counted in leases times cards (each
-# re-planned lease costs about one pass over the model's cards): a short queue is exact at
-# once, a long one is left to the refresh. A count, not a clock, so tests decide the same.
-JOIN_BUDGET = 8_000
-
-
-@dataclass
-class Joined:
-    stale_after: Key | None  # the plan is exact up to this key; None: exact throughout
-    estimate: Decision | None = None  # the newcomer's, when it lies in the stale stretch
-
-
-def _join(plan: QueuePlan, waiting: list[Waiting], joined: int, mark: Key | None) -> Joined | None:
-    """Plan lease *joined* into the stored plan: the leases ahead of it keep theirs (they
-    alone decide its start); the newcomer and those behind it are planned in order while
-    ``JOIN_BUDGET`` lasts, and the rest are left stale (the refresh plans them). A stale
-    stretch already there (*mark*) is planned first, so the newcomer's plan is exact when
-    the budget reaches it and an estimate otherwise. None when the stored plan cannot be
-    trusted (then the caller plans the whole queue)."""
-    new = next((w for w in waiting if w.request.lease_id == joined), None)
-    if new is None:
-        return None
-    limit = new.key if mark is None or new.key < mark else mark
-    exact = [w for w in waiting if w.key < limit or (w.key == limit and w is not new)]
-    if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in exact):
-        return None
-    rest = waiting[len(exact) :]  # in service order, the newcomer among them
-    spend = max(1, len(plan.cards))
-    budget = JOIN_BUDGET
-    done = 0
-    for w in rest:
-        if done and budget < spend:  # at least one: the first of the rest is planned
-            break
-        plan.append(w.key, w.request)
-        budget -= spend
-        done += 1
-    if done == len(rest):
-        return Joined(stale_after=None)
-    stale_after = rest[done - 1].key
-    if new.key <= stale_after:
-        return Joined(stale_after=stale_after)
-    stale = [(w.request, w.estimated_start, w.planned_cards) for w in rest[done:]
-             if w.key < new.key]  # fmt: skip
-    return Joined(stale_after=stale_after, estimate=plan.estimate_behind(stale, new.request))
-
-
-def _mark_of(card_model_id: int) -> Key | None:
-    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
-    return None if mark is None else mark.key
-
-
-def _mark_put(card_model_id: int, key: Key, *, now: datetime, had: Key | None) -> None:
-    """Plans after *key* are stale (replacing the mark there was, *had*)."""
-    rank, virtual, lease_id = -key[0], key[1], key[2]
-    if had is None:
-        QueueMark.objects.create(
-            card_model_id=card_model_id, rank=rank, virtual_at=virtual,
-            lease_id_after=lease_id, since=now,
-        )  # fmt: skip
-        enqueue_after_commit("leasing.tasks.queue_refresh", card_model_id)
-    elif key != had:
-        QueueMark.objects.filter(card_model_id=card_model_id).update(
-            rank=rank, virtual_at=virtual, lease_id_after=lease_id
-        )
-
-
-def _estimate_write(decision: Decision) -> None:
-    """A newcomer behind a stale stretch: its estimated start, no planned cards (its plan is
-    stale until the refresh)."""
-    Lease.objects.filter(pk=decision.lease_id).update(
-        estimated_start=decision.start, planned_cards=None
-    )
 
 
 def in_service_by_node(card_model_id: int) -> dict[int, int]:
@@ -413,7 +342,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
         lock_card_models([card_model_id])
-        mark = _mark_of(card_model_id)
+        mark = mark_of(card_model_id)
         if mark is None:
             return False
         waiting = waiting_for(card_model_id, now=now)
@@ -452,6 +381,66 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
         )
         return True
+
+
+# The tick trusts the stored plan (starting what is due from it) for at most this long per
+# model; then it plans the whole queue again, a net under any change that freed cards
+# without re-planning (every such path re-plans: ``replan``).
+FULL_PASS_EVERY = timedelta(minutes=1)
+
+
+def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult:
+    """The periodic pass for one model with a queue. Every change that frees cards plans the
+    queue itself (``replan``), so what is left to the tick is time: a planned start that has
+    come, which the stored plan cannot be taken back with (``QueuePlan.restore``), and then
+    the whole queue is planned (a lease whose start came late may no longer fit around
+    those ahead). Otherwise the stored plan stands and nothing is written. The whole queue
+    is also planned when the model's usable cards are not the ones the plan was made for,
+    when a higher class needs room (preemption), with shares or off-peak policies (as every
+    pass does), and at least every ``FULL_PASS_EVERY``. A stale stretch left by requests is
+    planned first (``queue_refresh``)."""
+    now = now or timezone.now()
+    slices = 0
+    while slices < TICK_REFRESH_SLICES and queue_refresh(card_model_id, now=now):
+        slices += 1
+    with transaction.atomic():
+        lock_card_models([card_model_id])
+        waiting = waiting_for(card_model_id, now=now)
+        if not waiting:
+            return PassResult()
+        cards = card_slots(card_model_id, now=now)
+        pool = _pool_digest(cards)
+        key = f"cardpool:queue-pass:{card_model_id}"
+        last = cache.get(key)
+        trusted = (
+            last is not None
+            and last[0] == pool
+            and now - last[1] < FULL_PASS_EVERY
+            and not any(w.start_policy for w in waiting)
+            and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
+            and not shares.shares_covering(card_model_id)
+            and not preemption_plan(card_model_id, now=now, covering=[])
+        )
+        if trusted:
+            plan = QueuePlan(cards, timeline_for(card_model_id, now=now), now=now)
+            stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
+            trusted = plan.restore(stored)  # refused when a planned start has come
+        if not trusted:
+            result = schedule_card_model(card_model_id, now=now)
+            hand_over(result.started)
+            transaction.on_commit(lambda: cache.set(key, (pool, now), timeout=None))
+            return result
+        return PassResult()  # nothing due, nothing changed: the stored plan stands
+
+
+TICK_REFRESH_SLICES = 25
+
+
+def _pool_digest(cards: list[CardSlot]) -> str:
+    """Which cards the plan may use, and until when: a plan made for other cards is not
+    trusted (a card came back, a node was drained or undrained)."""
+    text = ";".join(f"{c.card_id},{c.node_id},{c.domain},{c.usable_until}" for c in cards)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, QueueMark
-from leasing.scheduler import run
+from leasing.scheduler import joining, run
 from leasing.scheduler.run import queue_advance
 from tests.leasing.conftest import T0, ask, hours
 
@@ -23,7 +23,7 @@ def plans(model):
 def test_joining_the_queue_reuses_the_stored_plan_and_matches_a_full_pass(
     frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
 ):
-    monkeypatch.setattr(run, "JOIN_BUDGET", 8)  # each request plans only itself
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # each request plans only itself
     ask(alice, vision, a100, count=4, duration=hours(1))
     ask(alice, vision, a100, count=2, duration=hours(3))
     ask(alice, vision, a100, count=2, duration=hours(2))
@@ -73,7 +73,7 @@ def test_with_a_guaranteed_share_every_join_plans_the_whole_queue(
 
     share_set(user=ops, team=vision, card_model=a100, cards=2, within_minutes=60)
     joins = []
-    monkeypatch.setattr(run, "_join", lambda *a: joins.append(a) or None)
+    monkeypatch.setattr(run, "join_plan", lambda *a: joins.append(a) or None)
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
     first = ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
     owed = ask(alice, vision, a100, count=2, duration=hours(1))

@@ -11,7 +11,7 @@ import pytest
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, QueueMark
-from leasing.scheduler import planner, run
+from leasing.scheduler import joining, planner, run
 from leasing.scheduler.run import queue_advance
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
 from tests.leasing.conftest import T0, ask, hours
@@ -41,7 +41,7 @@ def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
 ):
     rng = random.Random(seed)
     # a request plans 1-3 leases itself (8 cards each), the rest is left to the refresh
-    monkeypatch.setattr(run, "JOIN_BUDGET", 8 * (1 + seed % 3))
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8 * (1 + seed % 3))
     if seed % 2:
         monkeypatch.setattr(run, "REFRESH_BUDGET", 0)  # one lease per slice
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
@@ -84,7 +84,7 @@ def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
 def test_a_newcomer_ahead_of_the_stale_stretch_moves_the_mark_forward(
     frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
 ):
-    monkeypatch.setattr(run, "JOIN_BUDGET", 8)  # each request plans only itself
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # each request plans only itself
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
     long = ask(bob, nlp, a100, count=4, duration=hours(8))
     assert not QueueMark.objects.exists()  # nobody behind it

@@ -1,0 +1,96 @@
+"""A request joining a queue: planned against the leases ahead of it, and those behind it
+planned again only while a budget lasts; the rest of the stored plan is marked stale
+(``QueueMark``) for the refresh (``run.queue_refresh``).
+
+A waiting lease's plan depends only on the leases ahead of it, so the newcomer's answer is
+exact as soon as those ahead are; the leases behind it all move a little (every estimate
+behind an insertion changes in a packed queue), which costs one search over the model's
+cards per lease: 2–8 ms each with 1,600 cards, seconds for a long queue. That work is left
+to the worker instead of making the requester wait for it (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from leasing.enqueue import enqueue_after_commit
+from leasing.models import Lease, QueueMark
+from leasing.scheduler.planner import Decision
+from leasing.scheduler.queueplan import Key, QueuePlan
+from leasing.scheduler.snapshot import Waiting
+
+# How much of the queue a request plans again itself, counted in leases times cards (each
+# re-planned lease costs about one pass over the model's cards): a short queue is exact at
+# once, a long one is left to the refresh. A count, not a clock, so tests decide the same.
+JOIN_BUDGET = 8_000
+
+
+@dataclass
+class Joined:
+    stale_after: Key | None  # the plan is exact up to this key; None: exact throughout
+    estimate: Decision | None = None  # the newcomer's, when it lies in the stale stretch
+
+
+def join_plan(
+    plan: QueuePlan, waiting: list[Waiting], joined: int, mark: Key | None
+) -> Joined | None:
+    """Plan lease *joined* into the stored plan: the leases ahead of it keep theirs (they
+    alone decide its start); the newcomer and those behind it are planned in order while
+    ``JOIN_BUDGET`` lasts, and the rest are left stale (the refresh plans them). A stale
+    stretch already there (*mark*) is planned first, so the newcomer's plan is exact when
+    the budget reaches it and an estimate otherwise. None when the stored plan cannot be
+    trusted (then the caller plans the whole queue)."""
+    new = next((w for w in waiting if w.request.lease_id == joined), None)
+    if new is None:
+        return None
+    limit = new.key if mark is None or new.key < mark else mark
+    exact = [w for w in waiting if w.key < limit or (w.key == limit and w is not new)]
+    if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in exact):
+        return None
+    rest = waiting[len(exact) :]  # in service order, the newcomer among them
+    spend = max(1, len(plan.cards))
+    budget = JOIN_BUDGET
+    done = 0
+    for w in rest:
+        if done and budget < spend:  # at least one: the first of the rest is planned
+            break
+        plan.append(w.key, w.request)
+        budget -= spend
+        done += 1
+    if done == len(rest):
+        return Joined(stale_after=None)
+    stale_after = rest[done - 1].key
+    if new.key <= stale_after:
+        return Joined(stale_after=stale_after)
+    stale = [(w.request, w.estimated_start, w.planned_cards) for w in rest[done:]
+             if w.key < new.key]  # fmt: skip
+    return Joined(stale_after=stale_after, estimate=plan.estimate_behind(stale, new.request))
+
+
+def mark_of(card_model_id: int) -> Key | None:
+    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
+    return None if mark is None else mark.key
+
+
+def mark_put(card_model_id: int, key: Key, *, now: datetime, had: Key | None) -> None:
+    """Plans after *key* are stale (replacing the mark there was, *had*)."""
+    rank, virtual, lease_id = -key[0], key[1], key[2]
+    if had is None:
+        QueueMark.objects.create(
+            card_model_id=card_model_id, rank=rank, virtual_at=virtual,
+            lease_id_after=lease_id, since=now,
+        )  # fmt: skip
+        enqueue_after_commit("leasing.tasks.queue_refresh", card_model_id)
+    elif key != had:
+        QueueMark.objects.filter(card_model_id=card_model_id).update(
+            rank=rank, virtual_at=virtual, lease_id_after=lease_id
+        )
+
+
+def estimate_write(decision: Decision) -> None:
+    """A newcomer behind a stale stretch: its estimated start, no planned cards (its plan is
+    stale until the refresh)."""
+    Lease.objects.filter(pk=decision.lease_id).update(
+        estimated_start=decision.start, planned_cards=None
+    )

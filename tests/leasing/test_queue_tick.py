@@ -1,0 +1,111 @@
+"""The tick leaves a stored plan alone when only time moved and nothing is due, and plans
+the whole queue when a planned start has come, when the usable cards changed, when a stale
+stretch waits, and at least every FULL_PASS_EVERY."""
+
+import pytest
+from django.core.cache import cache
+
+from inventory.models import Card
+from leasing.choices import LeaseStatus
+from leasing.models import Lease, QueueMark
+from leasing.scheduler import joining, run
+from tests.leasing.conftest import T0, ask, hours
+
+
+@pytest.fixture
+def tick(django_capture_on_commit_callbacks):
+    """The tick for one model, its after-commit work run (it records the pass)."""
+
+    def run_tick(model):
+        with django_capture_on_commit_callbacks(execute=True):
+            run.queue_tick(model.pk)
+
+    return run_tick
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Counts the whole-queue passes."""
+    cache.clear()
+    calls = []
+    real = run.schedule_card_model
+    monkeypatch.setattr(
+        run, "schedule_card_model", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    return calls
+
+
+@pytest.fixture
+def queue(frozen, alice, bob, vision, nlp, a100, small_pool):
+    """The pool held for 1 h; three leases waiting."""
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    return [ask(alice, vision, a100, count=c, duration=hours(2)) for c in (4, 2, 4)]
+
+
+def estimates(model):
+    return dict(
+        Lease.objects.filter(card_model=model, status=LeaseStatus.QUEUED).values_list(
+            "pk", "estimated_start"
+        )
+    )
+
+
+def test_only_time_moved_and_nothing_is_due_the_plan_stands(queue, a100, frozen, passes, tick):
+    tick(a100)  # the first tick plans the whole queue (no pass on record)
+    assert len(passes) == 1
+    before = estimates(a100)
+    frozen.shift(30)
+    tick(a100)
+    tick(a100)
+    assert len(passes) == 1 and estimates(a100) == before
+
+
+def test_a_planned_start_that_has_come_plans_the_queue_and_starts_it(
+    queue, a100, frozen, passes, tick
+):
+    tick(a100)
+    first = queue[0]
+    assert estimates(a100)[first.pk] == T0 + hours(1)
+    # the holder ends on time, but (as if its release were lost) nothing re-planned
+    Lease.objects.filter(status=LeaseStatus.PROVISIONING).update(end_at=T0 + hours(1))
+    from leasing.models import Allocation
+
+    Allocation.objects.filter(lease__status=LeaseStatus.PROVISIONING).update(end_at=T0 + hours(1))
+    frozen.move_to(T0 + hours(1))
+    tick(a100)
+    assert len(passes) == 2
+    first.refresh_from_db()
+    assert first.status == LeaseStatus.PROVISIONING
+
+
+def test_cards_coming_back_plan_the_queue(queue, a100, frozen, passes, tick, small_pool):
+    Card.objects.filter(card_model=a100).update(health=Card.Health.HOT)  # nobody's usable
+    tick(a100)
+    assert all(eta is None for eta in estimates(a100).values())
+    Card.objects.filter(card_model=a100).update(health=Card.Health.OK)  # no re-plan by itself
+    frozen.shift(2)
+    tick(a100)
+    assert len(passes) == 2
+    assert all(eta is not None for eta in estimates(a100).values())
+
+
+def test_the_whole_queue_is_planned_at_least_every_minute(queue, a100, frozen, passes, tick):
+    tick(a100)
+    frozen.shift(run.FULL_PASS_EVERY.total_seconds() - 1)
+    tick(a100)
+    assert len(passes) == 1
+    frozen.shift(2)
+    tick(a100)
+    assert len(passes) == 2
+
+
+def test_a_stale_stretch_is_refreshed_by_the_tick(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, tick
+):
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    ask(bob, nlp, a100, count=4, duration=hours(8))
+    ask(alice, vision, a100, count=4, duration=hours(1))  # ahead of the long one
+    assert QueueMark.objects.exists()
+    tick(a100)
+    assert not QueueMark.objects.exists()

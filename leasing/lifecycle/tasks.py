@@ -28,8 +28,8 @@ from leasing.lifecycle import (
 )
 from leasing.models import Lease
 from leasing.notify import wording
-from leasing.scheduler.run import queue_refresh as refresh_slice
-from leasing.scheduler.run import queue_tick
+from leasing.scheduler.refresh import queue_refresh as refresh_slice
+from leasing.scheduler.refresh import queue_tick
 from leasing.workbench import workspace
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def start_lease(lease_id: int) -> None:
 @shared_task(name="leasing.tasks.queue_refresh", acks_late=True)
 def queue_refresh(card_model_id: int) -> int:
     """Plan the stale stretch a request left behind it in the model's queue, one slice per
-    transaction, until the stored plan is exact again (``scheduler.run.queue_refresh``).
+    transaction, until the stored plan is exact again (``scheduler.refresh.queue_refresh``).
     Bounded; the tick's full pass catches whatever is left or a lost message."""
     slices = 1
     while refresh_slice(card_model_id) and slices < REFRESH_SLICES_MAX:

@@ -455,7 +455,7 @@ class QueueMark(models.Model):
     answers at once; the waiting leases behind it keep the plan stored before it came, which
     no longer counts it. This row says so: the stored plan (``Lease.estimated_start`` and
     ``planned_cards``) of every waiting lease whose service key (``queueplan.service_key``)
-    comes after this one's is stale until the queue is refreshed (``run.queue_refresh``,
+    comes after this one's is stale until the queue is refreshed (``refresh.queue_refresh``,
     right after the commit and on every tick). No row: the whole stored plan is exact."""
 
     card_model = models.OneToOneField(

@@ -1,6 +1,6 @@
 """A request joining a queue: planned against the leases ahead of it, and those behind it
 planned again only while a budget lasts; the rest of the stored plan is marked stale
-(``QueueMark``) for the refresh (``run.queue_refresh``).
+(``QueueMark``) for the refresh (``refresh.queue_refresh``).
 
 A waiting lease's plan depends only on the leases ahead of it, so the newcomer's answer is
 exact as soon as those ahead are; the leases behind it all move a little (every estimate
@@ -94,3 +94,17 @@ def estimate_write(decision: Decision) -> None:
     Lease.objects.filter(pk=decision.lease_id).update(
         estimated_start=decision.start, planned_cards=None
     )
+
+
+def plan_in_order(plan: QueuePlan, waiting: list[Waiting]) -> Key | None:
+    """Plan *waiting* (in service order) from scratch into the empty *plan* while
+    ``JOIN_BUDGET`` lasts; the key after which the rest is left stale, or None when every
+    lease was planned."""
+    spend = max(1, len(plan.cards))
+    budget = JOIN_BUDGET
+    for n, w in enumerate(waiting):
+        if n and budget < spend:
+            return waiting[n - 1].key
+        plan.append(w.key, w.request)
+        budget -= spend
+    return None

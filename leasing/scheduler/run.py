@@ -7,14 +7,11 @@ moment cards free up, not on a timer.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Value
 from django.utils import timezone
@@ -26,9 +23,16 @@ from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import planner, shares
-from leasing.scheduler.joining import estimate_write, join_plan, mark_of, mark_put
+from leasing.scheduler.joining import (
+    Joined,
+    estimate_write,
+    join_plan,
+    mark_of,
+    mark_put,
+    plan_in_order,
+)
 from leasing.scheduler.offpeak import OffPeakHold
-from leasing.scheduler.planner import CardSlot, Decision, Request
+from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
@@ -89,20 +93,19 @@ def schedule_card_model(
         if joined is not None and not marked:
             joining = join_plan(plan, waiting, joined, mark)
         if joining is None:
-            plan.rebuild((w.key, w.request) for w in waiting)
+            # The whole queue, in order, while the budget lasts: a lease is planned (and
+            # started) only once everyone ahead of it is; the refresh plans the rest.
+            joining = Joined(stale_after=plan_in_order(plan, waiting))
+        if joining.estimate is not None:
+            # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
+            # starts it if it fits) right after the commit.
+            estimate_write(joining.estimate)
+            result.waiting[joined] = joining.estimate.start
+        if joining.stale_after is None:
             if mark is not None:
                 QueueMark.objects.filter(card_model_id=card_model_id).delete()
         else:
-            if joining.estimate is not None:
-                # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
-                # starts it if it fits) right after the commit.
-                estimate_write(joining.estimate)
-                result.waiting[joined] = joining.estimate.start
-            if joining.stale_after is None:
-                if mark is not None:
-                    QueueMark.objects.filter(card_model_id=card_model_id).delete()
-            else:
-                mark_put(card_model_id, joining.stale_after, now=now, had=mark)
+            mark_put(card_model_id, joining.stale_after, now=now, had=mark)
         # Those that start now leave the plan and hold their cards; anyone ahead of them is
         # planned again around that (QueuePlan.advance), so what is stored is what a pass run
         # right after this one would decide. Only decisions that differ from the stored ones
@@ -112,12 +115,12 @@ def schedule_card_model(
         decisions = [e.decision for e in entries]
         requests = {e.request.lease_id: e.request for e in entries}
         keep_plan = True
-    _apply(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
+    apply_decisions(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
            policies=policies, now=now, result=result)  # fmt: skip
     return result
 
 
-def _apply(
+def apply_decisions(
     card_model_id: int,
     decisions: list[Decision],
     requests: dict[int, Request],
@@ -324,123 +327,6 @@ def replan(card_model_id: int, *, now: datetime, joined: int | None = None) -> P
     result = schedule_card_model(card_model_id, now=now, joined=joined)
     hand_over(result.started)
     return result
-
-
-REFRESH_BUDGET = 0.04  # seconds of planning per transaction (the model's lock is held)
-
-
-def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
-    """Plan the stale stretch of a model's stored plan (``QueueMark``) exactly, a slice at a
-    time: one transaction holds the model's lock for about ``REFRESH_BUDGET`` of planning
-    plus the reading, so requests that join meanwhile wait one slice, not the whole queue.
-    True when a stale stretch is left (the caller runs it again).
-
-    The leases up to the mark keep their (exact) plan; those after it are planned in order
-    after them, as ``plan_queue`` would. A stale lease that now fits at once starts from
-    behind those ahead of it, which changes their best fit: then the whole queue is planned
-    (``schedule_card_model``), as when cards free up."""
-    now = now or timezone.now()
-    with transaction.atomic():
-        lock_card_models([card_model_id])
-        mark = mark_of(card_model_id)
-        if mark is None:
-            return False
-        waiting = waiting_for(card_model_id, now=now)
-        if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
-            hand_over(schedule_card_model(card_model_id, now=now).started)
-            return False
-        plan = QueuePlan(
-            card_slots(card_model_id, now=now), timeline_for(card_model_id, now=now), now=now
-        )
-        exact = ((w.key, w.request, w.estimated_start, w.planned_cards)
-                 for w in waiting if w.key <= mark)  # fmt: skip
-        stale = [w for w in waiting if w.key > mark]
-        if not plan.restore(exact):
-            hand_over(schedule_card_model(card_model_id, now=now).started)
-            return False
-        began = time.perf_counter()
-        planned = []
-        for w in stale:
-            entry = plan.append(w.key, w.request)
-            if entry.decision.start is not None and entry.decision.start <= now:
-                hand_over(schedule_card_model(card_model_id, now=now).started)
-                return False
-            planned.append(entry)
-            if time.perf_counter() - began > REFRESH_BUDGET:
-                break
-        result = PassResult()
-        _apply(card_model_id, [e.decision for e in planned],
-               {e.request.lease_id: e.request for e in planned}, waiting,
-               keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
-        hand_over(result.started)
-        if len(planned) == len(stale):
-            QueueMark.objects.filter(card_model_id=card_model_id).delete()
-            return False
-        last = planned[-1].key
-        QueueMark.objects.filter(card_model_id=card_model_id).update(
-            rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
-        )
-        return True
-
-
-# The tick trusts the stored plan (starting what is due from it) for at most this long per
-# model; then it plans the whole queue again, a net under any change that freed cards
-# without re-planning (every such path re-plans: ``replan``).
-FULL_PASS_EVERY = timedelta(minutes=1)
-
-
-def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult:
-    """The periodic pass for one model with a queue. Every change that frees cards plans the
-    queue itself (``replan``), so what is left to the tick is time: a planned start that has
-    come, which the stored plan cannot be taken back with (``QueuePlan.restore``), and then
-    the whole queue is planned (a lease whose start came late may no longer fit around
-    those ahead). Otherwise the stored plan stands and nothing is written. The whole queue
-    is also planned when the model's usable cards are not the ones the plan was made for,
-    when a higher class needs room (preemption), with shares or off-peak policies (as every
-    pass does), and at least every ``FULL_PASS_EVERY``. A stale stretch left by requests is
-    planned first (``queue_refresh``)."""
-    now = now or timezone.now()
-    slices = 0
-    while slices < TICK_REFRESH_SLICES and queue_refresh(card_model_id, now=now):
-        slices += 1
-    with transaction.atomic():
-        lock_card_models([card_model_id])
-        waiting = waiting_for(card_model_id, now=now)
-        if not waiting:
-            return PassResult()
-        cards = card_slots(card_model_id, now=now)
-        pool = _pool_digest(cards)
-        key = f"cardpool:queue-pass:{card_model_id}"
-        last = cache.get(key)
-        trusted = (
-            last is not None
-            and last[0] == pool
-            and now - last[1] < FULL_PASS_EVERY
-            and not any(w.start_policy for w in waiting)
-            and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
-            and not shares.shares_covering(card_model_id)
-            and not preemption_plan(card_model_id, now=now, covering=[])
-        )
-        if trusted:
-            plan = QueuePlan(cards, timeline_for(card_model_id, now=now), now=now)
-            stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
-            trusted = plan.restore(stored)  # refused when a planned start has come
-        if not trusted:
-            result = schedule_card_model(card_model_id, now=now)
-            hand_over(result.started)
-            transaction.on_commit(lambda: cache.set(key, (pool, now), timeout=None))
-            return result
-        return PassResult()  # nothing due, nothing changed: the stored plan stands
-
-
-TICK_REFRESH_SLICES = 25
-
-
-def _pool_digest(cards: list[CardSlot]) -> str:
-    """Which cards the plan may use, and until when: a plan made for other cards is not
-    trusted (a card came back, a node was drained or undrained)."""
-    text = ";".join(f"{c.card_id},{c.node_id},{c.domain},{c.usable_until}" for c in cards)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:

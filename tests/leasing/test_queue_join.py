@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, QueueMark
-from leasing.scheduler import joining, run
+from leasing.scheduler import joining, refresh, run
 from leasing.scheduler.run import queue_advance
 from tests.leasing.conftest import T0, ask, hours
 
@@ -28,9 +28,9 @@ def test_joining_the_queue_reuses_the_stored_plan_and_matches_a_full_pass(
     ask(alice, vision, a100, count=2, duration=hours(3))
     ask(alice, vision, a100, count=2, duration=hours(2))
     rebuilds = []
-    real = run.QueuePlan.rebuild
+    real = run.plan_in_order
     monkeypatch.setattr(
-        run.QueuePlan, "rebuild", lambda self, items: rebuilds.append(1) or real(self, items)
+        run, "plan_in_order", lambda plan, waiting: rebuilds.append(1) or real(plan, waiting)
     )
     shapes = [(4, 2), (1, 1), (2, 5), (1, 0.5), (3, 1), (1, 8), (2, 2)]
     for count, h in shapes:
@@ -42,7 +42,7 @@ def test_joining_the_queue_reuses_the_stored_plan_and_matches_a_full_pass(
     # those behind a newcomer were left stale; the refresh (a task after the commit) plans
     # them, still without planning the queue again
     assert QueueMark.objects.filter(card_model=a100).exists()
-    while run.queue_refresh(a100.pk):
+    while refresh.queue_refresh(a100.pk):
         pass
     assert rebuilds == [] and not QueueMark.objects.exists()
     joined = plans(a100)

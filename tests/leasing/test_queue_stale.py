@@ -11,7 +11,7 @@ import pytest
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, QueueMark
-from leasing.scheduler import joining, planner, run
+from leasing.scheduler import joining, planner, refresh
 from leasing.scheduler.run import queue_advance
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
 from tests.leasing.conftest import T0, ask, hours
@@ -43,7 +43,7 @@ def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
     # a request plans 1-3 leases itself (8 cards each), the rest is left to the refresh
     monkeypatch.setattr(joining, "JOIN_BUDGET", 8 * (1 + seed % 3))
     if seed % 2:
-        monkeypatch.setattr(run, "REFRESH_BUDGET", 0)  # one lease per slice
+        monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)  # one lease per slice
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
     exact = estimates = 0
     for i in range(12):
@@ -67,11 +67,11 @@ def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
             assert mark is not None and key > mark.key  # only behind a stale stretch
             assert lease.estimated_start is not None
         if rng.random() < 0.3:  # the refresh sometimes runs between requests
-            while run.queue_refresh(a100.pk):
+            while refresh.queue_refresh(a100.pk):
                 pass
     assert exact > 0
     slices = 1
-    while run.queue_refresh(a100.pk):
+    while refresh.queue_refresh(a100.pk):
         slices += 1
     assert not QueueMark.objects.filter(card_model=a100).exists()
     refreshed = stored(a100)
@@ -94,7 +94,7 @@ def test_a_newcomer_ahead_of_the_stale_stretch_moves_the_mark_forward(
     shorter = ask(alice, vision, a100, count=1, duration=hours(0.5))
     mark.refresh_from_db()
     assert mark.lease_id_after == shorter.pk
-    while run.queue_refresh(a100.pk):
+    while refresh.queue_refresh(a100.pk):
         pass
     long.refresh_from_db()
     assert long.estimated_start == full_plan(a100)[long.pk].start

@@ -1,0 +1,161 @@
+"""Bringing a stored queue plan up to date without planning the whole queue under the lock:
+the refresh plans the stale stretch requests left behind them (``QueueMark``), a slice per
+transaction, and the tick starts what is due only when time alone moved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from datetime import datetime, timedelta
+
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from leasing.locking import lock_card_models
+from leasing.models import QueueMark
+from leasing.scheduler import shares
+from leasing.scheduler.joining import mark_of
+from leasing.scheduler.planner import CardSlot
+from leasing.scheduler.preemption import preemption_plan
+from leasing.scheduler.queueplan import QueuePlan
+from leasing.scheduler.run import PassResult, apply_decisions, schedule_card_model
+from leasing.scheduler.snapshot import card_slots, timeline_for, waiting_for
+from leasing.transitions import hand_over
+
+logger = logging.getLogger(__name__)
+
+REFRESH_BUDGET = 0.04  # seconds of planning per transaction (the model's lock is held)
+
+
+def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
+    """Plan the stale stretch of a model's stored plan (``QueueMark``) exactly, a slice at a
+    time: one transaction holds the model's lock for about ``REFRESH_BUDGET`` of planning
+    plus the reading, so requests that join meanwhile wait one slice, not the whole queue.
+    True when a stale stretch is left (the caller runs it again).
+
+    The leases up to the mark keep their (exact) plan; those after it are planned in order
+    after them, as ``plan_queue`` would. A stale lease that now fits at once starts from
+    behind those ahead of it, which changes their best fit: then the whole queue is planned
+    (``schedule_card_model``), as when cards free up."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        lock_card_models([card_model_id])
+        mark = mark_of(card_model_id)
+        if mark is None:
+            return False
+        waiting = waiting_for(card_model_id, now=now)
+        if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
+            hand_over(schedule_card_model(card_model_id, now=now).started)
+            return mark_of(card_model_id) is not None
+        plan = QueuePlan(
+            card_slots(card_model_id, now=now), timeline_for(card_model_id, now=now), now=now
+        )
+        exact = ((w.key, w.request, w.estimated_start, w.planned_cards)
+                 for w in waiting if w.key <= mark)  # fmt: skip
+        stale = [w for w in waiting if w.key > mark]
+        if not plan.restore(exact):
+            hand_over(schedule_card_model(card_model_id, now=now).started)
+            return mark_of(card_model_id) is not None
+        began = time.perf_counter()
+        planned = []
+        for w in stale:
+            entry = plan.append(w.key, w.request)
+            if entry.decision.start is not None and entry.decision.start <= now:
+                hand_over(schedule_card_model(card_model_id, now=now).started)
+                return mark_of(card_model_id) is not None
+            planned.append(entry)
+            if time.perf_counter() - began > REFRESH_BUDGET:
+                break
+        result = PassResult()
+        apply_decisions(card_model_id, [e.decision for e in planned],
+               {e.request.lease_id: e.request for e in planned}, waiting,
+               keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
+        hand_over(result.started)
+        if len(planned) == len(stale):
+            QueueMark.objects.filter(card_model_id=card_model_id).delete()
+            return False
+        last = planned[-1].key
+        QueueMark.objects.filter(card_model_id=card_model_id).update(
+            rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
+        )
+        return True
+
+
+# The tick trusts the stored plan (starting what is due from it) for at most this long per
+# model; then it plans the whole queue again, a net under any change that freed cards
+# without re-planning (every such path re-plans: ``replan``).
+FULL_PASS_EVERY = timedelta(minutes=1)
+
+
+def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult:
+    """The periodic pass for one model with a queue. Every change that frees cards plans the
+    queue itself (``replan``), so what is left to the tick is time: a planned start that has
+    come, which the stored plan cannot be taken back with (``QueuePlan.restore``), and then
+    the whole queue is planned (a lease whose start came late may no longer fit around
+    those ahead). Otherwise the stored plan stands and nothing is written. The whole queue
+    is also planned when the model's usable cards are not the ones the plan was made for,
+    when a higher class needs room (preemption), with shares or off-peak policies (as every
+    pass does), and at least every ``FULL_PASS_EVERY``. A stale stretch left by requests is
+    planned first (``queue_refresh``)."""
+    now = now or timezone.now()
+    slices = 0
+    while slices < TICK_REFRESH_SLICES and queue_refresh(card_model_id, now=now):
+        slices += 1
+    with transaction.atomic():
+        lock_card_models([card_model_id])
+        waiting = waiting_for(card_model_id, now=now)
+        if not waiting:
+            return PassResult()
+        cards = card_slots(card_model_id, now=now)
+        pool = _pool_digest(cards)
+        key = f"cardpool:queue-pass:{card_model_id}"
+        last = _last_pass(key)
+        trusted = (
+            last is not None
+            and last[0] == pool
+            and now - last[1] < FULL_PASS_EVERY
+            and not any(w.start_policy for w in waiting)
+            and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
+            and not shares.shares_covering(card_model_id)
+            and not preemption_plan(card_model_id, now=now, covering=[])
+        )
+        if trusted:
+            plan = QueuePlan(cards, timeline_for(card_model_id, now=now), now=now)
+            stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
+            trusted = plan.restore(stored)  # refused when a planned start has come
+        if not trusted:
+            result = schedule_card_model(card_model_id, now=now)
+            hand_over(result.started)
+            transaction.on_commit(lambda: _last_pass_put(key, (pool, now)), robust=True)
+            return result
+        return PassResult()  # nothing due, nothing changed: the stored plan stands
+
+
+TICK_REFRESH_SLICES = 25
+
+
+def _last_pass(key: str):
+    """(pool digest, when) of the model's last whole-queue pass by the tick; None when the
+    cache has none or cannot be read (then the tick plans the whole queue, as it did)."""
+    try:
+        return cache.get(key)
+    except Exception:
+        logger.warning("queue tick: the cache could not be read; planning the whole queue")
+        return None
+
+
+def _last_pass_put(key: str, value) -> None:
+    try:
+        cache.set(key, value, timeout=None)
+    except Exception:
+        logger.warning("queue tick: the cache could not be written")
+
+
+def _pool_digest(cards: list[CardSlot]) -> str:
+    """Which cards the plan may use, and until when: a plan made for other cards is not
+    trusted (a card came back, a node was drained or undrained)."""
+    text = ";".join(f"{c.card_id},{c.node_id},{c.domain},{c.usable_until}" for c in cards)
+    return hashlib.sha256(text.encode()).hexdigest()

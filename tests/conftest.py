@@ -71,6 +71,17 @@ def _fresh_rate_limits():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_queue_pictures():
+    """The planner's pictures kept in the process (scheduler/plancache.py) name a version
+    of a database that each test rolls back: none carries over between tests."""
+    from leasing.scheduler import plancache
+
+    plancache.forget()
+    yield
+    plancache.forget()
+
+
 @pytest.fixture
 def api():
     return APIClient()

@@ -41,7 +41,7 @@ from leasing.models import (
     Lease,
     LeaseEvent,
 )
-from leasing.scheduler import fastpath, shares
+from leasing.scheduler import fastpath, plancache, shares
 from leasing.scheduler.run import (
     replan,
 )
@@ -196,6 +196,11 @@ def lease_request(
         )
         if verdict.status != LeaseStatus.QUEUED:
             placed = None  # waits for the lead's approval first
+        seen = None
+        if not placed and verdict.status == LeaseStatus.QUEUED:
+            # the queue pass may use its picture of the model from the last pass: the
+            # version is read before this lease is written (scheduler/plancache.py)
+            seen = plancache.hold(card_model.pk)
         new = Lease(
             user=user,
             team=team,
@@ -300,7 +305,7 @@ def lease_request(
             )
             notify_after_commit(lease.pk, "approval_requested")
         else:
-            replan(card_model.pk, now=now, joined=lease.pk)
+            replan(card_model.pk, now=now, joined=lease.pk, seen=seen)
             if (
                 verdict.borrowed
                 and Lease.objects.filter(pk=lease.pk, status=LeaseStatus.QUEUED).exists()

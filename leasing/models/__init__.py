@@ -21,6 +21,7 @@ from leasing.models.lease import (
     Lease,
     LeaseChange,
     LeaseEvent,
+    PlanVersion,
     QueueMark,
 )
 from leasing.models.notify import (
@@ -53,6 +54,7 @@ __all__ = [
     "Lease",
     "LeaseChange",
     "LeaseEvent",
+    "PlanVersion",
     "QueueMark",
     "LeaseWarning",
     "MemberLimit",

@@ -481,3 +481,22 @@ class QueueMark(models.Model):
     @property
     def key(self) -> tuple:
         return (-self.rank, self.virtual_at, self.lease_id_after)
+
+
+class PlanVersion(models.Model):
+    """A counter per card model that the database moves on every change the queue planner
+    reads: the model's allocations, its waiting leases (and any lease changing state or
+    being marked for preemption), its cards, their nodes, the stale mark. Kept by triggers
+    (migration 0025), so no write path can forget it; a process that holds the planner's
+    picture of a model made at version N may use it as long as the counter still reads N
+    (``scheduler.plancache``). No foreign key: a card model being deleted still counts."""
+
+    card_model_id = models.BigIntegerField(_("card model"), primary_key=True)
+    version = models.BigIntegerField(_("version"), default=0)
+
+    class Meta:
+        verbose_name = _("queue plan version")
+        verbose_name_plural = _("queue plan versions")
+
+    def __str__(self) -> str:
+        return f"{self.card_model_id}: {self.version}"

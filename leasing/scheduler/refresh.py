@@ -16,13 +16,12 @@ from django.utils import timezone
 
 from leasing.locking import lock_card_models
 from leasing.models import QueueMark
-from leasing.scheduler import shares
+from leasing.scheduler import plancache, shares
 from leasing.scheduler.joining import mark_of
 from leasing.scheduler.planner import CardSlot
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
 from leasing.scheduler.run import PassResult, apply_decisions, schedule_card_model
-from leasing.scheduler.snapshot import card_slots, timeline_for, waiting_for
 from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
@@ -46,13 +45,15 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         mark = mark_of(card_model_id)
         if mark is None:
             return False
-        waiting = waiting_for(card_model_id, now=now)
+        seen = plancache.hold(card_model_id)
+        picture = plancache.take(card_model_id, seen, now=now) or plancache.load(
+            card_model_id, now=now
+        )
+        waiting = picture.waiting
         if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
-        plan = QueuePlan(
-            card_slots(card_model_id, now=now), timeline_for(card_model_id, now=now), now=now
-        )
+        plan = QueuePlan(picture.cards, picture.timeline(), now=now)
         exact = ((w.key, w.request, w.estimated_start, w.planned_cards)
                  for w in waiting if w.key <= mark)  # fmt: skip
         stale = [w for w in waiting if w.key > mark]
@@ -70,18 +71,20 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             if time.perf_counter() - began > REFRESH_BUDGET:
                 break
         result = PassResult()
-        apply_decisions(card_model_id, [e.decision for e in planned],
-               {e.request.lease_id: e.request for e in planned}, waiting,
-               keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
+        applied = apply_decisions(card_model_id, [e.decision for e in planned],
+                                  {e.request.lease_id: e.request for e in planned}, waiting,
+                                  keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
         hand_over(result.started)
-        if len(planned) == len(stale):
+        more = len(planned) < len(stale)
+        if more:
+            last = planned[-1].key
+            QueueMark.objects.filter(card_model_id=card_model_id).update(
+                rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
+            )
+        else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
-            return False
-        last = planned[-1].key
-        QueueMark.objects.filter(card_model_id=card_model_id).update(
-            rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
-        )
-        return True
+        plancache.keep_after_commit(card_model_id, picture, applied, now=now)
+        return more
 
 
 # The tick trusts the stored plan (starting what is due from it) for at most this long per
@@ -106,10 +109,14 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         slices += 1
     with transaction.atomic():
         lock_card_models([card_model_id])
-        waiting = waiting_for(card_model_id, now=now)
+        seen = plancache.hold(card_model_id)
+        picture = plancache.take(card_model_id, seen, now=now) or plancache.load(
+            card_model_id, now=now
+        )
+        waiting = picture.waiting
         if not waiting:
             return PassResult()
-        cards = card_slots(card_model_id, now=now)
+        cards = picture.cards
         pool = _pool_digest(cards)
         key = f"cardpool:queue-pass:{card_model_id}"
         last = _last_pass(key)
@@ -123,7 +130,7 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             and not preemption_plan(card_model_id, now=now, covering=[])
         )
         if trusted:
-            plan = QueuePlan(cards, timeline_for(card_model_id, now=now), now=now)
+            plan = QueuePlan(cards, picture.timeline(), now=now)
             stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
             trusted = plan.restore(stored)  # refused when a planned start has come
         if not trusted:
@@ -131,7 +138,9 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             hand_over(result.started)
             transaction.on_commit(lambda: _last_pass_put(key, (pool, now)), robust=True)
             return result
-        return PassResult()  # nothing due, nothing changed: the stored plan stands
+        # nothing due, nothing changed: the stored plan stands
+        plancache.keep_after_commit(card_model_id, picture, plancache.Applied([], [], {}), now=now)
+        return PassResult()
 
 
 TICK_REFRESH_SLICES = 25

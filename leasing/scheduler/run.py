@@ -22,7 +22,7 @@ from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
-from leasing.scheduler import planner, shares
+from leasing.scheduler import plancache, planner, shares
 from leasing.scheduler.joining import (
     Joined,
     estimate_write,
@@ -32,10 +32,11 @@ from leasing.scheduler.joining import (
     plan_in_order,
 )
 from leasing.scheduler.offpeak import OffPeakHold
+from leasing.scheduler.plancache import Applied
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
-from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
+from leasing.scheduler.snapshot import Waiting, waiting_of
 from leasing.transitions import cards_free, event_record, hand_over, transition
 
 logger = logging.getLogger(__name__)
@@ -49,14 +50,20 @@ class PassResult:
 
 
 def schedule_card_model(
-    card_model_id: int, *, now: datetime, joined: int | None = None
+    card_model_id: int, *, now: datetime, joined: int | None = None, seen: int | None = None
 ) -> PassResult:
     """Place every queued lease of the model that fits now; give the rest an estimated start.
 
     With *joined* (a lease that just joined the queue, and nothing else changed), the plan
-    the last pass stored is taken back and only the newcomer and those behind it are
-    planned (``QueuePlan.add``); when that plan cannot be trusted, or without *joined*, the
-    whole queue is planned again. Both decide the same (tests/leasing/test_queueplan.py).
+    the last pass stored is taken back, the newcomer is planned after those ahead of it and
+    those behind it are planned again while a budget lasts (``joining``); without it, or
+    when that plan cannot be trusted, the queue is planned in order while the budget lasts.
+    What the budget leaves is marked stale for the refresh. Both decide what the full
+    planner decides (tests/leasing/test_queueplan.py, test_queue_stale.py).
+
+    The picture of the model comes from the last pass in this process when nothing the
+    planner reads changed since (``plancache``; *seen*: the version the caller found when it
+    took the model's lock, before its own writes), else from the database.
 
     Must run inside a transaction holding the model's lock (leasing.locking). State
     changes go through the compare-and-set helper (leasing.transitions).
@@ -64,15 +71,27 @@ def schedule_card_model(
     assert transaction.get_connection().in_atomic_block, "schedule_card_model needs a transaction"
 
     result = PassResult()
-    waiting = waiting_for(card_model_id, now=now)
+    if seen is None:
+        seen = plancache.hold(card_model_id)
+    picture = plancache.take(card_model_id, seen, now=now)
+    if picture is not None and joined is not None:
+        newcomer = waiting_of([card_model_id], now=now, lease_ids=[joined]).get(card_model_id)
+        picture.waiting = sorted(picture.waiting + (newcomer or []), key=lambda w: w.key)
+    if picture is None:
+        picture = plancache.load(card_model_id, now=now)
+    waiting = picture.waiting
     if not waiting:
+        plancache.keep_after_commit(card_model_id, picture, plancache.Applied([], [], {}), now=now)
         return result
     # Make room for a higher class first, so the plan below already sees the victims'
     # end (their grace period) and gives the waiting lease an honest estimate.
     covering = shares.shares_covering(card_model_id)  # guaranteed shares: one statement
     marked = preemption_plan(card_model_id, now=now, covering=covering)
-    cards = card_slots(card_model_id, now=now)
-    timeline = timeline_for(card_model_id, now=now)
+    if marked:
+        picture = plancache.load(card_model_id, now=now)  # the victims' ends moved
+        waiting = picture.waiting
+    cards = picture.cards
+    timeline = picture.timeline()
     policies = {w.request.lease_id: w.start_policy for w in waiting if w.start_policy}
     if covering or policies:
         # A team within its guaranteed share is served first (the cards a reclaim frees are
@@ -85,6 +104,7 @@ def schedule_card_model(
         decisions = planner.plan_queue(cards, timeline, queue)
         requests = {r.lease_id: r for r in queue}
         keep_plan = False
+        estimated = None
         QueueMark.objects.filter(card_model_id=card_model_id).delete()  # planned whole
     else:
         plan = QueuePlan(cards, timeline, now=now)
@@ -96,11 +116,12 @@ def schedule_card_model(
             # The whole queue, in order, while the budget lasts: a lease is planned (and
             # started) only once everyone ahead of it is; the refresh plans the rest.
             joining = Joined(stale_after=plan_in_order(plan, waiting))
-        if joining.estimate is not None:
+        estimated = joining.estimate
+        if estimated is not None:
             # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
             # starts it if it fits) right after the commit.
-            estimate_write(joining.estimate)
-            result.waiting[joined] = joining.estimate.start
+            estimate_write(estimated)
+            result.waiting[joined] = estimated.start
         if joining.stale_after is None:
             if mark is not None:
                 QueueMark.objects.filter(card_model_id=card_model_id).delete()
@@ -115,8 +136,12 @@ def schedule_card_model(
         decisions = [e.decision for e in entries]
         requests = {e.request.lease_id: e.request for e in entries}
         keep_plan = True
-    apply_decisions(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
-           policies=policies, now=now, result=result)  # fmt: skip
+    applied = apply_decisions(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
+                              policies=policies, now=now, result=result)  # fmt: skip
+    if keep_plan:
+        if estimated is not None:
+            applied.shown[estimated.lease_id] = (estimated.start, "", None)
+        plancache.keep_after_commit(card_model_id, picture, applied, now=now)
     return result
 
 
@@ -130,9 +155,10 @@ def apply_decisions(
     policies: dict[int, str],
     now: datetime,
     result: PassResult,
-) -> None:
+) -> Applied:
     """Act on a pass's decisions: start what fits now, book advance reservations, and write
-    each waiting lease's estimate, stall reason and planned cards where they changed."""
+    each waiting lease's estimate, stall reason and planned cards where they changed.
+    Returns what was written (``plancache``)."""
     shown = {
         w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
     }
@@ -143,6 +169,7 @@ def apply_decisions(
     starting: list[tuple[Request, Decision]] = []
     estimates: list[Lease] = []
     stalled: list[int] = []
+    applied = Applied(started=[], booked=[], shown={})
     for decision in decisions:
         request = requests[decision.lease_id]
         if decision.lease_id in policies and decision.start is not None:
@@ -153,7 +180,9 @@ def apply_decisions(
             )
             if allowed != decision.start:
                 decision = Decision(decision.lease_id, allowed)
-        fits_when_wanted = decision.start is not None and decision.start == request.not_before
+        # (a picture kept from an earlier pass has not_before of that pass: at least now)
+        wanted = max(request.not_before, now)
+        fits_when_wanted = decision.start is not None and decision.start == wanted
         if fits_when_wanted and decision.start <= now:
             starting.append((request, decision))
         elif fits_when_wanted:
@@ -177,6 +206,9 @@ def apply_decisions(
                     for c in decision.card_ids
                 )
                 result.booked.append(decision.lease_id)
+                applied.booked.append((request, decision))
+            else:
+                applied.complete = False
         else:
             result.waiting[decision.lease_id] = decision.start
             stall = ""
@@ -195,16 +227,22 @@ def apply_decisions(
                         planned_cards=None if planned is None else list(planned),
                     )
                 )
+                applied.shown[decision.lease_id] = (decision.start, stall, planned)
                 if stall and shown.get(decision.lease_id, (None, "", None))[1] != stall:
                     stalled.append(decision.lease_id)
     if starting:
         result.started = start_batch(starting, now=now)
+        if len(result.started) != len(starting):
+            applied.complete = False
+        applied.started = starting
     # One statement per 500 changed estimates, not one per waiting lease (the queue is
     # re-planned on every pass, and a long queue's estimates all move together).
     Lease.objects.bulk_update(
         estimates, ["estimated_start", "stall_reason", "planned_cards"], batch_size=500
     )
-    stalled_tell(stalled)
+    if not stalled_tell(stalled):
+        applied.complete = False
+    return applied
 
 
 def in_service_by_node(card_model_id: int) -> dict[int, int]:
@@ -228,10 +266,12 @@ def unhealthy_count(card_model_id: int) -> int:
     )
 
 
-def stalled_tell(lease_ids: list[int]) -> None:
+def stalled_tell(lease_ids: list[int]) -> bool:
     """Tell each holder once that their waiting lease cannot start as asked, and why (in the
     pass's transaction: a notice per lease and reason, never one per pass). A notice that
-    cannot be written leaves the reason unset, so the next pass records and tells it again."""
+    cannot be written leaves the reason unset, so the next pass records and tells it again.
+    False when one could not be written."""
+    told = True
     for lease in Lease.objects.filter(pk__in=lease_ids).select_related(
         "user__profile", "card_model"
     ):
@@ -253,6 +293,8 @@ def stalled_tell(lease_ids: list[int]) -> None:
         except Exception:
             logger.exception("lease %s: stall notice not written; the next pass retries", lease.pk)
             Lease.objects.filter(pk=lease.pk).update(stall_reason="")
+            told = False
+    return told
 
 
 def start_batch(starting: list[tuple[Request, Decision]], *, now: datetime) -> list[int]:
@@ -321,10 +363,13 @@ def lent_mark(lease_ids: list[int], *, now: datetime) -> None:
             event_record(pk, kind="lent", at=now)
 
 
-def replan(card_model_id: int, *, now: datetime, joined: int | None = None) -> PassResult:
+def replan(
+    card_model_id: int, *, now: datetime, joined: int | None = None, seen: int | None = None
+) -> PassResult:
     """Run the model's queue pass (the model is locked) and hand what it started to the
-    workers after commit. *joined*: the one change is that this lease joined the queue."""
-    result = schedule_card_model(card_model_id, now=now, joined=joined)
+    workers after commit. *joined*: the one change is that this lease joined the queue
+    (*seen*: ``plancache.hold``'s version, taken before it was written)."""
+    result = schedule_card_model(card_model_id, now=now, joined=joined, seen=seen)
     hand_over(result.started)
     return result
 

@@ -127,14 +127,20 @@ class Waiting:
 
 
 def waiting_of(
-    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
+    card_model_ids: Iterable[int],
+    *,
+    now: datetime,
+    min_rank: int | None = None,
+    lease_ids: Iterable[int] | None = None,
 ) -> dict[int, list[Waiting]]:
     """Per card model, its waiting leases in service order (``queueplan.service_key``:
     priority class, then virtual submit time). With *min_rank*, only those of that class or
-    above."""
+    above; with *lease_ids*, only those."""
     leases = Lease.objects.filter(card_model_id__in=list(card_model_ids), status=LeaseStatus.QUEUED)
     if min_rank is not None:
         leases = leases.filter(priority_rank__gte=min_rank)
+    if lease_ids is not None:
+        leases = leases.filter(pk__in=list(lease_ids))
     rows = fetch(
         leases.values_list(
             "pk",

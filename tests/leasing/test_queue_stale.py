@@ -8,13 +8,16 @@ import random
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from inventory.models import Card
 from leasing.choices import LeaseStatus
+from leasing.lifecycle.changes import lease_release
 from leasing.models import Lease, QueueMark
-from leasing.scheduler import joining, planner, refresh
+from leasing.scheduler import joining, plancache, planner, refresh
 from leasing.scheduler.run import queue_advance
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
-from tests.leasing.conftest import T0, ask, hours
+from tests.leasing.conftest import ask, hours
 
 
 def stored(model):
@@ -28,55 +31,95 @@ def stored(model):
 
 def full_plan(model):
     """What the full planner decides for every waiting lease now, without writing."""
-    queue = queued_requests(model.pk, now=T0)
+    now = timezone.now()
+    queue = queued_requests(model.pk, now=now)
     decisions = planner.plan_queue(
-        card_slots(model.pk, now=T0), timeline_for(model.pk, now=T0), queue
+        card_slots(model.pk, now=now), timeline_for(model.pk, now=now), queue
     )
     return {d.lease_id: d for d in decisions}
 
 
-@pytest.mark.parametrize("seed", range(10))
+def refresh_all(model, committed=None):
+    """The refresh task's loop, each slice its own transaction (committed, when given)."""
+    for _slice in range(200):
+        if committed is None:
+            more = refresh.queue_refresh(model.pk)
+        else:
+            with committed():
+                more = refresh.queue_refresh(model.pk)
+        if not more:
+            return
+    raise AssertionError("the refresh did not end in 200 slices")
+
+
+@pytest.mark.parametrize("seed", range(12))
 def test_answers_are_exact_or_marked_and_the_refresh_makes_the_plan_exact(
-    seed, frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
-):
+    seed, frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
     rng = random.Random(seed)
+    kept = seed % 4 >= 2  # half the seeds commit, so each pass keeps its picture for the next
+    hits = []
+    real_take = plancache.take
+    monkeypatch.setattr(
+        plancache, "take", lambda *a, **k: (p := real_take(*a, **k)) and hits.append(1) or p
+    )
+
+    def committed():
+        return django_capture_on_commit_callbacks(execute=kept)
+
     # a request plans 1-3 leases itself (8 cards each), the rest is left to the refresh
     monkeypatch.setattr(joining, "JOIN_BUDGET", 8 * (1 + seed % 3))
     if seed % 2:
         monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)  # one lease per slice
-    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
+    holder = ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, 1 h
     exact = estimates = 0
     for i in range(12):
+        if i == 6 and seed % 3 == 0:  # the pool frees up early: some start, in the picture
+            with committed():
+                lease_release(lease=holder, user=bob)
+            assert Lease.objects.filter(status=LeaseStatus.PROVISIONING).exists()
         user, team = (alice, vision) if i % 2 else (bob, nlp)
-        lease = ask(
-            user, team, a100, count=rng.randint(1, 4),
-            duration=timedelta(minutes=30 * rng.randint(1, 16)),
-        )  # fmt: skip
-        assert lease.status == LeaseStatus.QUEUED
+        with committed():
+            lease = ask(
+                user, team, a100, count=rng.randint(1, 4),
+                duration=timedelta(minutes=30 * rng.randint(1, 16)),
+            )  # fmt: skip
+        if lease.status != LeaseStatus.QUEUED:
+            assert lease.status == LeaseStatus.PROVISIONING  # the pool had room: at once
+            continue
         lease.refresh_from_db()
         mark = QueueMark.objects.filter(card_model=a100).first()
-        key = next(w.key for w in waiting_for(a100.pk, now=T0) if w.request.lease_id == lease.pk)
+        key = next(
+            w.key
+            for w in waiting_for(a100.pk, now=timezone.now())
+            if w.request.lease_id == lease.pk
+        )
         want = full_plan(a100)[lease.pk]
-        if lease.planned_cards is not None:
+        if mark is None or key <= mark.key:  # nothing stale ahead of it: exact
             exact += 1
-            assert (lease.estimated_start, tuple(lease.planned_cards)) == (
-                want.start, want.card_ids,
-            )  # fmt: skip
-        else:
+            planned = tuple(lease.planned_cards or ())
+            assert (lease.estimated_start, planned) == (want.start, want.card_ids)
+        else:  # behind a stale stretch: an estimate, and no cards kept for it
             estimates += 1
-            assert mark is not None and key > mark.key  # only behind a stale stretch
-            assert lease.estimated_start is not None
+            assert lease.planned_cards is None
         if rng.random() < 0.3:  # the refresh sometimes runs between requests
-            while refresh.queue_refresh(a100.pk):
-                pass
+            refresh_all(a100, committed)
+        if rng.random() < 0.2:  # time moves on
+            frozen.shift(rng.randint(1, 120))  # the holder still holds
+        if rng.random() < 0.1:  # a card's readings change (no pass of its own) ...
+            Card.objects.filter(card_model=a100, index=rng.randint(0, 3)).update(
+                health=rng.choice([Card.Health.OK, Card.Health.HOT])
+            )
+            with committed():
+                queue_advance(card_model_ids=[a100.pk])  # ... which the tick notices
     assert exact > 0
-    slices = 1
-    while refresh.queue_refresh(a100.pk):
-        slices += 1
+    assert bool(hits) == kept  # passes used the picture the last one kept, when it was kept
+    refresh_all(a100, committed)
     assert not QueueMark.objects.filter(card_model=a100).exists()
     refreshed = stored(a100)
     want = full_plan(a100)
-    assert refreshed == {pk: (d.start, d.card_ids) for pk, d in want.items()}
+    assert refreshed == {pk: (d.start, d.card_ids or None) for pk, d in want.items()}
     queue_advance(card_model_ids=[a100.pk])  # and a full pass changes nothing
     assert stored(a100) == refreshed
 
@@ -94,8 +137,7 @@ def test_a_newcomer_ahead_of_the_stale_stretch_moves_the_mark_forward(
     shorter = ask(alice, vision, a100, count=1, duration=hours(0.5))
     mark.refresh_from_db()
     assert mark.lease_id_after == shorter.pk
-    while refresh.queue_refresh(a100.pk):
-        pass
+    refresh_all(a100)
     long.refresh_from_db()
     assert long.estimated_start == full_plan(a100)[long.pk].start
 
@@ -105,4 +147,4 @@ def test_a_short_queue_is_exact_at_once(frozen, alice, bob, vision, nlp, a100, s
     for n in range(6):
         ask(bob, nlp, a100, count=1 + n % 4, duration=hours(8 - n))  # each ahead of the last
     assert not QueueMark.objects.exists()
-    assert stored(a100) == {pk: (d.start, d.card_ids) for pk, d in full_plan(a100).items()}
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}

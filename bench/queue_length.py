@@ -196,7 +196,7 @@ def timed_requests(args, rng, user, team, model, hours, cold=False) -> dict:
         import pstats
 
         prof.disable()
-        pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+        pstats.Stats(prof).sort_stats(os.environ.get("QL_SORT", "tottime")).print_stats(int(os.environ.get("QL_ROWS", "20")))
     times.sort()
     cpu.sort()
     return {

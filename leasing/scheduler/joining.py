@@ -23,7 +23,7 @@ from leasing.scheduler.snapshot import Waiting
 # How much of the queue a request plans again itself, counted in leases times cards (each
 # re-planned lease costs about one pass over the model's cards): a short queue is exact at
 # once, a long one is left to the refresh. A count, not a clock, so tests decide the same.
-JOIN_BUDGET = 8_000
+JOIN_BUDGET = 1_000
 
 
 @dataclass
@@ -53,14 +53,15 @@ def join_plan(
     budget = JOIN_BUDGET
     done = 0
     for w in rest:
-        if done and budget < spend:  # at least one: the first of the rest is planned
+        # the newcomer is always planned when it is next; the others while the budget lasts
+        if budget < spend and not (w is new and done == 0):
             break
         plan.append(w.key, w.request)
         budget -= spend
         done += 1
     if done == len(rest):
         return Joined(stale_after=None)
-    stale_after = rest[done - 1].key
+    stale_after = rest[done - 1].key if done else limit
     if new.key <= stale_after:
         return Joined(stale_after=stale_after)
     stale = [(w.request, w.estimated_start, w.planned_cards) for w in rest[done:]

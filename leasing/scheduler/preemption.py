@@ -87,10 +87,6 @@ def _make_room(
     card_model_id: int, waiting: Lease, victims_q: Q, *, now: datetime, within: int | None = None
 ) -> int:
     """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan)."""
-    if Lease.objects.filter(
-        preempted_for=waiting, status__in=RUNNING_STATES, preempt_at__isnull=False
-    ).exists():
-        return 0  # already being made room for
     victims = list(
         Lease.objects.filter(
             victims_q,
@@ -102,7 +98,11 @@ def _make_room(
         .order_by("count", "-activated_at", "pk")
     )
     if not victims:
-        return 0
+        return 0  # nobody to take cards from (the common case: one statement)
+    if Lease.objects.filter(
+        preempted_for=waiting, status__in=RUNNING_STATES, preempt_at__isnull=False
+    ).exists():
+        return 0  # already being made room for
     cards = lease_card_slots(card_model_id, now=now, requirements=waiting.requirements)
     if planner.place(
         cards,

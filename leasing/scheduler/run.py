@@ -272,6 +272,8 @@ def stalled_tell(lease_ids: list[int]) -> bool:
     cannot be written leaves the reason unset, so the next pass records and tells it again.
     False when one could not be written."""
     told = True
+    if not lease_ids:
+        return told
     for lease in Lease.objects.filter(pk__in=lease_ids).select_related(
         "user__profile", "card_model"
     ):

@@ -107,7 +107,7 @@ def test_a_stale_stretch_is_refreshed_by_the_tick(
     ask(bob, nlp, a100, count=4, duration=hours(8))
     ask(alice, vision, a100, count=4, duration=hours(1))  # ahead of the long one
     assert QueueMark.objects.exists()
-    monkeypatch.setattr(joining, "JOIN_BUDGET", 8_000)  # the tick's own pass plans all
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 1_000)  # the tick's own pass plans all
     slices = []
     real = refresh.queue_refresh
     monkeypatch.setattr(refresh, "queue_refresh", lambda *a, **k: slices.append(1) or real(*a, **k))

@@ -138,6 +138,8 @@ def one_length(args, waiting: int) -> dict:
     from leasing.scheduler.refresh import queue_tick
 
     queue_tick(model.pk)
+    while queue_refresh(model.pk):  # what the worker does after it
+        pass
     ticks = []
     for _ in range(5):
         t = time.perf_counter()

@@ -26,7 +26,7 @@ from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
 
-REFRESH_BUDGET = 0.15  # seconds of planning per transaction (the model's lock is held)
+REFRESH_BUDGET = 0.05  # seconds of planning per transaction (the model's lock is held)
 
 
 def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:

@@ -2,11 +2,18 @@
 
 A pool of --nodes x 8 cards of one model, every card held (one-card leases ending at
 random between 30 min and 10 h from now), and N leases of 1-4 cards waiting (submitted
-over the last hour), planned by one full queue pass. Then --requests one-card requests of
-1-4 h arrive one after another through ``lease_request`` (the service the API calls): each
-meets the queue, joins it and gets its estimated start. Times each call from the service
-call to the commit, and, for comparison, one full queue pass (``queue_advance``: the whole
-queue planned again, as the periodic tick does). Not a test; run by hand:
+over the last hour), planned by one pass (and the refresh after it). Then --requests
+one-card requests of 1-4 h ("short": they sort inside the queue) and as many of 24 h
+("long": they sort at its end) arrive one after another through ``lease_request`` (the
+service the API calls): each meets the queue, joins it and gets its estimated start. Times
+each call from the service call to the commit, in this process, which keeps the planner's
+picture from one pass to the next (scheduler/plancache.py); then --requests more short ones
+with that picture dropped before each ("from another process": the pool and the queue are
+read from the database). Then, untimed for the requests but timed here: the refresh that
+plans the stale stretch the requests left (a slice per transaction: the slice is what a
+request arriving meanwhile may wait), the tick when nothing is due, and a pass over the whole
+queue as a release runs it (its first slice under the lock, then the refresh). Not a test;
+run by hand:
 
     .venv/bin/python bench/queue_length.py                   # 0, 100, 300, 1000 waiting
 
@@ -198,7 +205,9 @@ def timed_requests(args, rng, user, team, model, hours, cold=False) -> dict:
         import pstats
 
         prof.disable()
-        pstats.Stats(prof).sort_stats(os.environ.get("QL_SORT", "tottime")).print_stats(int(os.environ.get("QL_ROWS", "20")))
+        pstats.Stats(prof).sort_stats(os.environ.get("QL_SORT", "tottime")).print_stats(
+            int(os.environ.get("QL_ROWS", "20"))
+        )
     times.sort()
     cpu.sort()
     return {

@@ -12,7 +12,6 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from inventory.models import Node
 from leasing.backends import (
     Holding,
     NodeCards,
@@ -234,15 +233,17 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
     it was placed on (from all its periods: a release runs after its cards are cut)."""
     now = now or timezone.now()
     per_node: dict[int, list[int]] = defaultdict(list)
-    every_node: set[int] = set()
-    for node_id, index, end_at in Allocation.objects.filter(lease=lease).values_list(
-        "card__node_id", "card__index", "end_at"
+    nodes: dict[int, tuple[str, dict]] = {}  # node id → hostname, labels
+    # One query: the periods with their card's node (there are few per lease).
+    for node_id, hostname, labels, index, end_at in Allocation.objects.filter(
+        lease=lease
+    ).values_list(
+        "card__node_id", "card__node__hostname", "card__node__labels", "card__index", "end_at"
     ):
-        every_node.add(node_id)
+        nodes[node_id] = (hostname, labels or {})
         if end_at > now:
             per_node[node_id].append(index)
-    nodes = Node.objects.in_bulk(list(every_node))
-    by_hostname = sorted(every_node, key=lambda node_id: nodes[node_id].hostname)
+    by_hostname = sorted(nodes, key=lambda node_id: nodes[node_id][0])
     profile = getattr(lease.user, "profile", None)
     return Holding(
         lease_id=lease.pk,
@@ -253,15 +254,11 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
         devices_env=lease.card_model.devices_env,
         end_at=lease.end_at,
         nodes=tuple(
-            NodeCards(
-                nodes[node_id].hostname,
-                tuple(sorted(per_node[node_id])),
-                nodes[node_id].labels or {},
-            )
+            NodeCards(nodes[node_id][0], tuple(sorted(per_node[node_id])), nodes[node_id][1])
             for node_id in by_hostname
             if per_node[node_id]
         ),
-        backend=backend_name_for(lease.pk, [nodes[node_id].labels for node_id in by_hostname]),
+        backend=backend_name_for(lease.pk, [nodes[node_id][1] for node_id in by_hostname]),
     )
 
 
@@ -406,6 +403,62 @@ def provision_step(*, lease_id: int, attempt: int = 1) -> bool:
         return False
     access = _call(lease, "provision", attempt, lambda backend, holding: backend.provision(holding))
     return lease_activate(lease_id=lease_id, access=access)
+
+
+def provision_in_transaction(lease: Lease, *, now: datetime) -> bool:
+    """Hand over a lease its request has just placed (``provisioning``, cards written), in the
+    request's own transaction, when the backend of its nodes declares
+    ``provisions_in_transaction`` (the local backend: the access details are the records read
+    back, nothing outside is called). The same records as a worker's hand-over: a
+    ``BackendCall`` row for the attempt, the compare-and-set provisioning → active with its
+    event, the holder's notice after the commit. Returns False when the backend does not
+    declare it, or its call raised (the attempt recorded as failed): the caller then hands the
+    lease to the workers as before, and they retry and fail it as they would any other."""
+    holding = holding_of(lease, now=now)
+    backend = get_backend(holding=holding)
+    if not backend.provisions_in_transaction:
+        return False
+    started = timezone.now()
+    try:
+        access = backend.provision(holding)
+    except Exception as exc:
+        logger.warning("lease %s: hand-over in the request failed; left to a worker", lease.pk)
+        BackendCall.objects.create(
+            lease=lease,
+            backend=backend.name,
+            action="provision",
+            attempt=1,
+            started_at=started,
+            finished_at=timezone.now(),
+            ok=False,
+            detail=str(exc)[:2000],
+        )
+        return False
+    BackendCall.objects.create(
+        lease=lease,
+        backend=backend.name,
+        action="provision",
+        attempt=1,
+        started_at=started,
+        finished_at=timezone.now(),
+        ok=True,
+    )
+    if not transition(
+        lease.pk,
+        frm=[LeaseStatus.PROVISIONING],
+        to=LeaseStatus.ACTIVE,
+        kind="active",
+        at=now,
+        access=access,
+        activated_at=now,
+    ):
+        return False  # not provisioning any more: whoever changed it owns it
+    lease.status, lease.status_changed_at = LeaseStatus.ACTIVE, now
+    lease.access, lease.activated_at = access, now
+    # Placed at once, never queued: the notice is "active" (as ``lease_activate`` words it).
+    lease_id = lease.pk
+    transaction.on_commit(lambda: _notify_here(lease_id, "lease_active"), robust=True)
+    return True
 
 
 def release_attempts(lease: Lease) -> int:

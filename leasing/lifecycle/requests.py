@@ -23,6 +23,7 @@ from leasing.choices import (
     StartPolicy,
     queue_rank,
 )
+from leasing.lifecycle import provisioning
 from leasing.lifecycle.request_steps import (
     admission,
     borrow_refusal,
@@ -289,7 +290,9 @@ def lease_request(
                 Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at)
                 for c in placed
             )
-            hand_over([lease.pk])
+            # A backend that only keeps books hands the cards over here; others, a worker.
+            if not provisioning.provision_in_transaction(lease, now=now):
+                hand_over([lease.pk])
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
             # The limits as parameters, worded for whoever reads the timeline.
             event_record(
@@ -312,7 +315,7 @@ def lease_request(
                 lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
             )
     if placed:
-        return lease  # written as it stands: nothing to read back
+        return lease  # written as it stands (provisioning, or active): nothing to read back
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
         notify_after_commit(lease.pk, "lease_queued")

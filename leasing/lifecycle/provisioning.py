@@ -8,8 +8,9 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Prefetch, prefetch_related_objects
 from django.utils import timezone
 
 from leasing.backends import (
@@ -213,12 +214,12 @@ def lease_release_fail(*, lease_id: int, reason: str, now: datetime | None = Non
     return failed
 
 
-def _notify_here(lease_id: int, kind: str) -> None:
+def _notify_here(lease_id: int, kind: str, lease: Lease | None = None) -> None:
     """Word and write the notice in this process, after the commit: the caller is a worker
     already, and a second task per lease for an in-app notice costs more than the notice
     (email and webhooks still go out as their own tasks). If it fails, it is queued instead."""
     try:
-        wording.notify_lease_event(lease_id=lease_id, kind=kind)
+        wording.notify_lease_event(lease_id=lease_id, kind=kind, lease=lease)
     except Exception:
         logger.exception("notice %s for lease %s failed here; queued instead", kind, lease_id)
         enqueue("leasing.tasks.notify_lease", lease_id, kind, inline_if_down=False)
@@ -234,12 +235,17 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
     now = now or timezone.now()
     per_node: dict[int, list[int]] = defaultdict(list)
     nodes: dict[int, tuple[str, dict]] = {}  # node id → hostname, labels
-    # One query: the periods with their card's node (there are few per lease).
-    for node_id, hostname, labels, index, end_at in Allocation.objects.filter(
-        lease=lease
-    ).values_list(
-        "card__node_id", "card__node__hostname", "card__node__labels", "card__index", "end_at"
-    ):
+    loaded = getattr(lease, "_prefetched_objects_cache", {}).get("allocations")
+    if loaded is not None:  # prefetched with their card and node (provision_in_transaction)
+        rows = [
+            (a.card.node_id, a.card.node.hostname, a.card.node.labels, a.card.index, a.end_at)
+            for a in loaded
+        ]
+    else:  # one query: the periods with their card's node (there are few per lease)
+        rows = Allocation.objects.filter(lease=lease).values_list(
+            "card__node_id", "card__node__hostname", "card__node__labels", "card__index", "end_at"
+        )
+    for node_id, hostname, labels, index, end_at in rows:
         nodes[node_id] = (hostname, labels or {})
         if end_at > now:
             per_node[node_id].append(index)
@@ -412,8 +418,15 @@ def provision_in_transaction(lease: Lease, *, now: datetime) -> bool:
     back, nothing outside is called). The same records as a worker's hand-over: a
     ``BackendCall`` row for the attempt, the compare-and-set provisioning → active with its
     event, the holder's notice after the commit. Returns False when the backend does not
-    declare it, or its call raised (the attempt recorded as failed): the caller then hands the
-    lease to the workers as before, and they retry and fail it as they would any other."""
+    declare it, or its call raised (the attempt recorded as failed), or the operator turned it
+    off (``CARDPOOL_HAND_OVER_IN_REQUEST``): the caller then hands the lease to the workers as
+    before, and they retry and fail it as they would any other."""
+    if not settings.CARDPOOL["HAND_OVER_IN_REQUEST"]:
+        return False
+    # Its cards with their nodes, read once: for the holding here and the caller's answer.
+    prefetch_related_objects(
+        [lease], Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
+    )
     holding = holding_of(lease, now=now)
     backend = get_backend(holding=holding)
     if not backend.provisions_in_transaction:
@@ -456,8 +469,7 @@ def provision_in_transaction(lease: Lease, *, now: datetime) -> bool:
     lease.status, lease.status_changed_at = LeaseStatus.ACTIVE, now
     lease.access, lease.activated_at = access, now
     # Placed at once, never queued: the notice is "active" (as ``lease_activate`` words it).
-    lease_id = lease.pk
-    transaction.on_commit(lambda: _notify_here(lease_id, "lease_active"), robust=True)
+    transaction.on_commit(lambda: _notify_here(lease.pk, "lease_active", lease), robust=True)
     return True
 
 

@@ -169,9 +169,14 @@ def lease_request(
         # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
         placed = None
         nodes = nodes_meeting(requirements)
-        if start == now and fastpath.queue_is_empty(card_model.pk):
+        if start == now:
             placed = fastpath.place_now(
-                card_model.pk, count=count, start=now, end=now + duration, nodes=nodes
+                card_model.pk,
+                count=count,
+                start=now,
+                end=now + duration,
+                nodes=nodes,
+                unless_queued=True,
             )
         if not placed and (
             errors := capacity_errors(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -229,11 +230,16 @@ def _create(
     now = now or timezone.now()
     if len(url) > 300:
         raise ValueError("notification url longer than 300 characters")
-    with transaction.atomic():
-        if key:
-            existing = Notification.objects.filter(user=user, kind=kind, data__key=key).first()
-            if existing is not None:
-                return existing
+    if key:
+        existing = Notification.objects.filter(user=user, kind=kind, data__key=key).first()
+        if existing is not None:
+            return existing
+    channels = channels_for(user, kind)
+    email = Channel.EMAIL in channels and bool(user.email)
+    hooks = _hooks_for(user, kind, channels, team, team_event)
+    # The notice and its deliveries are written together; a notice that goes nowhere else
+    # is one row, which needs no transaction of its own.
+    with transaction.atomic() if email or hooks else nullcontext():
         notification = Notification.objects.create(
             user=user,
             lease=lease,
@@ -244,15 +250,14 @@ def _create(
             data=_clean_data(data, key),
             created_at=now,
         )
-        channels = channels_for(user, kind)
         ids = []
-        if Channel.EMAIL in channels and user.email:
+        if email:
             ids.append(
                 Delivery.objects.create(
                     notification=notification, channel=Channel.EMAIL, created_at=now
                 ).pk
             )
-        for hook in _hooks_for(user, kind, channels, team, team_event):
+        for hook in hooks:
             ids.append(
                 Delivery.objects.create(
                     notification=notification, channel=Channel.WEBHOOK, webhook=hook, created_at=now

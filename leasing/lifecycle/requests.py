@@ -47,7 +47,7 @@ from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
-from leasing.transitions import event_record, hand_over, notify_after_commit
+from leasing.transitions import event_record, notify_after_commit
 from portal.models import Team
 from portal.permissions import is_operator
 
@@ -295,9 +295,8 @@ def lease_request(
                 Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at)
                 for c in placed
             )
-            # A backend that only keeps books hands the cards over here; others, a worker.
-            if not provisioning.provision_in_transaction(lease, now=now):
-                hand_over([lease.pk])
+            # Once this commits: here when the backend only keeps books, else by a worker.
+            provisioning.hand_over_placed(lease)
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
             # The limits as parameters, worded for whoever reads the timeline.
             event_record(
@@ -320,7 +319,7 @@ def lease_request(
                 lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
             )
     if placed:
-        return lease  # written as it stands (provisioning, or active): nothing to read back
+        return lease  # as it stands (active if handed over here): nothing to read back
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
         notify_after_commit(lease.pk, "lease_queued")

@@ -71,7 +71,7 @@ class Backend:
     # True when ``provision`` only computes the access details from the Holding — it talks to
     # nothing outside the portal, cannot block, and leaves nothing to undo — so a lease its
     # request placed at once may be handed over by the web process right after the placement
-    # commits, instead of by a worker (``lifecycle.provisioning.hand_over_placed``). Every other
+    # commits, instead of by a worker (``lifecycle.handover.hand_over_placed``). Every other
     # call, and every hand-over of a lease started by the queue or the tick, runs in a task.
     provisions_inline = False
 

@@ -8,9 +8,8 @@ import logging
 from collections import defaultdict
 from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Prefetch, prefetch_related_objects
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from leasing.backends import (
@@ -45,7 +44,6 @@ from leasing.scheduler.run import (
 from leasing.transitions import (
     cards_free,
     event_record,
-    hand_over,
     notify_after_commit,
     transition,
 )
@@ -113,7 +111,7 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
             # The tick (tasks.tick) expires it at its end.
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
-            transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)
+            transaction.on_commit(lambda: notify_here(lease_id, kind), robust=True)
             if replaces_id:
                 # A resize to another model: the old cards go only now that the new ones are held.
                 old = Lease.objects.filter(pk=replaces_id).first()
@@ -220,7 +218,7 @@ def lease_release_fail(*, lease_id: int, reason: str, now: datetime | None = Non
     return failed
 
 
-def _notify_here(lease_id: int, kind: str, lease: Lease | None = None) -> None:
+def notify_here(lease_id: int, kind: str, lease: Lease | None = None) -> None:
     """Word and write the notice in this process, after the commit: the caller is a worker
     already, and a second task per lease for an in-app notice costs more than the notice
     (email and webhooks still go out as their own tasks). If it fails, it is queued instead."""
@@ -415,90 +413,6 @@ def provision_step(*, lease_id: int, attempt: int = 1) -> bool:
         return False
     access = _call(lease, "provision", attempt, lambda backend, holding: backend.provision(holding))
     return lease_activate(lease_id=lease_id, access=access)
-
-
-def hand_over_placed(lease: Lease) -> None:
-    """Hand over a lease its request has just placed at once (``provisioning``, cards written):
-    once the placement commits, in this process (``provision_here``) when the backend of its
-    nodes only keeps books, else — or when the operator turned it off
-    (``CARDPOOL_HAND_OVER_IN_REQUEST``) — by a worker, as every other hand-over.
-
-    After the commit, not in the placement's transaction: the card model's lock is held only
-    for the placement. Should the process die between the two commits, the lease is
-    ``provisioning`` with no task sent, which the sweep re-sends as it does a lost task."""
-    if not settings.CARDPOOL["HAND_OVER_IN_REQUEST"]:
-        hand_over([lease.pk])
-        return
-
-    def here() -> None:
-        try:
-            done = provision_here(lease)
-        except Exception:
-            logger.exception("lease %s: hand-over in the request failed", lease.pk)
-            done = False
-        if not done:
-            enqueue("leasing.tasks.provision_lease", lease.pk)
-
-    transaction.on_commit(here)
-
-
-def provision_here(lease: Lease, *, now: datetime | None = None) -> bool:
-    """Provision a lease that is waiting for its cards in this process, when the backend of its
-    nodes declares ``provisions_inline`` (the local backend: the access details are the
-    records read back, nothing outside is called). The same records as a worker's hand-over:
-    a ``BackendCall`` row for the attempt, the compare-and-set provisioning → active with its
-    event, the holder's notice after the commit; *lease* (the caller's object) is updated.
-    False when the backend does not declare it or its call raised (the attempt recorded as
-    failed): a worker must hand it over, and retries and fails it as it would any other."""
-    now = now or timezone.now()
-    with transaction.atomic():
-        # Its cards with their nodes, read once: for the holding and the caller's answer.
-        prefetch_related_objects(
-            [lease],
-            Prefetch("allocations", queryset=Allocation.objects.select_related("card__node")),
-        )
-        holding = holding_of(lease, now=now)
-        backend = get_backend(holding=holding)
-        if not backend.provisions_inline:
-            return False
-        try:
-            access = backend.provision(holding)
-        except Exception as exc:
-            BackendCall.objects.create(
-                lease=lease,
-                backend=backend.name,
-                action="provision",
-                attempt=1,
-                started_at=now,
-                finished_at=timezone.now(),
-                ok=False,
-                detail=str(exc)[:2000],
-            )
-            return False
-        BackendCall.objects.create(
-            lease=lease,
-            backend=backend.name,
-            action="provision",
-            attempt=1,
-            started_at=now,
-            finished_at=timezone.now(),
-            ok=True,
-        )
-        if not transition(
-            lease.pk,
-            frm=[LeaseStatus.PROVISIONING],
-            to=LeaseStatus.ACTIVE,
-            kind="active",
-            at=now,
-            access=access,
-            activated_at=now,
-        ):
-            return True  # not provisioning any more: whoever moved it owns it
-        lease.status, lease.status_changed_at = LeaseStatus.ACTIVE, now
-        lease.access, lease.activated_at = access, now
-        # Placed at once, never queued: the notice is "active" (as ``lease_activate`` words it).
-        transaction.on_commit(lambda: _notify_here(lease.pk, "lease_active", lease), robust=True)
-    return True
 
 
 def release_attempts(lease: Lease) -> int:

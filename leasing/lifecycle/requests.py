@@ -23,7 +23,7 @@ from leasing.choices import (
     StartPolicy,
     queue_rank,
 )
-from leasing.lifecycle import provisioning
+from leasing.lifecycle import handover
 from leasing.lifecycle.request_steps import (
     admission,
     borrow_refusal,
@@ -296,7 +296,7 @@ def lease_request(
                 for c in placed
             )
             # Once this commits: here when the backend only keeps books, else by a worker.
-            provisioning.hand_over_placed(lease)
+            handover.hand_over_placed(lease)
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
             # The limits as parameters, worded for whoever reads the timeline.
             event_record(

@@ -10,13 +10,18 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Prefetch, Q, prefetch_related_objects
 from django.utils import timezone
 
 from leasing.backends import get_backend
 from leasing.choices import LeaseStatus
 from leasing.enqueue import enqueue
-from leasing.lifecycle.provisioning import holding_of, notify_here
+from leasing.lifecycle.provisioning import (
+    PENDING_CHANGE,
+    holding_of,
+    lease_activate,
+    notify_here,
+)
 from leasing.models import Allocation, BackendCall, Lease
 from leasing.transitions import hand_over, transition
 
@@ -98,8 +103,16 @@ def provision_here(lease: Lease, *, now: datetime | None = None) -> bool:
             at=now,
             access=access,
             activated_at=now,
+            # A card swapped since the placement marks the access: the worker's activation
+            # carries the mark over and sends the change (below).
+            where=~Q(access__has_key=PENDING_CHANGE),
         ):
-            return True  # not provisioning any more: whoever moved it owns it
+            # Moved by someone else (nothing to do), or its cards changed in between.
+            if lease_activate(lease_id=lease.pk, access=access, now=now):
+                lease.refresh_from_db(
+                    fields=["status", "status_changed_at", "access", "activated_at"]
+                )
+            return True
         lease.status, lease.status_changed_at = LeaseStatus.ACTIVE, now
         lease.access, lease.activated_at = access, now
         # Placed at once, never queued: the notice is "active" (as ``lease_activate`` words it).

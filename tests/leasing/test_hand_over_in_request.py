@@ -253,3 +253,27 @@ def test_the_hand_over_waits_for_the_placement_to_commit_and_the_sweep_covers_a_
     assert [t.args for t in sent_tasks if t.name == PROVISION] == [(lease.pk,)]
     provisioning.provision_step(lease_id=lease.pk)
     assert Lease.objects.get(pk=lease.pk).status == LeaseStatus.ACTIVE
+
+
+def test_a_card_swapped_between_the_commits_keeps_its_change_pending(
+    in_request,
+    frozen,
+    alice,
+    vision,
+    a100,
+    small_pool,
+    sent_tasks,
+    django_capture_on_commit_callbacks,
+):
+    with django_capture_on_commit_callbacks(execute=False) as after_commit:
+        lease = ask(alice, vision, a100)
+    # A swap commits before the hand-over runs: it marks the access, as for a worker's.
+    Lease.objects.filter(pk=lease.pk).update(access={provisioning.PENDING_CHANGE: T0.isoformat()})
+    with django_capture_on_commit_callbacks(execute=True):
+        for callback in after_commit:
+            callback()
+    lease.refresh_from_db()
+    assert lease.status == LeaseStatus.ACTIVE
+    assert provisioning.PENDING_CHANGE in lease.access and lease.access["backend"] == "local"
+    assert "leasing.tasks.change_lease" in [t.name for t in sent_tasks]
+    assert lease.events.filter(kind="active").count() == 1

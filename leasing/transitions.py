@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db.models import Q
+
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Allocation, Lease, LeaseEvent
 
@@ -29,12 +31,13 @@ def transition(
     actor=None,
     message: str = "",
     data: dict | None = None,
+    where: Q | None = None,
     **fields,
 ) -> bool:
     """Compare-and-set the lease's status from one of *frm* to *to*; write the event.
 
-    Returns False when the lease was not in one of *frm* (someone else won the race);
-    nothing is written then.
+    Returns False when the lease was not in one of *frm* (someone else won the race), or does
+    not meet *where* (a further condition of the same UPDATE); nothing is written then.
     """
     frm = list(frm)
     if len(frm) == 1:
@@ -47,9 +50,10 @@ def transition(
         )
         if current is None:
             return False
-    updated = Lease.objects.filter(pk=lease_id, status=current).update(
-        status=to, status_changed_at=at, **fields
-    )
+    row = Lease.objects.filter(pk=lease_id, status=current)
+    if where is not None:
+        row = row.filter(where)
+    updated = row.update(status=to, status_changed_at=at, **fields)
     if updated != 1:
         return False
     LeaseEvent.objects.create(

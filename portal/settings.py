@@ -543,6 +543,9 @@ CARDPOOL = {
     # How far ahead an advance reservation may start, in days.
     "MAX_ADVANCE_DAYS": env_int("CARDPOOL_MAX_ADVANCE_DAYS", 90),
     "BACKEND": env("CARDPOOL_BACKEND", "local"),
+    # A request placed at once on nodes whose backend only keeps books (local) is handed over
+    # in the request itself, answered `active`; false sends every hand-over to the workers.
+    "HAND_OVER_IN_REQUEST": env_bool("CARDPOOL_HAND_OVER_IN_REQUEST", True),
     # Seconds between ticks that end leases whose end has come and start due reservations:
     # the most a lease outlives its end (besides the time to take the cards back).
     "TICK_SECONDS": env_int("CARDPOOL_TICK_SECONDS", 2),

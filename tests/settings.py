@@ -19,3 +19,7 @@ ACCOUNT_RATE_LIMITS = False
 # Unit tests keep rate limits in memory (each test clears them); tests/portal/test_lockout.py
 # runs real parallel attempts against the shared cache the site would use (database or Redis).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# Most tests follow a hand-over through the worker — what every backend but local, and every
+# start from the queue or the tick, does — and assert `provisioning` until it runs; the tests
+# of the hand-over in the request (tests/leasing/test_hand_over_in_request.py) turn it on.
+CARDPOOL = {**CARDPOOL, "HAND_OVER_IN_REQUEST": False}  # noqa: F405

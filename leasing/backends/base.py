@@ -64,9 +64,16 @@ class SessionSpec:
 
 class Backend:
     """Hands cards over and takes them back. Every call is idempotent on the lease id,
-    and is called only from Celery tasks."""
+    and is called only from Celery tasks — except the provisioning of a backend that declares
+    ``provisions_inline``."""
 
     name = "base"
+    # True when ``provision`` only computes the access details from the Holding — it talks to
+    # nothing outside the portal, cannot block, and leaves nothing to undo — so a lease its
+    # request placed at once may be handed over by the web process right after the placement
+    # commits, instead of by a worker (``lifecycle.handover.hand_over_placed``). Every other
+    # call, and every hand-over of a lease started by the queue or the tick, runs in a task.
+    provisions_inline = False
 
     def provision(self, holding: Holding) -> dict:
         """Make the holding's cards usable by its holder; return the access details."""

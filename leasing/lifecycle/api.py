@@ -174,6 +174,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             [lease],
             Prefetch("allocations", queryset=Allocation.objects.select_related("card__node")),
         )
+        if not lease.replayed:
+            lease.pending_changes = []  # made just now: no change can wait for it yet
         response = Response(LeaseSerializer(lease).data, status=status.HTTP_201_CREATED)
         if lease.replayed:
             response["Idempotent-Replayed"] = "true"

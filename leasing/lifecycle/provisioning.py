@@ -12,7 +12,6 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from inventory.models import Node
 from leasing.backends import (
     Holding,
     NodeCards,
@@ -42,7 +41,12 @@ from leasing.scheduler.run import (
     release_begin,
     replan,
 )
-from leasing.transitions import cards_free, event_record, notify_after_commit, transition
+from leasing.transitions import (
+    cards_free,
+    event_record,
+    notify_after_commit,
+    transition,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +111,7 @@ def lease_activate(*, lease_id: int, access: dict, now: datetime | None = None) 
             # The tick (tasks.tick) expires it at its end.
             waited = LeaseEvent.objects.filter(lease_id=lease_id, kind="queued").exists()
             kind = "lease_started_from_queue" if waited else "lease_active"
-            transaction.on_commit(lambda: _notify_here(lease_id, kind), robust=True)
+            transaction.on_commit(lambda: notify_here(lease_id, kind), robust=True)
             if replaces_id:
                 # A resize to another model: the old cards go only now that the new ones are held.
                 old = Lease.objects.filter(pk=replaces_id).first()
@@ -214,12 +218,12 @@ def lease_release_fail(*, lease_id: int, reason: str, now: datetime | None = Non
     return failed
 
 
-def _notify_here(lease_id: int, kind: str) -> None:
+def notify_here(lease_id: int, kind: str, lease: Lease | None = None) -> None:
     """Word and write the notice in this process, after the commit: the caller is a worker
     already, and a second task per lease for an in-app notice costs more than the notice
     (email and webhooks still go out as their own tasks). If it fails, it is queued instead."""
     try:
-        wording.notify_lease_event(lease_id=lease_id, kind=kind)
+        wording.notify_lease_event(lease_id=lease_id, kind=kind, lease=lease)
     except Exception:
         logger.exception("notice %s for lease %s failed here; queued instead", kind, lease_id)
         enqueue("leasing.tasks.notify_lease", lease_id, kind, inline_if_down=False)
@@ -234,15 +238,22 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
     it was placed on (from all its periods: a release runs after its cards are cut)."""
     now = now or timezone.now()
     per_node: dict[int, list[int]] = defaultdict(list)
-    every_node: set[int] = set()
-    for node_id, index, end_at in Allocation.objects.filter(lease=lease).values_list(
-        "card__node_id", "card__index", "end_at"
-    ):
-        every_node.add(node_id)
+    nodes: dict[int, tuple[str, dict]] = {}  # node id → hostname, labels
+    loaded = getattr(lease, "_prefetched_objects_cache", {}).get("allocations")
+    if loaded is not None:  # prefetched with their card and node (provision_here)
+        rows = [
+            (a.card.node_id, a.card.node.hostname, a.card.node.labels, a.card.index, a.end_at)
+            for a in loaded
+        ]
+    else:  # one query: the periods with their card's node (there are few per lease)
+        rows = Allocation.objects.filter(lease=lease).values_list(
+            "card__node_id", "card__node__hostname", "card__node__labels", "card__index", "end_at"
+        )
+    for node_id, hostname, labels, index, end_at in rows:
+        nodes[node_id] = (hostname, labels or {})
         if end_at > now:
             per_node[node_id].append(index)
-    nodes = Node.objects.in_bulk(list(every_node))
-    by_hostname = sorted(every_node, key=lambda node_id: nodes[node_id].hostname)
+    by_hostname = sorted(nodes, key=lambda node_id: nodes[node_id][0])
     profile = getattr(lease.user, "profile", None)
     return Holding(
         lease_id=lease.pk,
@@ -253,15 +264,11 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
         devices_env=lease.card_model.devices_env,
         end_at=lease.end_at,
         nodes=tuple(
-            NodeCards(
-                nodes[node_id].hostname,
-                tuple(sorted(per_node[node_id])),
-                nodes[node_id].labels or {},
-            )
+            NodeCards(nodes[node_id][0], tuple(sorted(per_node[node_id])), nodes[node_id][1])
             for node_id in by_hostname
             if per_node[node_id]
         ),
-        backend=backend_name_for(lease.pk, [nodes[node_id].labels for node_id in by_hostname]),
+        backend=backend_name_for(lease.pk, [nodes[node_id][1] for node_id in by_hostname]),
     )
 
 

@@ -23,6 +23,7 @@ from leasing.choices import (
     StartPolicy,
     queue_rank,
 )
+from leasing.lifecycle import handover
 from leasing.lifecycle.request_steps import (
     admission,
     borrow_refusal,
@@ -46,7 +47,7 @@ from leasing.scheduler.run import (
     replan,
 )
 from leasing.teams import quotas
-from leasing.transitions import event_record, hand_over, notify_after_commit
+from leasing.transitions import event_record, notify_after_commit
 from portal.models import Team
 from portal.permissions import is_operator
 
@@ -168,9 +169,14 @@ def lease_request(
         # `provisioning` with its cards at once (scheduler/fastpath.py); else the full pass.
         placed = None
         nodes = nodes_meeting(requirements)
-        if start == now and fastpath.queue_is_empty(card_model.pk):
+        if start == now:
             placed = fastpath.place_now(
-                card_model.pk, count=count, start=now, end=now + duration, nodes=nodes
+                card_model.pk,
+                count=count,
+                start=now,
+                end=now + duration,
+                nodes=nodes,
+                unless_queued=True,
             )
         if not placed and (
             errors := capacity_errors(
@@ -294,7 +300,8 @@ def lease_request(
                 Allocation(card_id=c, lease=lease, start_at=now, end_at=lease.end_at)
                 for c in placed
             )
-            hand_over([lease.pk])
+            # Once this commits: here when the backend only keeps books, else by a worker.
+            handover.hand_over_placed(lease)
         elif verdict.status == LeaseStatus.PENDING_APPROVAL:
             # The limits as parameters, worded for whoever reads the timeline.
             event_record(
@@ -317,7 +324,7 @@ def lease_request(
                 lambda: quotas.budget_alerts(team=team, card_model_id=card_model.pk, now=now)
             )
     if placed:
-        return lease  # written as it stands: nothing to read back
+        return lease  # as it stands (active if handed over here): nothing to read back
     lease.refresh_from_db()
     if lease.status == LeaseStatus.QUEUED:
         notify_after_commit(lease.pk, "lease_queued")

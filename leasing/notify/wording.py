@@ -33,18 +33,21 @@ def _chosen_language(user):
 
 
 def notify_lease_event(
-    *, lease_id: int, kind: str, now: datetime | None = None
+    *, lease_id: int, kind: str, now: datetime | None = None, lease: Lease | None = None
 ) -> list[Notification]:
     """Word and send a lease event: to the holder, or to the team's leads for an approval request.
 
     Takes the kinds above and the older names ``failed``, ``approved``, ``rejected``.
-    Idempotent per lease and event (a task that runs twice tells once).
+    Idempotent per lease and event (a task that runs twice tells once). A caller that has
+    just written the lease passes it (*lease*, with its user, team and model loaded) instead
+    of having it read again.
     """
-    lease = (
-        Lease.objects.select_related("user__profile", "card_model", "team")
-        .filter(pk=lease_id)
-        .first()
-    )
+    if lease is None:
+        lease = (
+            Lease.objects.select_related("user__profile", "card_model", "team")
+            .filter(pk=lease_id)
+            .first()
+        )
     if lease is None:
         return []
     if kind in (Kind.APPROVAL_REQUESTED, Kind.RELEASE_FAILED):  # told to others, not the holder

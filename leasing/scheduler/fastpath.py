@@ -13,7 +13,7 @@ the full pass. The caller holds the model's lock; the exclusion constraint stays
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
@@ -44,7 +44,7 @@ domains AS (
 ),
 best AS (
     SELECT node_id, domain FROM domains
-    WHERE n >= %s
+    WHERE n >= %s{unless_queued}
     ORDER BY node_free, n, node_id, domain
     LIMIT 1
 )
@@ -53,6 +53,14 @@ JOIN best b ON b.node_id = f.node_id AND b.domain = f.domain
 ORDER BY f.idx
 LIMIT %s
 """
+
+
+# With ``unless_queued``: no cards when someone waits for the model (the queue's check and
+# the placement in one round trip; the caller then runs the full pass, as for no fit).
+_UNLESS_QUEUED = """
+      AND NOT EXISTS (
+          SELECT 1 FROM leasing_lease WHERE card_model_id = %s AND status = %s
+      )"""
 
 
 def free_cards(
@@ -84,18 +92,77 @@ def place_now(
     start: datetime,
     end: datetime,
     nodes: frozenset[int] | None = None,
+    unless_queued: bool = False,
 ) -> list[int] | None:
     """*count* cards on one node and one interconnect domain, free over [start, end) (start is
-    now), chosen as ``planner.place`` would; None when that takes more than one domain."""
+    now), chosen as ``planner.place`` would; None when that takes more than one domain, or,
+    with *unless_queued*, when a lease waits for the model (``queue_is_empty``, in the same
+    statement)."""
     if nodes is not None and not nodes:
         return None  # no node meets the requirements: the caller says why
-    free = (
-        free_cards(card_model_id, start=start, end=end, nodes=nodes)
-        .order_by()
-        .values_list("id", "node_id", "interconnect_domain", "index")
+    free_sql, free_params = _free_sql(card_model_id, start=start, end=end, nodes=nodes)
+    queued_sql, queued_params = (
+        (_UNLESS_QUEUED, (card_model_id, LeaseStatus.QUEUED)) if unless_queued else ("", ())
     )
-    free_sql, free_params = free.query.sql_with_params()
+    sql = _CHOOSE_SQL.format(free=free_sql, unless_queued=queued_sql)
     with connection.cursor() as cursor:
-        cursor.execute(_CHOOSE_SQL.format(free=free_sql), (*free_params, count, count))
+        cursor.execute(sql, (*free_params, count, *queued_params, count))
         ids = [row[0] for row in cursor.fetchall()]
     return ids or None
+
+
+# The free-card statement is the same text for every model and window (only its parameters
+# change), and building it through the ORM costs more than running it: it is built once per
+# process and database vendor, then reused with the call's parameters.
+_free_sql_cache: dict[str, tuple[str, tuple] | None] = {}
+
+
+def _free_sql(
+    card_model_id: int, *, start: datetime, end: datetime, nodes: frozenset[int] | None
+) -> tuple[str, tuple]:
+    def compiled(model_id: int, start: datetime, end: datetime) -> tuple[str, tuple]:
+        free = (
+            free_cards(model_id, start=start, end=end, nodes=nodes)
+            .order_by()
+            .values_list("id", "node_id", "interconnect_domain", "index")
+        )
+        sql, params = free.query.sql_with_params()
+        return sql, tuple(params)
+
+    if nodes is not None:  # the node list changes the text: built every time
+        return compiled(card_model_id, start, end)
+    vendor = connection.vendor
+    if vendor not in _free_sql_cache:
+        _free_sql_cache[vendor] = _template(compiled)
+    template = _free_sql_cache[vendor]
+    if template is None:  # a parameter derived from the window: cannot be reused
+        return compiled(card_model_id, start, end)
+    sql, slots = template
+    given = {"model": card_model_id, "start": start, "end": end}
+    return sql, tuple(given[slot] if isinstance(slot, str) else slot[0] for slot in slots)
+
+
+def _template(compiled) -> tuple[str, tuple] | None:
+    """The statement built for two different sets of marker values, and where each parameter
+    comes from: the model, the start, the end, or a constant (one-tuple). None when the two
+    texts differ or a parameter is none of these (then nothing is reused)."""
+    base = datetime(2001, 1, 1, tzinfo=UTC)
+    marks = (
+        {"model": -7001, "start": base, "end": base + timedelta(days=3)},
+        {"model": -7002, "start": base + timedelta(days=1), "end": base + timedelta(days=5)},
+    )
+    (sql_a, params_a), (sql_b, params_b) = (
+        compiled(m["model"], m["start"], m["end"]) for m in marks
+    )
+    if sql_a != sql_b or len(params_a) != len(params_b):
+        return None
+    slots: list = []
+    for a, b in zip(params_a, params_b, strict=True):
+        slot = next((k for k in marks[0] if a == marks[0][k] and b == marks[1][k]), None)
+        if slot is not None:
+            slots.append(slot)
+        elif a == b:
+            slots.append((a,))
+        else:
+            return None
+    return sql_a, tuple(slots)

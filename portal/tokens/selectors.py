@@ -10,8 +10,9 @@ from portal.tokens.services import token_digest
 
 
 def token_for_key(key: str) -> ApiToken | None:
-    """The token whose key this is (with its user), or None."""
-    return ApiToken.objects.select_related("user").filter(digest=token_digest(key)).first()
+    """The token whose key this is (with its user and profile, read by every permission
+    check), or None."""
+    return ApiToken.objects.select_related("user__profile").filter(digest=token_digest(key)).first()
 
 
 def tokens_of(user: AbstractBaseUser) -> QuerySet[ApiToken]:

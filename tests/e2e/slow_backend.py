@@ -8,6 +8,10 @@ from leasing.backends.local import LocalBackend
 
 
 class SlowLocalBackend(LocalBackend):
+    # It blocks: not book-keeping only, so never handed over in a request (whatever the
+    # setting), only by the worker this test kills.
+    provisions_inline = False
+
     def provision(self, holding) -> dict:
         time.sleep(float(os.environ.get("CARDPOOL_TEST_PROVISION_SECONDS", "3")))
         return super().provision(holding)

@@ -72,20 +72,11 @@ def provision_here(lease: Lease, *, now: datetime | None = None) -> bool:
         backend = get_backend(holding=holding)
         if not backend.provisions_inline:
             return False
+        failure = None
         try:
             access = backend.provision(holding)
         except Exception as exc:
-            BackendCall.objects.create(
-                lease=lease,
-                backend=backend.name,
-                action="provision",
-                attempt=1,
-                started_at=now,
-                finished_at=timezone.now(),
-                ok=False,
-                detail=str(exc)[:2000],
-            )
-            return False
+            failure = str(exc)[:2000]
         BackendCall.objects.create(
             lease=lease,
             backend=backend.name,
@@ -93,8 +84,11 @@ def provision_here(lease: Lease, *, now: datetime | None = None) -> bool:
             attempt=1,
             started_at=now,
             finished_at=timezone.now(),
-            ok=True,
+            ok=failure is None,
+            detail=failure or "",
         )
+        if failure is not None:
+            return False
         if not transition(
             lease.pk,
             frm=[LeaseStatus.PROVISIONING],

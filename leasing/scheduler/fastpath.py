@@ -35,7 +35,7 @@ def queue_is_empty(card_model_id: int) -> bool:
 # lease marked for preemption holds its cards only until its ``preempt_at``); the choice of
 # node and domain is plain SQL. tests/leasing/test_fastpath.py holds it to the planner.
 _CHOOSE_SQL = """
-WITH free(id, node_id, domain, idx) AS ({free}),
+WITH free(id, node_id, domain, idx) AS (SELECT * FROM ({free}) AS f0{unless_queued}),
 domains AS (
     SELECT node_id, domain, COUNT(*) AS n,
            SUM(COUNT(*)) OVER (PARTITION BY node_id) AS node_free
@@ -44,7 +44,7 @@ domains AS (
 ),
 best AS (
     SELECT node_id, domain FROM domains
-    WHERE n >= %s{unless_queued}
+    WHERE n >= %s
     ORDER BY node_free, n, node_id, domain
     LIMIT 1
 )
@@ -56,11 +56,11 @@ LIMIT %s
 
 
 # With ``unless_queued``: no cards when someone waits for the model (the queue's check and
-# the placement in one round trip; the caller then runs the full pass, as for no fit).
+# the placement in one round trip; the caller then runs the full pass, as for no fit). At the
+# head of the statement, uncorrelated: the database checks it once, before looking for free
+# cards (a request that meets a queue does not pay for the search).
 _UNLESS_QUEUED = """
-      AND NOT EXISTS (
-          SELECT 1 FROM leasing_lease WHERE card_model_id = %s AND status = %s
-      )"""
+    WHERE NOT EXISTS (SELECT 1 FROM leasing_lease WHERE card_model_id = %s AND status = %s)"""
 
 
 def free_cards(
@@ -106,7 +106,7 @@ def place_now(
     )
     sql = _CHOOSE_SQL.format(free=free_sql, unless_queued=queued_sql)
     with connection.cursor() as cursor:
-        cursor.execute(sql, (*free_params, count, *queued_params, count))
+        cursor.execute(sql, (*free_params, *queued_params, count, count))
         ids = [row[0] for row in cursor.fetchall()]
     return ids or None
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 from django.contrib import admin
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from inventory.models import Card, CardModel, Node, Region
 from leasing.lifecycle import maintenance
@@ -107,19 +106,7 @@ class NodeAdmin(admin.ModelAdmin):
             warned = maintenance.node_drain(user=request.user, node=node, drain_at=at)
             # Starts with a word: the admin capitalises a message's first letter (hostnames
             # are lower case).
-            self.message_user(
-                request,
-                ngettext(
-                    "Node %(node)s drains at %(at)s; %(n)s holder warned.",
-                    "Node %(node)s drains at %(at)s; %(n)s holders warned.",
-                    warned,
-                )
-                % {
-                    "node": node.hostname,
-                    "at": f"{timezone.localtime(at):%Y-%m-%d %H:%M}",
-                    "n": warned,
-                },
-            )
+            self.message_user(request, maintenance.node_drain_said(node, at, warned))
 
 
 @admin.register(Card)

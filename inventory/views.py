@@ -15,7 +15,6 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 from django.views.decorators.http import require_POST
 
 from inventory.charts import readings_charts
@@ -331,19 +330,7 @@ def node_drain(request: HttpRequest, hostname: str) -> HttpResponse:
     def drain():
         at = form.cleaned_data["drain_at"]
         warned = maintenance.node_drain(user=request.user, node=node, drain_at=at)
-        messages.success(
-            request,
-            ngettext(
-                "Node %(node)s drains at %(at)s; %(n)s holder warned.",
-                "Node %(node)s drains at %(at)s; %(n)s holders warned.",
-                warned,
-            )
-            % {
-                "node": node.hostname,
-                "at": f"{timezone.localtime(at):%Y-%m-%d %H:%M}",
-                "n": warned,
-            },
-        )
+        messages.success(request, maintenance.node_drain_said(node, at, warned))
 
     _operator_run(request, drain)
     return redirect("inventory:node", hostname)

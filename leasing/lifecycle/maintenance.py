@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from inventory.models import Card, Node
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus, WarningKind
@@ -36,6 +36,20 @@ BATCH = 500
 
 
 # --- maintenance -------------------------------------------------------------------------
+
+
+def node_drain_said(node: Node, drain_at: datetime, warned: int) -> str:
+    """What the operator is told after a drain (the node page and the admin say the same),
+    in the reader's language and time zone."""
+    return ngettext(
+        "Node %(node)s drains at %(at)s; %(n)s holder warned.",
+        "Node %(node)s drains at %(at)s; %(n)s holders warned.",
+        warned,
+    ) % {
+        "node": node.hostname,
+        "at": f"{timezone.localtime(drain_at):%Y-%m-%d %H:%M}",
+        "n": warned,
+    }
 
 
 def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = None) -> int:

@@ -127,8 +127,9 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             and not any(w.start_policy for w in waiting)
             and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
             and not shares.shares_covering(card_model_id)
-            and not preemption_plan(card_model_id, now=now, covering=[])
         )
+        if trusted and preemption_plan(card_model_id, now=now, covering=[]):
+            trusted = False  # a higher class needed room: plan the queue around the victims
         if trusted:
             plan = QueuePlan(cards, picture.timeline(), now=now)
             stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)

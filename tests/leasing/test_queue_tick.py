@@ -113,3 +113,32 @@ def test_a_stale_stretch_is_refreshed_by_the_tick(
     monkeypatch.setattr(refresh, "queue_refresh", lambda *a, **k: slices.append(1) or real(*a, **k))
     tick(a100)
     assert slices and not QueueMark.objects.exists()
+
+
+def test_a_cache_that_cannot_be_read_means_the_whole_queue_every_tick(
+    queue, a100, frozen, passes, tick, monkeypatch
+):
+    def broken(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(refresh.cache, "get", broken)
+    monkeypatch.setattr(refresh.cache, "set", broken)
+    tick(a100)
+    frozen.shift(2)
+    tick(a100)
+    assert len(passes) == 2  # no record of the last pass: nothing is trusted, nothing fails
+
+
+def test_the_refresh_task_plans_the_stale_stretch_to_the_end(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    from leasing.lifecycle.tasks import queue_refresh as refresh_task
+
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)
+    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)  # one lease per slice
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for n in range(4):
+        ask(bob, nlp, a100, count=2, duration=hours(8 - n))  # each ahead of the last
+    assert QueueMark.objects.exists()
+    assert refresh_task(a100.pk) > 1  # several slices, in one task
+    assert not QueueMark.objects.exists()

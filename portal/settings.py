@@ -546,6 +546,11 @@ CARDPOOL = {
     # A request placed at once on nodes whose backend only keeps books (local) is handed over
     # in the request itself, answered `active`; false sends every hand-over to the workers.
     "HAND_OVER_IN_REQUEST": env_bool("CARDPOOL_HAND_OVER_IN_REQUEST", True),
+    # The queue planner's picture of a card model shared between processes through the cache
+    # (leasing/scheduler/plancache.py): on by default when the cache is Redis.
+    "PLAN_SHARING": env_bool(
+        "CARDPOOL_PLAN_SHARING", CACHES["default"]["BACKEND"].endswith("RedisCache")
+    ),
     # Seconds between ticks that end leases whose end has come and start due reservations:
     # the most a lease outlives its end (besides the time to take the cards back).
     "TICK_SECONDS": env_int("CARDPOOL_TICK_SECONDS", 2),

@@ -74,7 +74,8 @@ def _fresh_rate_limits():
 @pytest.fixture(autouse=True)
 def _no_kept_queue_pictures():
     """The planner's pictures kept in the process (scheduler/plancache.py) name a version
-    of a database that each test rolls back: none carries over between tests."""
+    of a database that each test rolls back: none carries over between tests (the shared
+    steps live in the cache, cleared by ``_fresh_rate_limits``)."""
     from leasing.scheduler import plancache
 
     plancache.forget()

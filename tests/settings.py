@@ -23,3 +23,6 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 # start from the queue or the tick, does — and assert `provisioning` until it runs; the tests
 # of the hand-over in the request (tests/leasing/test_hand_over_in_request.py) turn it on.
 CARDPOOL = {**CARDPOOL, "HAND_OVER_IN_REQUEST": False}  # noqa: F405
+# The queue planner's pictures are shared through the (in-memory) cache as in production, so
+# every queue test also runs the replay of shared steps (scheduler/plancache.py).
+CARDPOOL["PLAN_SHARING"] = True

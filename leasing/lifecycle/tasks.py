@@ -28,6 +28,7 @@ from leasing.lifecycle import (
 )
 from leasing.models import Lease
 from leasing.notify import wording
+from leasing.scheduler import plancache
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
 from leasing.workbench import workspace
@@ -135,6 +136,13 @@ def queue_refresh(card_model_id: int) -> int:
     while refresh_slice(card_model_id) and slices < REFRESH_SLICES_MAX:
         slices += 1
     return slices
+
+
+@shared_task(name="leasing.tasks.plan_share")
+def plan_share(card_model_id: int) -> bool:
+    """Leave a fresh base of the model's queue picture in the cache, so that the processes
+    serving requests replay a few steps instead of reading the queue (scheduler/plancache)."""
+    return plancache.share(card_model_id)
 
 
 @shared_task(name="leasing.tasks.expire_lease", acks_late=True)

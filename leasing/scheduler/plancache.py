@@ -1,29 +1,54 @@
-"""The planner's picture of a card model kept in the process from one pass to the next.
+"""The planner's picture of a card model kept from one pass to the next, in the process and
+shared between processes through the cache.
 
 Reading a model's cards, its open allocations and its waiting leases costs time in
-proportion to the pool and the queue (about 40 ms for 1,600 cards and 1,000 waiting leases);
+proportion to the pool and the queue (about 30 ms for 1,600 cards and 1,000 waiting leases);
 a request that joins a queue needs none of it to have changed since the last pass. So the
 pass keeps the picture it ended with (the cards, the holders' busy periods, the waiting
-leases with what was stored for them), and the next pass in the same process uses it when
-the database says nothing the planner reads has changed since: ``PlanVersion``, moved by
-triggers on every such write (migration leasing/0025), so no write path can forget it.
+leases with what was stored for them), and the next pass uses it when the database says
+nothing the planner reads has changed since: ``PlanVersion``, moved by triggers on every
+such write (migration leasing/0025), so no write path can forget it.
 
-``hold`` locks the model's version row for the transaction (moving it on) before anything
-is read, so nobody can change what the planner reads until the commit; the picture is kept
-after the commit with the version the transaction ended with, and only then. A pass that
-rolls back keeps nothing. Each process keeps its own pictures: a request served by another
-process than the last pass reads the database, as before.
+``hold`` locks the model's version row for the transaction before anything is read, so
+nobody can change what the planner reads until the commit; the picture is kept after the
+commit with the version the transaction ended with, and only then. A pass that rolls back
+keeps nothing.
+
+**Between processes** (``CARDPOOL["PLAN_SHARING"]``, on when the cache is Redis): each pass
+also leaves in the cache, under the version it ended with, one *step*: what it changed (the
+leases that joined, those that started or were booked, the plans it wrote: a few hundred
+bytes) and the version it started from; or, when it read the picture from the database, the
+whole picture (a *base*, about 300 KB for 1,000 waiting). A process whose own picture is
+behind (or that has none) walks the steps back from the version it holds until it reaches
+its own picture or a base, and replays them: a few cache reads instead of the database.
+Every ``BASE_EVERY`` steps the worker leaves a fresh base (``share``), so walks stay
+short. A step missing, evicted or unreadable, a walk longer than ``WALK_MAX``: the database,
+as without sharing. Steps are written only after the commit and describe exactly one
+committed version, so a stale one can never be used (versions only grow); they expire after
+``SHARE_SECONDS``. After restoring a database backup, clear the cache (docs/operations.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
+from django.utils import timezone
 
+from leasing.enqueue import enqueue_after_commit
 from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
+
+logger = logging.getLogger(__name__)
+
+WALK_MAX = 16  # steps a process replays before it reads the database instead
+BASE_EVERY = 8  # steps after a base before the worker is asked for a fresh one
+SHARE_SECONDS = 600  # how long a step stays in the cache
 
 
 @dataclass
@@ -34,6 +59,11 @@ class Picture:
     cards: list[CardSlot]
     holders: Timeline  # busy periods of the leases holding or booked on cards
     waiting: list[Waiting]  # in service order
+    depth: int = 0  # steps since the last shared base
+    # what a pass did to it before planning (``admit``), and the version it was taken at
+    # (None: read from the database inside this transaction)
+    added: list[Waiting] = field(default_factory=list)
+    taken: int | None = None
 
     def timeline(self) -> Timeline:
         """A copy of the holders' periods for a plan to add its reservations to."""
@@ -46,36 +76,51 @@ class Picture:
 
 _kept: dict[int, Picture] = {}
 
-_BUMP = (
-    "INSERT INTO leasing_planversion (card_model_id, version) VALUES (%s, 1)"
-    " ON CONFLICT (card_model_id) DO UPDATE SET version = leasing_planversion.version + 1"
+_HOLD = (
+    "INSERT INTO leasing_planversion (card_model_id, version) VALUES (%s, 0)"
+    " ON CONFLICT (card_model_id) DO UPDATE SET version = leasing_planversion.version"
     " RETURNING version"
 )
 
 
 def hold(card_model_id: int) -> int:
-    """Lock the model's version row until the commit, moving it on; the version it had."""
+    """Lock the model's version row until the commit (without moving it: a pass that
+    writes nothing the planner reads leaves every kept picture current); its version."""
     with connection.cursor() as cursor:
-        cursor.execute(_BUMP, [card_model_id])
-        return cursor.fetchone()[0] - 1
+        cursor.execute(_HOLD, [card_model_id])
+        return cursor.fetchone()[0]
+
+
+_VERSION = "SELECT version FROM leasing_planversion WHERE card_model_id = %s"
+_VERSION_FOR_SHARE = _VERSION + " FOR SHARE"
 
 
 def version_now(card_model_id: int) -> int:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT version FROM leasing_planversion WHERE card_model_id = %s", [card_model_id]
-        )
+        cursor.execute(_VERSION, [card_model_id])
         row = cursor.fetchone()
     return 0 if row is None else row[0]
 
 
 def take(card_model_id: int, version: int, *, now: datetime) -> Picture | None:
-    """The picture kept at *version* (it leaves the store: a pass changes it), or None."""
+    """The picture at *version*: this process's (it leaves the store: a pass changes it),
+    brought up to *version* by the steps other processes shared; None when there is none."""
     picture = _kept.pop(card_model_id, None)
     if picture is None or picture.version != version:
-        return None
+        picture = _walk(card_model_id, version, picture) if sharing() else None
+        if picture is None:
+            return None
     picture.holders.prune(now)
+    picture.taken = version
+    picture.added = []
     return picture
+
+
+def admit(picture: Picture, newcomers: list[Waiting]) -> None:
+    """Leases that joined the queue since *picture* was kept (read by the pass itself)."""
+    if newcomers:
+        picture.waiting = sorted(picture.waiting + newcomers, key=lambda w: w.key)
+        picture.added.extend(newcomers)
 
 
 def load(card_model_id: int, *, now: datetime) -> Picture:
@@ -89,9 +134,10 @@ def load(card_model_id: int, *, now: datetime) -> Picture:
 
 
 def forget(card_model_id: int | None = None) -> None:
-    """Drop the kept pictures (one model's, or all)."""
+    """Drop this process's kept pictures (one model's, or all); the shared steps stay."""
     if card_model_id is None:
         _kept.clear()
+        asked.clear()
     else:
         _kept.pop(card_model_id, None)
 
@@ -108,9 +154,32 @@ class Applied:
 
 def keep_after_commit(card_model_id: int, picture: Picture, applied: Applied, *, now) -> None:
     """Bring *picture* up to what the pass wrote and keep it once the transaction commits,
-    with the version the transaction ends with (nobody else could move it: ``hold``)."""
+    with the version the transaction ends with (nobody else could move it: ``hold``); and
+    share what changed (a step) or, when it was read from the database, the whole of it."""
     if not applied.complete:
         return
+    _advance(picture, applied, now)
+    since, added = picture.taken, picture.added
+    picture.version = version_now(card_model_id)
+    picture.taken, picture.added = None, []
+    transaction.on_commit(lambda: _kept.__setitem__(card_model_id, picture))
+    if not sharing() or since == picture.version:
+        return  # nothing the planner reads was written: the step there is still the one
+    key = _key(card_model_id, picture.version)
+    if since is None:
+        picture.depth = 0
+        transaction.on_commit(lambda: _put(key, _base(picture)), robust=True)
+        return
+    picture.depth += 1
+    step = ("step", since, added, applied, now)
+    transaction.on_commit(lambda: _put(key, step), robust=True)
+    if picture.depth % BASE_EVERY == 0:
+        asked.add(card_model_id)
+        enqueue_after_commit("leasing.tasks.plan_share", card_model_id)
+
+
+def _advance(picture: Picture, applied: Applied, now: datetime) -> None:
+    """*picture* as the pass that decided *applied* left it."""
     gone = set()
     for request, decision in applied.started:
         gone.add(decision.lease_id)
@@ -130,5 +199,83 @@ def keep_after_commit(card_model_id: int, picture: Picture, applied: Applied, *,
             w = replace(w, estimated_start=eta, stall_reason=stall, planned_cards=planned)
         waiting.append(w)
     picture.waiting = waiting
-    picture.version = version_now(card_model_id)
-    transaction.on_commit(lambda: _kept.__setitem__(card_model_id, picture))
+
+
+# --- between processes ------------------------------------------------------------------
+
+asked: set[int] = set()  # models this process asked the worker to share a base for
+
+
+def sharing() -> bool:
+    return settings.CARDPOOL["PLAN_SHARING"]
+
+
+def _key(card_model_id: int, version: int) -> str:
+    return f"plan-picture:{settings.DATABASES['default']['NAME']}:{card_model_id}:{version}"
+
+
+def _base(picture: Picture) -> tuple:
+    busy = {card_id: periods for card_id, periods in picture.holders.busy.items() if periods}
+    return ("base", picture.cards, busy, picture.waiting)
+
+
+def _put(key: str, value: tuple) -> None:
+    try:
+        cache.set(key, value, SHARE_SECONDS)
+    except Exception as exc:  # a cache that cannot be written only costs the next reader
+        logger.warning("could not share the planner's picture (%s): %s", key, exc)
+
+
+def _walk(card_model_id: int, version: int, own: Picture | None) -> Picture | None:
+    """The picture at *version* from the shared steps: walked back to *own* (this process's
+    picture, behind) or to a base, then replayed forward. None when a step is missing."""
+    steps = []
+    at = version
+    try:
+        while True:
+            if own is not None and own.version == at:
+                picture = own
+                break
+            if len(steps) >= WALK_MAX:
+                return None
+            found = cache.get(_key(card_model_id, at))
+            if found is None:
+                return None
+            if found[0] == "base":
+                _kind, cards, busy, waiting = found
+                picture = Picture(at, cards, Timeline(busy=defaultdict(list, busy)), waiting)
+                break
+            steps.append(found)
+            at = found[1]
+    except Exception as exc:
+        logger.warning("could not read the planner's shared picture: %s", exc)
+        return None
+    for _kind, _since, added, applied, then in reversed(steps):
+        if added:
+            picture.waiting = sorted(picture.waiting + added, key=lambda w: w.key)
+        _advance(picture, applied, then)
+    picture.depth = (picture.depth if picture is own else 0) + len(steps)
+    picture.version = version
+    return picture
+
+
+def share(card_model_id: int) -> bool:
+    """Leave a base of the model's picture at its current version in the cache (the worker,
+    every ``BASE_EVERY`` steps): the version row is locked for reading only while the picture
+    is taken or read, so writers wait for that alone. False when sharing is off."""
+    if not sharing():
+        return False
+    now = timezone.now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            locking = connection.features.has_select_for_update  # SQLite: one writer anyway
+            cursor.execute(_VERSION_FOR_SHARE if locking else _VERSION, [card_model_id])
+            row = cursor.fetchone()
+        if row is None:
+            return False
+        version = row[0]
+        picture = take(card_model_id, version, now=now) or load(card_model_id, now=now)
+    picture.version, picture.taken, picture.added, picture.depth = version, None, [], 0
+    _kept[card_model_id] = picture
+    _put(_key(card_model_id, version), _base(picture))
+    return True

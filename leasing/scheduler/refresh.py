@@ -36,9 +36,9 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
     True when a stale stretch is left (the caller runs it again).
 
     The leases up to the mark keep their (exact) plan; those after it are planned in order
-    after them, as ``plan_queue`` would. A stale lease that now fits at once starts from
-    behind those ahead of it, which changes their best fit: then the whole queue is planned
-    (``schedule_card_model``), as when cards free up."""
+    after them, as ``plan_queue`` would. A stale lease that now fits at once starts here,
+    from behind those ahead of it, and they are planned again around the cards it holds
+    (``QueuePlan.advance``), as a pass over the whole queue would do."""
     now = now or timezone.now()
     with transaction.atomic():
         lock_card_models([card_model_id])
@@ -64,15 +64,19 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         planned = []
         for w in stale:
             entry = plan.append(w.key, w.request)
-            if entry.decision.start is not None and entry.decision.start <= now:
-                hand_over(schedule_card_model(card_model_id, now=now).started)
-                return mark_of(card_model_id) is not None
             planned.append(entry)
+            if entry.decision.start is not None and entry.decision.start <= now:
+                break  # it starts now, from behind those ahead: they are planned around it
             if time.perf_counter() - began > REFRESH_BUDGET:
                 break
+        # A lease that fits now starts here, and those ahead of it are planned again around
+        # the cards it now holds (QueuePlan.advance), as a pass over the whole queue would;
+        # handing this to a pass bounded by the join budget would leave it stale again.
+        due = plan.advance(now)
+        entries = due + plan.entries if due else planned
         result = PassResult()
-        applied = apply_decisions(card_model_id, [e.decision for e in planned],
-                                  {e.request.lease_id: e.request for e in planned}, waiting,
+        applied = apply_decisions(card_model_id, [e.decision for e in entries],
+                                  {e.request.lease_id: e.request for e in entries}, waiting,
                                   keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
         hand_over(result.started)
         more = len(planned) < len(stale)

@@ -76,7 +76,7 @@ def schedule_card_model(
     picture = plancache.take(card_model_id, seen, now=now)
     if picture is not None and joined is not None:
         newcomer = waiting_of([card_model_id], now=now, lease_ids=[joined]).get(card_model_id)
-        picture.waiting = sorted(picture.waiting + (newcomer or []), key=lambda w: w.key)
+        plancache.admit(picture, newcomer or [])
     if picture is None:
         picture = plancache.load(card_model_id, now=now)
     waiting = picture.waiting

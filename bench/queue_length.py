@@ -8,8 +8,15 @@ one-card requests of 1-4 h ("short": they sort inside the queue) and as many of 
 service the API calls): each meets the queue, joins it and gets its estimated start. Times
 each call from the service call to the commit, in this process, which keeps the planner's
 picture from one pass to the next (scheduler/plancache.py); then --requests more short ones
-with that picture dropped before each ("from another process": the pool and the queue are
-read from the database). Then, untimed for the requests but timed here: the refresh that
+served by four processes in turn (gunicorn's four workers: each keeps the picture of its own
+last pass and brings it up to date from the steps the others shared through the cache); then
+as many in a process with no picture at all (a worker just started: it rebuilds the picture
+from the last shared base and the steps after it; the worker's fresh base every
+``plancache.BASE_EVERY`` steps is made between two requests, untimed for them, as the worker
+does it on another core); then as many with the cache emptied too ("no picture anywhere":
+the pool and the queue are read from the database). The process settles its garbage
+collector before timing anything, as portal/wsgi.py and each Celery child do
+(portal/runtime.py). Then, untimed for the requests but timed here: the refresh that
 plans the stale stretch the requests left (a slice per transaction: the slice is what a
 request arriving meanwhile may wait), the tick when nothing is due, and a pass over the whole
 queue as a release runs it (its first slice under the lock, then the refresh). Not a test;
@@ -126,7 +133,13 @@ def one_length(args, waiting: int) -> dict:
         out[kind] = timed_requests(args, rng, user, team, model, hours)
     # The same, each request in a process that did not make the last pass (it reads the
     # pool and the queue from the database: scheduler/plancache.py).
-    out["cold"] = timed_requests(args, rng, user, team, model, (1, 4), cold=True)
+    # Each request served by one of four processes in turn (gunicorn's four workers), each
+    # with the picture it kept from its own last pass, brought up to date from the steps
+    # the other three shared meanwhile.
+    out["four"] = timed_requests(args, rng, user, team, model, (1, 4), cold="four")
+    out["cold"] = timed_requests(args, rng, user, team, model, (1, 4), cold="other")
+    # And with no picture anywhere: neither in the process nor shared (the cache emptied).
+    out["bare"] = timed_requests(args, rng, user, team, model, (1, 4), cold="bare")
     # What the worker does after those requests: plan the stale stretch they left behind
     # them (scheduler.refresh.queue_refresh), a slice per transaction; each slice holds the
     # model's lock, so its length is what a request arriving meanwhile may wait.
@@ -178,12 +191,23 @@ def one_length(args, waiting: int) -> dict:
     }  # fmt: skip
 
 
-def timed_requests(args, rng, user, team, model, hours, cold=False) -> dict:
+def timed_requests(args, rng, user, team, model, hours, cold="") -> dict:
+    from django.core.cache import cache
+
     from leasing.choices import LeaseStatus
     from leasing.lifecycle import requests as lease_requests
     from leasing.scheduler import plancache
 
-    times, cpu = [], []
+    times, cpu, shares = [], [], []
+    processes = [{}, {}, {}, {}]
+    own = plancache._kept
+    if cold == "four":  # each process has served a request before (the first: a column of its own)
+        for kept in processes:
+            plancache._kept = kept
+            lease_requests.lease_request(
+                user=user, team=team, card_model=model, count=1,
+                duration=timedelta(hours=rng.randint(*hours)), same_node=True,
+            )  # fmt: skip
     prof = None
     if args.profile:
         import cProfile
@@ -191,8 +215,12 @@ def timed_requests(args, rng, user, team, model, hours, cold=False) -> dict:
         prof = cProfile.Profile()
         prof.enable()
     for _ in range(args.requests):
-        if cold:
+        if cold == "four":
+            plancache._kept = processes[len(times) % len(processes)]
+        elif cold:
             plancache.forget()
+        if cold == "bare":
+            cache.clear()
         t, c = time.perf_counter(), time.process_time()
         lease = lease_requests.lease_request(
             user=user, team=team, card_model=model, count=1,
@@ -201,6 +229,14 @@ def timed_requests(args, rng, user, team, model, hours, cold=False) -> dict:
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
         assert lease.status == LeaseStatus.QUEUED and lease.estimated_start, lease
+        if model.pk in plancache.asked:
+            # the worker's part (leasing.tasks.plan_share), on another core in production:
+            # a fresh base every BASE_EVERY steps; untimed for the requests, timed here
+            plancache.asked.discard(model.pk)
+            t = time.perf_counter()
+            plancache.share(model.pk)
+            shares.append(time.perf_counter() - t)
+    plancache._kept = own
     if prof is not None:
         import pstats
 
@@ -215,6 +251,8 @@ def timed_requests(args, rng, user, team, model, hours, cold=False) -> dict:
         "p95": times[min(len(times) - 1, math.ceil(0.95 * len(times)) - 1)],
         "cpu_median": statistics.median(cpu),
         "cpu_p95": cpu[min(len(cpu) - 1, math.ceil(0.95 * len(cpu)) - 1)],
+        "shares": len(shares),
+        "share_ms": statistics.median(shares) * 1000 if shares else 0,
     }
 
 
@@ -226,6 +264,9 @@ def main(argv=None) -> None:
     import report_scale
 
     report_scale.setup_django(args)
+    from portal.runtime import settle_gc
+
+    settle_gc()  # what portal/wsgi.py and each Celery child do once the app is loaded
     rows = []
     try:
         for waiting in (int(x) for x in args.waiting.split(",") if x.strip()):
@@ -246,18 +287,26 @@ def main(argv=None) -> None:
     print(
         "| waiting | short request (1-4 h, joins inside the queue): median ms | **p95 ms** | "
         "p95 CPU ms (bench process) | long request (24 h, joins at the end): median ms | "
-        "**p95 ms** | p95 CPU ms | short, from another process: median ms | p95 ms | refresh after them: slices, total ms | slice p95 / max ms "
+        "**p95 ms** | p95 CPU ms | short, served by four processes in turn: median ms | "
+        "**p95 ms** | short, a process with no picture (shared steps): median ms | "
+        "p95 ms | the worker's fresh bases meanwhile: n, median ms | short, no picture "
+        "anywhere: median ms | p95 ms | refresh after them: slices, total ms | slice p95 / max ms "
         "(lock held) | tick, nothing due: ms | whole-queue pass (as a release): first slice ms, "
         "refresh after it ms | overlapping allocations |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
     for r in rows:
         s, g = r["short"], r["long"]
         print(
             f"| {r['waiting']:,} | {s['median'] * 1000:.0f} | **{s['p95'] * 1000:.0f}** | "
             f"{s['cpu_p95'] * 1000:.0f} | {g['median'] * 1000:.0f} | **{g['p95'] * 1000:.0f}** | "
-            f"{g['cpu_p95'] * 1000:.0f} | {r['cold']['median'] * 1000:.0f} | "
-            f"{r['cold']['p95'] * 1000:.0f} | {r['slices']}, {r['refresh'] * 1000:,.0f} | "
+            f"{g['cpu_p95'] * 1000:.0f} | {r['four']['median'] * 1000:.0f} | "
+            f"**{r['four']['p95'] * 1000:.0f}** | {r['cold']['median'] * 1000:.0f} | "
+            f"{r['cold']['p95'] * 1000:.0f} | {r['cold']['shares'] + r['four']['shares']}, "
+            f"{r['cold']['share_ms']:.0f} | {r['bare']['median'] * 1000:.0f} | "
+            f"{r['bare']['p95'] * 1000:.0f} | {r['slices']}, {r['refresh'] * 1000:,.0f} | "
             f"{r['slice_p95'] * 1000:.0f} / {r['slice_max'] * 1000:.0f} | "
             f"{r['tick'] * 1000:,.0f} | {r['full'] * 1000:,.0f}, {r['full_refresh'] * 1000:,.0f} | "
             f"{r['overlaps']} |"

@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -23,3 +23,11 @@ def _close_old_connections(sender=None, **kwargs) -> None:
     if getattr(getattr(sender, "request", None), "is_eager", False) or connection.in_atomic_block:
         return  # run inline by a caller that owns the connection (tests, eager mode)
     close_old_connections()
+
+
+@worker_process_init.connect
+def _settle_gc(**kwargs) -> None:
+    """As portal/wsgi.py: the loaded app out of the cyclic collector's way in each child."""
+    from portal.runtime import settle_gc
+
+    settle_gc()

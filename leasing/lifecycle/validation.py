@@ -31,12 +31,14 @@ START_NOW_TOLERANCE = timedelta(seconds=60)
 def pool_capacity(card_model: CardModel, nodes: frozenset[int] | None = None) -> tuple[int, int]:
     """Cards of the model in service (not retired), and the most on any one node (of
     *nodes* only, when given)."""
-    cards = Card.objects.in_service().filter(card_model=card_model)
-    if nodes is not None:
-        cards = cards.filter(node_id__in=sorted(nodes))
-    per_node = cards.values("node_id").annotate(n=Count("pk"))
+    per_node = _in_service(card_model, nodes).values("node_id").annotate(n=Count("pk"))
     agg = per_node.order_by().aggregate(most=Max("n"), total=Sum("n"))
     return agg["total"] or 0, agg["most"] or 0
+
+
+def _in_service(card_model: CardModel, nodes: frozenset[int] | None):
+    cards = Card.objects.in_service().filter(card_model=card_model)
+    return cards if nodes is None else cards.filter(node_id__in=sorted(nodes))
 
 
 def priorities_for(user, *, membership: Membership | None = None, team: Team | None = None):
@@ -144,6 +146,8 @@ def capacity_errors(
 
     *nodes*: the nodes the request's *requirements* allow (region, network, stack version).
     """
+    if count == 1 and _in_service(card_model, nodes).exists():
+        return errors  # one card in service anywhere allowed is enough (one cheap statement)
     total, most_on_node = pool_capacity(card_model, nodes)
     if nodes is not None and total < count:
         wanted = ", ".join(

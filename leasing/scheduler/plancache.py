@@ -158,44 +158,54 @@ def keep_after_commit(card_model_id: int, picture: Picture, applied: Applied, *,
     share what changed (a step) or, when it was read from the database, the whole of it."""
     if not applied.complete:
         return
-    _advance(picture, applied, now)
+    _advance(picture, [(applied, now)])
     since, added = picture.taken, picture.added
     picture.version = version_now(card_model_id)
     picture.taken, picture.added = None, []
     transaction.on_commit(lambda: _kept.__setitem__(card_model_id, picture))
     if not sharing() or since == picture.version:
         return  # nothing the planner reads was written: the step there is still the one
-    key = _key(card_model_id, picture.version)
     if since is None:
         picture.depth = 0
-        transaction.on_commit(lambda: _put(key, _base(picture)), robust=True)
+        transaction.on_commit(lambda: _put_base(card_model_id, picture), robust=True)
         return
     picture.depth += 1
-    step = ("step", since, added, applied, now)
-    transaction.on_commit(lambda: _put(key, step), robust=True)
+    key = _key(card_model_id, f"step:{picture.version}")
+    transaction.on_commit(lambda: _put(key, (since, added, applied, now)), robust=True)
     if picture.depth % BASE_EVERY == 0:
         asked.add(card_model_id)
         enqueue_after_commit("leasing.tasks.plan_share", card_model_id)
 
 
-def _advance(picture: Picture, applied: Applied, now: datetime) -> None:
-    """*picture* as the pass that decided *applied* left it."""
+def _advance(
+    picture: Picture, passes: list[tuple[Applied, datetime]], added: list[Waiting] = ()
+) -> None:
+    """*picture* as the passes that decided each *applied* (at its time), in order, left it;
+    *added*: the leases that joined the queue in those passes (the last pass's own are in
+    its picture already). One walk over the waiting leases for all of them."""
     gone = set()
-    for request, decision in applied.started:
-        gone.add(decision.lease_id)
-        for card_id in decision.card_ids:
-            picture.holders.add(card_id, now, now + request.duration)
-    for request, decision in applied.booked:
-        gone.add(decision.lease_id)
-        for card_id in decision.card_ids:
-            picture.holders.add(card_id, decision.start, decision.start + request.duration)
+    shown: dict[int, tuple] = {}
+    for applied, now in passes:
+        for request, decision in applied.started:
+            gone.add(decision.lease_id)
+            for card_id in decision.card_ids:
+                picture.holders.add(card_id, now, now + request.duration)
+        for request, decision in applied.booked:
+            gone.add(decision.lease_id)
+            for card_id in decision.card_ids:
+                picture.holders.add(card_id, decision.start, decision.start + request.duration)
+        shown.update(applied.shown)
+    if added:
+        picture.waiting = sorted([*picture.waiting, *added], key=lambda w: w.key)
+    if not gone and not shown:
+        return
     waiting = []
     for w in picture.waiting:
         if w.request.lease_id in gone:
             continue
-        shown = applied.shown.get(w.request.lease_id)
-        if shown is not None:
-            eta, stall, planned = shown
+        now_shown = shown.get(w.request.lease_id)
+        if now_shown is not None:
+            eta, stall, planned = now_shown
             w = replace(w, estimated_start=eta, stall_reason=stall, planned_cards=planned)
         waiting.append(w)
     picture.waiting = waiting
@@ -210,16 +220,19 @@ def sharing() -> bool:
     return settings.CARDPOOL["PLAN_SHARING"]
 
 
-def _key(card_model_id: int, version: int) -> str:
-    return f"plan-picture:{settings.DATABASES['default']['NAME']}:{card_model_id}:{version}"
+def _key(card_model_id: int, what: str) -> str:
+    """A step (``step:<version>``), a base (``base:<version>``), or ``base`` (the version
+    of the newest base)."""
+    return f"plan-picture:{settings.DATABASES['default']['NAME']}:{card_model_id}:{what}"
 
 
-def _base(picture: Picture) -> tuple:
+def _put_base(card_model_id: int, picture: Picture) -> None:
     busy = {card_id: periods for card_id, periods in picture.holders.busy.items() if periods}
-    return ("base", picture.cards, busy, picture.waiting)
+    _put(_key(card_model_id, f"base:{picture.version}"), (picture.cards, busy, picture.waiting))
+    _put(_key(card_model_id, "base"), picture.version)
 
 
-def _put(key: str, value: tuple) -> None:
+def _put(key: str, value) -> None:
     try:
         cache.set(key, value, SHARE_SECONDS)
     except Exception as exc:  # a cache that cannot be written only costs the next reader
@@ -227,36 +240,56 @@ def _put(key: str, value: tuple) -> None:
 
 
 def _walk(card_model_id: int, version: int, own: Picture | None) -> Picture | None:
-    """The picture at *version* from the shared steps: walked back to *own* (this process's
-    picture, behind) or to a base, then replayed forward. None when a step is missing."""
-    steps = []
+    """The picture at *version* from the shared steps, walked back to *own* (this process's
+    picture, behind) or else to the newest base, then replayed forward. The walk goes on past
+    the base towards *own* (replaying a few steps is cheaper than reading a base) while it
+    can; None when neither is reached."""
+    steps: list[tuple] = []
     at = version
+    start: Picture | None = None
+    to_base = None  # how many steps lead back to the base, once passed
     try:
+        first = _key(card_model_id, f"step:{version}")
+        found = cache.get_many([first, _key(card_model_id, "base")])
+        base_at = found.get(_key(card_model_id, "base"), -1)
+        step = found.get(first)
         while True:
             if own is not None and own.version == at:
-                picture = own
+                start = own
                 break
+            if at == base_at:
+                to_base = len(steps)
+                if own is None or own.version > at:
+                    break
             if len(steps) >= WALK_MAX:
+                break
+            if step is None and steps:
+                step = cache.get(_key(card_model_id, f"step:{at}"))
+            if step is None:
+                break
+            steps.append(step)
+            at, step = step[0], None
+        if start is None:
+            if to_base is None:
                 return None
-            found = cache.get(_key(card_model_id, at))
+            steps = steps[:to_base]
+            found = cache.get(_key(card_model_id, f"base:{base_at}"))
             if found is None:
                 return None
-            if found[0] == "base":
-                _kind, cards, busy, waiting = found
-                picture = Picture(at, cards, Timeline(busy=defaultdict(list, busy)), waiting)
-                break
-            steps.append(found)
-            at = found[1]
+            cards, busy, waiting = found
+            start = Picture(base_at, cards, Timeline(busy=defaultdict(list, busy)), waiting)
     except Exception as exc:
         logger.warning("could not read the planner's shared picture: %s", exc)
         return None
-    for _kind, _since, added, applied, then in reversed(steps):
-        if added:
-            picture.waiting = sorted(picture.waiting + added, key=lambda w: w.key)
-        _advance(picture, applied, then)
-    picture.depth = (picture.depth if picture is own else 0) + len(steps)
-    picture.version = version
-    return picture
+    steps.reverse()  # oldest first
+    _advance(
+        start,
+        [(applied, then) for _since, _added, applied, then in steps],
+        [w for _since, added, _applied, _then in steps for w in added],
+    )
+    start.depth = (start.depth if start is own else 0) + len(steps)
+    start.version = version
+    return start
 
 
 def share(card_model_id: int) -> bool:
@@ -277,5 +310,5 @@ def share(card_model_id: int) -> bool:
         picture = take(card_model_id, version, now=now) or load(card_model_id, now=now)
     picture.version, picture.taken, picture.added, picture.depth = version, None, [], 0
     _kept[card_model_id] = picture
-    _put(_key(card_model_id, version), _base(picture))
+    _put_base(card_model_id, picture)
     return True

@@ -58,6 +58,8 @@ def preemption_plan(
             )
             if marked:
                 return marked
+    if not _running(card_model_id, Q(priority=Priority.PREEMPTIBLE)).exists():
+        return 0  # nobody to take cards from (the common case: one statement)
     waiting = (
         Lease.objects.filter(
             card_model_id=card_model_id,
@@ -83,22 +85,24 @@ def grace_for(lease: Lease, *, now: datetime, within: int | None = None) -> date
     return now + grace
 
 
+def _running(card_model_id: int, victims_q: Q):
+    """The model's running leases matching *victims_q* not already being preempted."""
+    return Lease.objects.filter(
+        victims_q, card_model_id=card_model_id, status__in=RUNNING_STATES, preempt_at__isnull=True
+    )
+
+
 def _make_room(
     card_model_id: int, waiting: Lease, victims_q: Q, *, now: datetime, within: int | None = None
 ) -> int:
     """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan)."""
     victims = list(
-        Lease.objects.filter(
-            victims_q,
-            card_model_id=card_model_id,
-            status__in=RUNNING_STATES,
-            preempt_at__isnull=True,
-        )
+        _running(card_model_id, victims_q)
         .select_related("user__profile")
         .order_by("count", "-activated_at", "pk")
     )
     if not victims:
-        return 0  # nobody to take cards from (the common case: one statement)
+        return 0  # nobody to take cards from
     if Lease.objects.filter(
         preempted_for=waiting, status__in=RUNNING_STATES, preempt_at__isnull=False
     ).exists():

@@ -82,11 +82,30 @@ def test_a_process_behind_catches_up_from_its_own_picture(queue, alice, vision, 
     assert same(picture, plancache.load(queue.pk, now=now), now)
 
 
+def test_a_process_behind_a_newer_base_still_replays_from_its_own_picture(
+    queue, alice, vision, committed
+):
+    mine = dict(plancache._kept)
+    with committed():
+        ask(alice, vision, queue, count=2, duration=hours(3))
+    assert plancache.share(queue.pk)  # the worker's base, newer than this process's picture
+    with committed():
+        ask(alice, vision, queue, count=1, duration=hours(4))
+    plancache._kept.clear()
+    plancache._kept.update(mine)
+    now = timezone.now()
+    with transaction.atomic():
+        version = plancache.hold(queue.pk)
+        picture = plancache.take(queue.pk, version, now=now)
+    assert picture is mine[queue.pk]  # two steps past the base, not the base read
+    assert same(picture, plancache.load(queue.pk, now=now), now)
+
+
 def test_a_missing_step_means_the_database(queue, alice, vision, committed):
     with committed():
         ask(alice, vision, queue, count=1, duration=hours(2))
     version = plancache.version_now(queue.pk)
-    cache.delete(plancache._key(queue.pk, version))  # evicted, or its writer died
+    cache.delete(plancache._key(queue.pk, f"step:{version}"))  # evicted, or its writer died
     picture, _now = picture_in_another_process(queue)
     assert picture is None
 
@@ -116,7 +135,9 @@ def test_nothing_is_shared_before_the_commit_or_after_a_rollback(queue, alice, v
         ask(alice, vision, queue, count=1, duration=hours(2))
         raise RuntimeError("rolled back")
     assert plancache.version_now(queue.pk) == before
-    assert cache.get(plancache._key(queue.pk, before + 1)) is None
+    for version in range(before + 1, before + 20):
+        for what in ("step", "base"):
+            assert cache.get(plancache._key(queue.pk, f"{what}:{version}")) is None
 
 
 def test_a_pass_that_writes_nothing_leaves_the_version_and_every_picture_current(
@@ -143,7 +164,8 @@ def test_the_worker_leaves_a_fresh_base_every_so_many_steps(queue, monkeypatch, 
     assert ("leasing.tasks.plan_share", queue.pk) in sent
     assert plancache.share(queue.pk)
     version = plancache.version_now(queue.pk)
-    assert cache.get(plancache._key(queue.pk, version))[0] == "base"
+    assert cache.get(plancache._key(queue.pk, "base")) == version
+    assert cache.get(plancache._key(queue.pk, f"base:{version}")) is not None
     picture, now = picture_in_another_process(queue)
     assert picture.depth == 0 and same(picture, plancache.load(queue.pk, now=now), now)
 
@@ -152,7 +174,8 @@ def test_sharing_off_keeps_pictures_in_the_process_only(queue, settings, alice, 
     settings.CARDPOOL = {**settings.CARDPOOL, "PLAN_SHARING": False}
     with committed():
         ask(alice, vision, queue, count=1, duration=hours(2))
-    assert cache.get(plancache._key(queue.pk, plancache.version_now(queue.pk))) is None
+    version = plancache.version_now(queue.pk)
+    assert cache.get(plancache._key(queue.pk, f"step:{version}")) is None
     picture, _now = picture_in_another_process(queue)
     assert picture is None
     assert not plancache.share(queue.pk)

@@ -13,12 +13,13 @@ the full pass. The caller holds the model's lock; the exclusion constraint stays
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from inventory.models import Card
+from leasing import statements
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
 from leasing.scheduler.availability import usable_cards
@@ -113,56 +114,17 @@ def place_now(
 
 # The free-card statement is the same text for every model and window (only its parameters
 # change), and building it through the ORM costs more than running it: it is built once per
-# process and database vendor, then reused with the call's parameters.
-_free_sql_cache: dict[str, tuple[str, tuple] | None] = {}
-
-
+# process and database vendor, then reused with the call's parameters (leasing.statements).
 def _free_sql(
     card_model_id: int, *, start: datetime, end: datetime, nodes: frozenset[int] | None
 ) -> tuple[str, tuple]:
-    def compiled(model_id: int, start: datetime, end: datetime) -> tuple[str, tuple]:
-        free = (
-            free_cards(model_id, start=start, end=end, nodes=nodes)
+    def build(model: int, start: datetime, end: datetime, nodes=nodes):
+        return (
+            free_cards(model, start=start, end=end, nodes=nodes)
             .order_by()
             .values_list("id", "node_id", "interconnect_domain", "index")
         )
-        sql, params = free.query.sql_with_params()
-        return sql, tuple(params)
 
     if nodes is not None:  # the node list changes the text: built every time
-        return compiled(card_model_id, start, end)
-    vendor = connection.vendor
-    if vendor not in _free_sql_cache:
-        _free_sql_cache[vendor] = _template(compiled)
-    template = _free_sql_cache[vendor]
-    if template is None:  # a parameter derived from the window: cannot be reused
-        return compiled(card_model_id, start, end)
-    sql, slots = template
-    given = {"model": card_model_id, "start": start, "end": end}
-    return sql, tuple(given[slot] if isinstance(slot, str) else slot[0] for slot in slots)
-
-
-def _template(compiled) -> tuple[str, tuple] | None:
-    """The statement built for two different sets of marker values, and where each parameter
-    comes from: the model, the start, the end, or a constant (one-tuple). None when the two
-    texts differ or a parameter is none of these (then nothing is reused)."""
-    base = datetime(2001, 1, 1, tzinfo=UTC)
-    marks = (
-        {"model": -7001, "start": base, "end": base + timedelta(days=3)},
-        {"model": -7002, "start": base + timedelta(days=1), "end": base + timedelta(days=5)},
-    )
-    (sql_a, params_a), (sql_b, params_b) = (
-        compiled(m["model"], m["start"], m["end"]) for m in marks
-    )
-    if sql_a != sql_b or len(params_a) != len(params_b):
-        return None
-    slots: list = []
-    for a, b in zip(params_a, params_b, strict=True):
-        slot = next((k for k in marks[0] if a == marks[0][k] and b == marks[1][k]), None)
-        if slot is not None:
-            slots.append(slot)
-        elif a == b:
-            slots.append((a,))
-        else:
-            return None
-    return sql_a, tuple(slots)
+        return build(card_model_id, start, end).query.sql_with_params()
+    return statements.reused("fastpath.free", build, model=card_model_id, start=start, end=end)

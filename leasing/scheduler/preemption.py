@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 
+from leasing import statements
 from leasing.choices import PRIORITY_RANK, RUNNING_STATES, Kind, LeaseStatus, Priority, WarningKind
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Allocation, Lease
@@ -58,7 +59,7 @@ def preemption_plan(
             )
             if marked:
                 return marked
-    if not _running(card_model_id, Q(priority=Priority.PREEMPTIBLE)).exists():
+    if not statements.rows("preemption.any", _any_preemptible, model=card_model_id):
         return 0  # nobody to take cards from (the common case: one statement)
     waiting = (
         Lease.objects.filter(
@@ -90,6 +91,10 @@ def _running(card_model_id: int, victims_q: Q):
     return Lease.objects.filter(
         victims_q, card_model_id=card_model_id, status__in=RUNNING_STATES, preempt_at__isnull=True
     )
+
+
+def _any_preemptible(model: int):
+    return _running(model, Q(priority=Priority.PREEMPTIBLE)).values_list("pk")[:1]
 
 
 def _make_room(

@@ -20,6 +20,7 @@ from datetime import datetime
 from django.db.models import Q, Sum
 
 from inventory.models import CardModel
+from leasing import statements
 from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.models import GuaranteedShare, Lease
 from leasing.scheduler.availability import available_cards
@@ -37,22 +38,26 @@ class Share:
     model_ids: frozenset[int]
 
 
+_COLUMNS = ("team_id", "cards", "within_minutes", "card_model_id", "family")
+
+
+def _covering(model: int):
+    family_of = CardModel.objects.filter(pk=model).exclude(family="")
+    scope = Q(card_model_id=model) | Q(family__in=family_of.values("family"))
+    return GuaranteedShare.objects.filter(scope).values_list(*_COLUMNS)
+
+
 def shares_covering(card_model_id: int, *, family: str | None = None) -> list[Share]:
     """The shares that a lease of *card_model_id* counts against (the model's own, and its
     family's). Give the model's *family* when known: one simple query when no share exists
     (the request path asks this for every placement)."""
-    if family is None:  # the model's family, in the same statement
-        family_of = CardModel.objects.filter(pk=card_model_id).exclude(family="")
-        scope = Q(card_model_id=card_model_id) | Q(family__in=family_of.values("family"))
-    elif family:
-        scope = Q(card_model_id=card_model_id) | Q(family=family)
+    if family is None:  # the model's family, in the same statement, built once
+        rows = statements.rows("shares.covering", _covering, model=card_model_id)
     else:
         scope = Q(card_model_id=card_model_id)
-    rows = list(
-        GuaranteedShare.objects.filter(scope).values_list(
-            "team_id", "cards", "within_minutes", "card_model_id", "family"
-        )
-    )
+        if family:
+            scope |= Q(family=family)
+        rows = list(GuaranteedShare.objects.filter(scope).values_list(*_COLUMNS))
     if not rows:
         return []
     family = next((f for *_rest, f in rows if f), "")

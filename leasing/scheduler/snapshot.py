@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from inventory.models import Node
 from inventory.requirements import NODE_KEYS, nodes_meeting
+from leasing import statements
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
 from leasing.scheduler.availability import usable_cards
@@ -126,6 +127,30 @@ class Waiting:
     start_policy: str = ""  # an off-peak start policy (``choices.StartPolicy``), or ""
 
 
+def _waiting_values(leases):
+    return leases.values_list(
+        "pk",
+        "card_model_id",
+        "count",
+        EpochMicros("duration", duration=True),
+        EpochMicros("start_at"),
+        "same_node",
+        "priority_rank",
+        EpochMicros("submitted_at"),
+        EpochMicros("estimated_start"),
+        "planned_cards",
+        "stall_reason",
+        "start_policy",
+        "requirements",
+    )
+
+
+def _waiting_one(model: int, lease: int):
+    return _waiting_values(
+        Lease.objects.filter(card_model_id=model, pk=lease, status=LeaseStatus.QUEUED)
+    )
+
+
 def waiting_of(
     card_model_ids: Iterable[int],
     *,
@@ -136,28 +161,20 @@ def waiting_of(
     """Per card model, its waiting leases in service order (``queueplan.service_key``:
     priority class, then virtual submit time). With *min_rank*, only those of that class or
     above; with *lease_ids*, only those."""
-    leases = Lease.objects.filter(card_model_id__in=list(card_model_ids), status=LeaseStatus.QUEUED)
-    if min_rank is not None:
-        leases = leases.filter(priority_rank__gte=min_rank)
-    if lease_ids is not None:
-        leases = leases.filter(pk__in=list(lease_ids))
-    rows = fetch(
-        leases.values_list(
-            "pk",
-            "card_model_id",
-            "count",
-            EpochMicros("duration", duration=True),
-            EpochMicros("start_at"),
-            "same_node",
-            "priority_rank",
-            EpochMicros("submitted_at"),
-            EpochMicros("estimated_start"),
-            "planned_cards",
-            "stall_reason",
-            "start_policy",
-            "requirements",
+    card_model_ids = list(card_model_ids)
+    lease_ids = None if lease_ids is None else list(lease_ids)
+    if min_rank is None and len(card_model_ids) == 1 and lease_ids and len(lease_ids) == 1:
+        # a lease that just joined the queue (every request that meets one): built once
+        rows = statements.rows(
+            "snapshot.waiting_one", _waiting_one, model=card_model_ids[0], lease=lease_ids[0]
         )
-    )
+    else:
+        leases = Lease.objects.filter(card_model_id__in=card_model_ids, status=LeaseStatus.QUEUED)
+        if min_rank is not None:
+            leases = leases.filter(priority_rank__gte=min_rank)
+        if lease_ids is not None:
+            leases = leases.filter(pk__in=lease_ids)
+        rows = fetch(_waiting_values(leases))
     queues: dict[int, list[Waiting]] = defaultdict(list)
     allowed: dict[str, frozenset[int] | None] = {}  # one look-up per distinct requirements
     now_us = micros(now)

@@ -17,6 +17,7 @@ from django.db.models import Exists, Q
 from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
+from leasing import statements
 from leasing.billing.prices import PriceBooks, estimate
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
 from leasing.models import Allocation, Lease, MemberLimit, Quota
@@ -298,42 +299,47 @@ def _check(*, scope: str, rule, who: dict, ask: Ask, user_id: int | None) -> lis
     return breaches
 
 
-def _team_rules(team: Team, card_model: CardModel):
-    """The team's quotas that cover *card_model*: its own and the all-models one."""
-    return Quota.objects.filter(team=team).filter(
-        Q(card_model__isnull=True) | Q(card_model=card_model)
+def _team_rules(team_id: int, card_model_id: int):
+    """The team's quotas that cover the card model: its own and the all-models one."""
+    return Quota.objects.filter(team_id=team_id).filter(
+        Q(card_model__isnull=True) | Q(card_model_id=card_model_id)
     )
 
 
-def _member_rules(team: Team, user, card_model: CardModel):
-    """The member's limits in *team* that cover *card_model*."""
-    return MemberLimit.objects.filter(membership__team=team, membership__user=user).filter(
-        Q(card_model__isnull=True) | Q(card_model=card_model)
+def _member_rules(team_id: int, user_id: int, card_model_id: int):
+    """The member's limits in the team that cover the card model."""
+    return MemberLimit.objects.filter(
+        membership__team_id=team_id, membership__user_id=user_id
+    ).filter(Q(card_model__isnull=True) | Q(card_model_id=card_model_id))
+
+
+def _rules_found(team: int, user: int, model: int):
+    return (
+        Team.objects.filter(pk=team)
+        .annotate(
+            quota=Exists(_team_rules(team, model)),
+            limit=Exists(_member_rules(team, user, model)),
+        )
+        .values_list("quota", "limit")[:1]
     )
 
 
 def rules_apply(*, team: Team, user, card_model: CardModel) -> bool:
     """Whether any team quota or member limit covers a request of *user* for *card_model*
-    (one query)."""
-    found = (
-        Team.objects.filter(pk=team.pk)
-        .annotate(
-            quota=Exists(_team_rules(team, card_model)),
-            limit=Exists(_member_rules(team, user, card_model)),
-        )
-        .values_list("quota", "limit")
-        .first()
+    (one statement, built once per process: every request asks)."""
+    found = statements.rows(
+        "quotas.rules_apply", _rules_found, team=team.pk, user=user.pk, model=card_model.pk
     )
-    return bool(found and any(found))
+    return bool(found and any(found[0]))
 
 
 def admission_breaches(ask: Ask) -> list[Breach]:
     """Every team and member limit *ask* would break (empty: it fits)."""
     breaches: list[Breach] = []
     team, user = ask.team, ask.user
-    for rule in _team_rules(team, ask.card_model).select_related("card_model"):
+    for rule in _team_rules(team.pk, ask.card_model.pk).select_related("card_model"):
         breaches += _check(scope="team", rule=rule, who={"team": team.name}, ask=ask, user_id=None)
-    for rule in _member_rules(team, user, ask.card_model).select_related("card_model"):
+    for rule in _member_rules(team.pk, user.pk, ask.card_model.pk).select_related("card_model"):
         # read by the lead who decides, and by the requester
         breaches += _check(
             scope="member", rule=rule, who={"user": user.get_username()}, ask=ask, user_id=user.pk

@@ -6,7 +6,9 @@ notice). Every other hand-over still goes through the workers."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
+from leasing import statements
 from leasing.backends.local import LocalBackend
 from leasing.choices import LeaseStatus
 from leasing.lifecycle import provisioning
@@ -223,8 +225,9 @@ def test_the_free_card_statement_built_once_gives_what_building_it_gives(
     ask(alice, vision, a100, count=3)
     windows = [(T0, T0 + hours(1)), (T0 + hours(2), T0 + hours(9))]
     cached = [fastpath._free_sql(a100.pk, start=s, end=e, nodes=None) for s, e in windows]
-    assert fastpath._free_sql_cache  # the template was built: the parameters are all known
-    monkeypatch.setattr(fastpath, "_free_sql_cache", {"sqlite": None, "postgresql": None})
+    key = ("fastpath.free", connection.vendor)
+    assert statements._templates[key]  # the template was built: the parameters are all known
+    monkeypatch.setitem(statements._templates, key, None)
     built = [fastpath._free_sql(a100.pk, start=s, end=e, nodes=None) for s, e in windows]
     assert cached == built
 

@@ -192,3 +192,12 @@ def test_a_lease_that_starts_is_in_the_replayed_holders(queue, committed, frozen
     if picture is not None:  # the release read the pool again: a base, or steps
         assert same(picture, plancache.load(queue.pk, now=now), now)
     assert timedelta(0) <= now - timezone.now() <= timedelta(0)
+
+
+def test_the_task_the_passes_ask_for_is_the_worker_s(queue):
+    from portal.celery import app
+
+    task = app.tasks["leasing.tasks.plan_share"]
+    assert task.apply(args=[queue.pk]).get() is True
+    version = plancache.version_now(queue.pk)
+    assert cache.get(plancache._key(queue.pk, "base")) == version

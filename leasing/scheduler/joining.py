@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from leasing import statements
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Lease, QueueMark
 from leasing.scheduler.planner import Decision
 from leasing.scheduler.queueplan import Key, QueuePlan
+from leasing.scheduler.rows import EpochMicros, at
 from leasing.scheduler.snapshot import Waiting
 
 # How much of the queue a request plans again itself, counted in leases times cards (each
@@ -69,9 +71,18 @@ def join_plan(
     return Joined(stale_after=stale_after, estimate=plan.estimate_behind(stale, new.request))
 
 
+def _mark(model: int):
+    mark = QueueMark.objects.filter(card_model_id=model)
+    return mark.values_list("rank", EpochMicros("virtual_at"), "lease_id_after")[:1]
+
+
 def mark_of(card_model_id: int) -> Key | None:
-    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
-    return None if mark is None else mark.key
+    """Where the model's stored plan turns stale (``QueueMark.key``), or None."""
+    found = statements.rows("joining.mark", _mark, model=card_model_id)
+    if not found:
+        return None
+    rank, virtual_at, lease_id = found[0]
+    return (-rank, at(virtual_at), lease_id)
 
 
 def mark_put(card_model_id: int, key: Key, *, now: datetime, had: Key | None) -> None:

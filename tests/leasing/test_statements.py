@@ -7,8 +7,9 @@ import pytest
 from django.db import connection
 
 from leasing import statements
+from leasing.lifecycle import validation
 from leasing.models import Lease
-from leasing.scheduler import fastpath, preemption, shares, snapshot
+from leasing.scheduler import fastpath, joining, preemption, shares, snapshot
 from leasing.teams import quotas
 from tests.leasing.conftest import T0
 
@@ -24,6 +25,8 @@ CASES = [
     ("preemption.any", preemption._any_preemptible, [{"model": 4}, {"model": 2}]),
     ("snapshot.waiting_one", snapshot._waiting_one, [
         {"model": 4, "lease": 8}, {"model": 1, "lease": 30}]),
+    ("joining.mark", joining._mark, [{"model": 4}, {"model": 6}]),
+    ("validation.any_card", validation._any_card, [{"model": 4}, {"model": 6}]),
     ("test.free", free, [
         {"model": 4, "start": T0, "end": T0 + timedelta(hours=1)},
         {"model": 2, "start": T0 + timedelta(days=2), "end": T0 + timedelta(days=9)}]),

@@ -4,7 +4,6 @@ a process whose own picture is behind, or that has none, replays the steps from 
 a base and gets exactly the picture the database holds, without reading the queue. A step
 that is missing, a walk too long, a cache that fails: the database, as without sharing."""
 
-
 import pytest
 from django.core.cache import cache
 from django.db import connection, transaction

@@ -32,6 +32,7 @@ JOIN_BUDGET = 1_000
 class Joined:
     stale_after: Key | None  # the plan is exact up to this key; None: exact throughout
     estimate: Decision | None = None  # the newcomer's, when it lies in the stale stretch
+    restored: int = 0  # the plan's first entries, taken back as stored (nothing to write)
 
 
 def join_plan(
@@ -62,13 +63,14 @@ def join_plan(
         budget -= spend
         done += 1
     if done == len(rest):
-        return Joined(stale_after=None)
+        return Joined(stale_after=None, restored=len(exact))
     stale_after = rest[done - 1].key if done else limit
     if new.key <= stale_after:
-        return Joined(stale_after=stale_after)
+        return Joined(stale_after=stale_after, restored=len(exact))
     stale = [(w.request, w.estimated_start, w.planned_cards) for w in rest[done:]
              if w.key < new.key]  # fmt: skip
-    return Joined(stale_after=stale_after, estimate=plan.estimate_behind(stale, new.request))
+    estimate = plan.estimate_behind(stale, new.request)
+    return Joined(stale_after=stale_after, estimate=estimate, restored=len(exact))
 
 
 def _mark(model: int):

@@ -132,7 +132,8 @@ def schedule_card_model(
         # right after this one would decide. Only decisions that differ from the stored ones
         # are written (below).
         due = plan.advance(now)
-        entries = due + plan.entries
+        # Those taken back as stored are written as they are unless a start re-planned them.
+        entries = due + (plan.entries if due else plan.entries[joining.restored :])
         decisions = [e.decision for e in entries]
         requests = {e.request.lease_id: e.request for e in entries}
         keep_plan = True
@@ -160,7 +161,9 @@ def apply_decisions(
     each waiting lease's estimate, stall reason and planned cards where they changed.
     Returns what was written (``plancache``)."""
     shown = {
-        w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards) for w in waiting
+        w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards)
+        for w in waiting
+        if w.request.lease_id in requests
     }
     offpeak = OffPeakHold()
     in_service: dict[int, int] | None = None

@@ -239,9 +239,18 @@ def _key(card_model_id: int, what: str) -> str:
 
 
 def _put_base(card_model_id: int, picture: Picture) -> None:
+    """The whole picture, and the pointer to it; the base it replaces is deleted (only the
+    newest is ever read, and a long queue's base is a few hundred kilobytes)."""
     busy = {card_id: periods for card_id, periods in picture.holders.busy.items() if periods}
+    pointer = _key(card_model_id, "base")
     _put(_key(card_model_id, f"base:{picture.version}"), (picture.cards, busy, picture.waiting))
-    _put(_key(card_model_id, "base"), picture.version)
+    try:
+        old = cache.get(pointer)
+        cache.set(pointer, picture.version, SHARE_SECONDS)
+        if old is not None and old != picture.version:
+            cache.delete(_key(card_model_id, f"base:{old}"))
+    except Exception as exc:
+        logger.warning("could not share the planner's picture (%s): %s", pointer, exc)
 
 
 def _put(key: str, value) -> None:

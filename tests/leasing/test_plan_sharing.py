@@ -156,10 +156,13 @@ def test_the_worker_leaves_a_fresh_base_every_so_many_steps(queue, monkeypatch, 
             ask(queue.leases.first().user, queue.leases.first().team, queue, count=1,
                 duration=hours(2 + n))  # fmt: skip
     assert ("leasing.tasks.plan_share", queue.pk) in sent
+    old = cache.get(plancache._key(queue.pk, "base"))  # the base the first queued pass left
+    assert old is not None
     assert plancache.share(queue.pk)
     version = plancache.version_now(queue.pk)
     assert cache.get(plancache._key(queue.pk, "base")) == version
     assert cache.get(plancache._key(queue.pk, f"base:{version}")) is not None
+    assert cache.get(plancache._key(queue.pk, f"base:{old}")) is None  # only the newest is kept
     picture, now = picture_in_another_process(queue)
     assert picture.depth == 0 and same(picture, plancache.load(queue.pk, now=now), now)
 

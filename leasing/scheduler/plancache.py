@@ -150,7 +150,6 @@ def forget(card_model_id: int | None = None) -> None:
     """Drop this process's kept pictures (one model's, or all); the shared steps stay."""
     if card_model_id is None:
         _kept.clear()
-        asked.clear()
     else:
         _kept.pop(card_model_id, None)
 
@@ -186,7 +185,6 @@ def keep_after_commit(card_model_id: int, picture: Picture, applied: Applied, *,
     key = _key(card_model_id, f"step:{picture.version}")
     transaction.on_commit(lambda: _put(key, (since, added, applied, now)), robust=True)
     if picture.depth % BASE_EVERY == 0:
-        asked.add(card_model_id)
         enqueue_after_commit("leasing.tasks.plan_share", card_model_id)
 
 
@@ -224,8 +222,6 @@ def _advance(
 
 
 # --- between processes ------------------------------------------------------------------
-
-asked: set[int] = set()  # models this process asked the worker to share a base for
 
 
 def sharing() -> bool:

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DB = "cardpool_bench_reclaim"
+DB = os.environ.get("CARDPOOL_BENCH_RECLAIM_DB", "cardpool_bench_reclaim")  # bench/smoke.py
 PG = "postgres://postgres@127.0.0.1:5432"
 
 
@@ -41,6 +41,9 @@ def main() -> int:
     parser.add_argument(
         "--tick", type=int, default=2, help="CARDPOOL_TICK_SECONDS for the worker's beat"
     )
+    parser.add_argument(
+        "--ends-in", type=float, default=70, help="seconds from now to the first lease's end"
+    )
     parser.add_argument("--kill", action="store_true", help="kill the worker before the leases end")
     parser.add_argument(
         "--down", type=float, default=20.0, help="seconds without a worker when --kill"
@@ -50,7 +53,7 @@ def main() -> int:
     var = Path(tempfile.mkdtemp(prefix="cardpool-bench-"))
     env = os.environ | {
         "DATABASE_URL": f"{PG}/{DB}",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/12",
+        "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{os.environ.get('CARDPOOL_BENCH_REDIS_DB', 12)}",
         "CARDPOOL_SECRET_KEY": secrets.token_hex(32),
         "CARDPOOL_VAR_DIR": str(var),
         "CARDPOOL_SWEEP_SECONDS": str(args.sweep),
@@ -124,16 +127,17 @@ def main() -> int:
 
     worker = start("w1")
     try:
-        # All leases end inside one minute, about 70 s from now.
+        # All leases end inside one minute (less for a short --ends-in), --ends-in s from now.
         base = timezone.now()
+        spread = min(55.0, args.ends_in * 0.8)
         for i in range(args.leases):
             lease_requests.lease_request(
                 user=user,
                 team=team,
                 card_model=model,
                 count=1,
-                duration=timedelta(seconds=70)
-                + timedelta(seconds=55 * i / args.leases)
+                duration=timedelta(seconds=args.ends_in)
+                + timedelta(seconds=spread * i / args.leases)
                 - (timezone.now() - base),
             )
         deadline = time.monotonic() + 60

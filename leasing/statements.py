@@ -9,6 +9,12 @@ definition of the statement (one rule, one place); a statement whose text depend
 values (a list whose length varies, a value the ORM turns into something else) is built
 every time, as without this. ``tests/leasing/test_statements.py`` holds each one to what
 building it gives.
+
+A template keeps for the life of the process every constant its build put in the text, so
+building one must read nothing that can change: a build that runs a query (a value looked up
+in the database at first use) raises ``BuildQueried`` instead of being kept, and a value that
+differs between the two builds (the clock) makes the statement one that is built every time.
+Settings are read once per process anyway.
 """
 
 from __future__ import annotations
@@ -21,6 +27,20 @@ from django.db import connection
 from django.db.models import QuerySet
 
 _templates: dict[tuple[str, str], tuple[str, tuple] | None] = {}
+
+
+class BuildQueried(RuntimeError):
+    """Building a reused statement ran a query: its template would keep what it read."""
+
+
+def _no_query(name: str):
+    def refuse(execute, sql, params, many, context):
+        raise BuildQueried(
+            f"building the statement {name!r} ran a query ({sql[:80]}): a reused statement "
+            "may keep nothing read from the database; pass the value in, or build it every time"
+        )
+
+    return connection.execute_wrapper(refuse)
 
 
 def _marks(values: dict, n: int) -> dict:
@@ -37,12 +57,14 @@ def _marks(values: dict, n: int) -> dict:
     return marks
 
 
-def _template(build: Callable[..., QuerySet], values: dict) -> tuple[str, tuple] | None:
+def _template(name: str, build: Callable[..., QuerySet], values: dict) -> tuple[str, tuple] | None:
     marks = (_marks(values, 0), _marks(values, 1))
     try:
-        (sql_a, params_a), (sql_b, params_b) = (build(**m).query.sql_with_params() for m in marks)
+        with _no_query(name):
+            built = [build(**m).query.sql_with_params() for m in marks]
     except EmptyResultSet:
         return None
+    (sql_a, params_a), (sql_b, params_b) = built
     if sql_a != sql_b or len(params_a) != len(params_b):
         return None
     slots: list = []
@@ -68,7 +90,7 @@ def reused(name: str, build: Callable[..., QuerySet], **values) -> tuple[str, tu
     the text built once per process and database vendor under *name*."""
     key = (name, connection.vendor)
     if key not in _templates:
-        _templates[key] = _template(build, values)
+        _templates[key] = _template(name, build, values)
     template = _templates[key]
     if template is None:
         return build(**values).query.sql_with_params()

@@ -31,9 +31,10 @@ committed version, so a stale one can never be used (versions only grow); they e
 from __future__ import annotations
 
 import bisect
+import hashlib
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -228,10 +229,22 @@ def sharing() -> bool:
     return settings.CARDPOOL["PLAN_SHARING"]
 
 
+def shape_fingerprint() -> str:
+    """A digest of the classes a shared step or base is pickled from (their names and
+    fields): a deploy that changes one of them reads and writes under new keys, so a
+    process never replays an entry of the old shape."""
+    shape = [
+        (cls.__qualname__, [(f.name, str(f.type)) for f in fields(cls)])
+        for cls in (Picture, Applied, CardSlot, Timeline, Request, Decision, Waiting)
+    ]
+    return hashlib.sha256(repr(shape).encode()).hexdigest()[:12]
+
+
 def _key(card_model_id: int, what: str) -> str:
     """A step (``step:<version>``), a base (``base:<version>``), or ``base`` (the version
-    of the newest base)."""
-    return f"plan-picture:{settings.DATABASES['default']['NAME']}:{card_model_id}:{what}"
+    of the newest base), under the shape's fingerprint."""
+    database = settings.DATABASES["default"]["NAME"]
+    return f"plan-picture:{_SHAPE}:{database}:{card_model_id}:{what}"
 
 
 def _put_base(card_model_id: int, picture: Picture) -> None:
@@ -299,11 +312,16 @@ def _walk(card_model_id: int, version: int, own: Picture | None) -> Picture | No
         logger.warning("could not read the planner's shared picture: %s", exc)
         return None
     steps.reverse()  # oldest first
-    _advance(
-        start,
-        [(applied, then) for _since, _added, applied, then in steps],
-        [w for _since, added, _applied, _then in steps for w in added],
-    )
+    try:
+        _advance(
+            start,
+            [(applied, then) for _since, _added, applied, then in steps],
+            [w for _since, added, _applied, _then in steps for w in added],
+        )
+    except Exception as exc:  # an entry that cannot be replayed: the database instead
+        # (a half-advanced picture is dropped, this process's own included: ``take`` popped it)
+        logger.warning("could not replay the planner's shared steps: %s", exc)
+        return None
     start.depth = (start.depth if start is own else 0) + len(steps)
     start.version = version
     return start
@@ -329,3 +347,6 @@ def share(card_model_id: int) -> bool:
     _kept[card_model_id] = picture
     _put_base(card_model_id, picture)
     return True
+
+
+_SHAPE = shape_fingerprint()

@@ -197,3 +197,27 @@ def test_the_task_the_passes_ask_for_is_the_worker_s(queue):
     assert task.apply(args=[queue.pk]).get() is True
     version = plancache.version_now(queue.pk)
     assert cache.get(plancache._key(queue.pk, "base")) == version
+
+
+def test_the_keys_carry_the_shape_of_what_is_cached(queue, monkeypatch):
+    """After a deploy that changes a cached class, the old entries are under other keys."""
+    version = plancache.version_now(queue.pk)
+    assert plancache.shape_fingerprint() in plancache._key(queue.pk, f"step:{version}")
+    monkeypatch.setattr(plancache, "_SHAPE", "another-shape")
+    picture, _now = picture_in_another_process(queue)
+    assert picture is None  # nothing of the other shape is read: the database instead
+
+
+def test_a_step_that_cannot_be_replayed_means_the_database(queue, alice, vision, committed):
+    version = plancache.version_now(queue.pk)
+    key = plancache._key(queue.pk, f"step:{version}")
+    since, added, _applied, then = cache.get(key)
+    cache.set(key, (since, added, ("an", "entry", "of", "an", "old", "shape"), then))
+    picture, _now = picture_in_another_process(queue)
+    assert picture is None
+    plancache.forget()
+    with committed():  # and a request meeting it is planned from the database
+        lease = ask(alice, vision, queue, count=1, duration=hours(2))
+    picture, now = picture_in_process(queue, dict(plancache._kept))
+    assert lease.pk in [w.request.lease_id for w in picture.waiting]
+    assert same(picture, plancache.load(queue.pk, now=now), now)

@@ -104,7 +104,6 @@ def test_nothing_is_asked_of_slurm_when_no_node_uses_it(db, settings, monkeypatc
 def test_a_failed_read_ends_nothing(fake, two_leases):
     fake.fail_next = "squeue: error: Unable to contact slurm controller"
     assert "error" in lease_tasks.reconcile_slurm.run()
-    assert {lease.status for lease in two_leases} == {LeaseStatus.ACTIVE} or True
     for lease in two_leases:
         lease.refresh_from_db()
         assert lease.status == LeaseStatus.ACTIVE

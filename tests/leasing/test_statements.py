@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from leasing import statements
 from leasing.lifecycle import validation
@@ -54,3 +55,24 @@ def test_a_statement_whose_text_depends_on_the_values_is_built_every_time(db):
 def test_only_ints_and_datetimes_are_values(db):
     with pytest.raises(TypeError):
         statements.reused("test.text", lambda name: Lease.objects.filter(purpose=name), name="x")
+
+
+def test_building_a_reused_statement_runs_no_query(db):
+    """A value read from the database while building would be kept for the process's life."""
+
+    def build(model):
+        newest = Lease.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        return Lease.objects.filter(card_model_id=model, pk__gt=newest).values_list("pk")
+
+    statements.forget()
+    with pytest.raises(statements.BuildQueried):
+        statements.reused("test.queries", build, model=3)
+    assert ("test.queries", connection.vendor) not in statements._templates
+
+
+@pytest.mark.parametrize(("name", "build", "calls"), CASES, ids=[c[0] for c in CASES])
+def test_the_project_s_statements_build_without_a_query(db, name, build, calls):
+    statements.forget()
+    with CaptureQueriesContext(connection) as queries:
+        statements.reused(name, build, **calls[0])
+    assert len(queries) == 0

@@ -71,8 +71,8 @@ def one_length(args, waiting: int) -> dict:
     from leasing.choices import LeaseStatus
     from leasing.lifecycle import requests as lease_requests
     from leasing.models import Allocation, Lease
-    from leasing.scheduler.run import queue_advance
     from portal.models import Membership, Team
+    from tests.leasing.passes import queue_advance
 
     rng = random.Random(args.seed + waiting)
     with connection.cursor() as cur:

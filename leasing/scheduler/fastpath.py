@@ -21,13 +21,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from inventory.models import Card
 from leasing import statements
 from leasing.choices import LeaseStatus
-from leasing.models import Allocation, Lease
+from leasing.models import Allocation
 from leasing.scheduler.availability import usable_cards
-
-
-def queue_is_empty(card_model_id: int) -> bool:
-    return not Lease.objects.filter(card_model_id=card_model_id, status=LeaseStatus.QUEUED).exists()
-
 
 # place_now as one statement (PostgreSQL and SQLite ≥ 3.25 both have window functions): the
 # ORM version took two queries, each repeating the anti-join and its planning. The free cards
@@ -97,7 +92,7 @@ def place_now(
 ) -> list[int] | None:
     """*count* cards on one node and one interconnect domain, free over [start, end) (start is
     now), chosen as ``planner.place`` would; None when that takes more than one domain, or,
-    with *unless_queued*, when a lease waits for the model (``queue_is_empty``, in the same
+    with *unless_queued*, when a lease waits for the model (the queue read in the same
     statement)."""
     if nodes is not None and not nodes:
         return None  # no node meets the requirements: the caller says why

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Exists, Q
-from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
 from leasing import statements
@@ -24,7 +23,7 @@ from leasing.models import Allocation, Lease, MemberLimit, Quota
 from leasing.notify.messages import breach_text, holder_zone, reader_language, render
 from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
-from portal.models import Membership, Team
+from portal.models import Team
 
 HOUR = timedelta(hours=1)
 TENTH = Decimal("0.1")
@@ -223,10 +222,6 @@ class Breach:
         return {"scope": self.scope, "limit": self.limit, "params": self.params}
 
 
-def _scope_name(card_model: CardModel | None) -> str:
-    return card_model.name if card_model else _("all models")
-
-
 def _hours(value: Decimal) -> str:
     return str(value.quantize(TENTH, rounding=ROUND_HALF_UP))
 
@@ -345,19 +340,6 @@ def admission_breaches(ask: Ask) -> list[Breach]:
             scope="member", rule=rule, who={"user": user.get_username()}, ask=ask, user_id=user.pk
         )
     return breaches
-
-
-def team_rule_for(team: Team, card_model_id: int | None) -> Quota | None:
-    return Quota.objects.filter(team=team, card_model_id=card_model_id).first()
-
-
-def leads_of(team: Team) -> list:
-    return [
-        m.user
-        for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD).select_related(
-            "user"
-        )
-    ]
 
 
 BUDGET_LEVELS = ((100, "budget_100"), (80, "budget_80"))

@@ -97,17 +97,4 @@
       window.print();
     }
   });
-
-  // <form data-confirm="Remove alice?">: a destructive form asks before it is sent — with the
-  // browser's own confirm, unless the page has its confirmation dialog (#confirm-dialog),
-  // whose handler asks instead.
-  document.addEventListener("submit", function (event) {
-    var form = event.target.closest && event.target.closest("form[data-confirm]");
-    if (!form || document.getElementById("confirm-dialog")) {
-      return;
-    }
-    if (!window.confirm(form.dataset.confirm)) {
-      event.preventDefault();
-    }
-  });
 })();

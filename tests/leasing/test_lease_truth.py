@@ -14,10 +14,10 @@ from leasing.lifecycle import maintenance, provisioning
 from leasing.lifecycle import tasks as lease_tasks
 from leasing.models import LeaseWarning, Notification
 from leasing.notify.messages import notice_text
-from leasing.scheduler.run import queue_advance
 from portal.models import Profile
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
+from tests.leasing.passes import queue_advance
 
 
 def active(lease):

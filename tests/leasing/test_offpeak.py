@@ -20,9 +20,9 @@ from leasing.lifecycle.changes import lease_release
 from leasing.models import OffPeakWindow, UsageRecord
 from leasing.periods import offpeak_cuts, offpeak_factor, offpeak_start
 from leasing.scheduler.preview import lease_preview
-from leasing.scheduler.run import queue_advance
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
+from tests.leasing.passes import queue_advance
 
 SH = ZoneInfo("Asia/Shanghai")
 # T0 is Tuesday 2026-12-01 09:00 in Shanghai. Off-peak: Tuesday 22–24 and Wednesday 0–6

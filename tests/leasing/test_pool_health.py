@@ -19,10 +19,10 @@ from leasing.lifecycle import provisioning
 from leasing.lifecycle.selectors import lease_truth
 from leasing.models import Alert, AlertRule, Delivery, Notification
 from leasing.notify.messages import notice_text
-from leasing.scheduler.run import queue_advance
 from portal.models import AuditEntry, Profile
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
+from tests.leasing.passes import queue_advance
 
 pytestmark = pytest.mark.django_db
 

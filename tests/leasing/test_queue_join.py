@@ -7,8 +7,8 @@ from datetime import timedelta
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, QueueMark
 from leasing.scheduler import joining, refresh, run
-from leasing.scheduler.run import queue_advance
 from tests.leasing.conftest import T0, ask, hours
+from tests.leasing.passes import queue_advance
 
 
 def plans(model):

@@ -15,9 +15,9 @@ from leasing.choices import LeaseStatus
 from leasing.lifecycle.changes import lease_release
 from leasing.models import Lease, QueueMark
 from leasing.scheduler import joining, plancache, planner, refresh
-from leasing.scheduler.run import queue_advance
 from leasing.scheduler.snapshot import card_slots, queued_requests, timeline_for, waiting_for
 from tests.leasing.conftest import ask, hours
+from tests.leasing.passes import queue_advance
 
 
 def stored(model):

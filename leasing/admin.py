@@ -12,6 +12,7 @@ from leasing.models import (
     Allocation,
     BackendCall,
     Delivery,
+    DeliveryAttempt,
     Environment,
     GuaranteedShare,
     Lease,
@@ -219,9 +220,24 @@ class UsageRecordAdmin(admin.ModelAdmin):
         return False
 
 
+class DeliveryAttemptInline(admin.TabularInline):
+    """Each try at the delivery, in order: what the other side answered and how long it took."""
+
+    model = DeliveryAttempt
+    fields = ["number", "at", "duration_ms", "outcome", "response_code", "response_body", "error"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):
-    """Every notification sent by email or webhook, with its attempts and the last response."""
+    """Every notification sent by email or webhook, with each of its attempts."""
+
+    inlines = [DeliveryAttemptInline]
 
     list_display = [
         "notification",

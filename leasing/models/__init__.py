@@ -26,6 +26,7 @@ from leasing.models.lease import (
 )
 from leasing.models.notify import (
     Delivery,
+    DeliveryAttempt,
     LeaseWarning,
     Notification,
     NotificationPreference,
@@ -49,6 +50,7 @@ __all__ = [
     "Allocation",
     "BackendCall",
     "Delivery",
+    "DeliveryAttempt",
     "GuaranteedShare",
     "Environment",
     "Lease",

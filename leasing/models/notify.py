@@ -166,3 +166,35 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} of notification {self.notification_id}: {self.status}"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at a delivery: when, how long it took, and what the other side answered.
+    ``Delivery`` keeps the latest of them for the lists; these are every one."""
+
+    class Outcome(models.TextChoices):
+        SENT = "sent", _("Sent")
+        RETRY = "retry", _("Failed, tried again")
+        FAILED = "failed", _("Failed")
+
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.CASCADE, related_name="attempt_rows", verbose_name=_("delivery")
+    )
+    number = models.PositiveSmallIntegerField(_("attempt"))
+    at = models.DateTimeField(_("at"))
+    duration_ms = models.PositiveIntegerField(_("took (ms)"))
+    outcome = models.CharField(_("outcome"), max_length=16, choices=Outcome.choices)
+    response_code = models.IntegerField(_("response code"), null=True, blank=True)
+    response_body = models.TextField(_("response"), blank=True)
+    error = models.TextField(_("error"), blank=True)
+
+    class Meta:
+        verbose_name = _("delivery attempt")
+        verbose_name_plural = _("delivery attempts")
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "number"], name="delivery_attempt_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of delivery {self.delivery_id}: {self.outcome}"

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import logging
 import smtplib
+import time
 from datetime import datetime
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from leasing.choices import Channel, Kind
-from leasing.models import Delivery, Notification, Webhook
+from leasing.models import Delivery, DeliveryAttempt, Notification, Webhook
 from leasing.notify import webhooks
 from leasing.notify.services import (
     BATCH,
@@ -118,7 +120,8 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> int | 
 
     Safe to call twice or concurrently: an attempt is claimed by a compare-and-set on the
     attempt counter, and a delivery that is sent (or has failed for good) is left alone.
-    Every attempt is recorded: attempts, last_attempt_at, response code and body, error.
+    Every attempt is recorded: one ``DeliveryAttempt`` row (status, response, duration), and
+    on the delivery the count, the latest attempt's time, response and error.
     """
     now = now or timezone.now()
     delivery = (
@@ -147,6 +150,7 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> int | 
     if claimed != 1:
         return None  # another worker is on it
     hook = delivery.webhook
+    began = time.monotonic()
     if delivery.channel == Channel.EMAIL:
         verdict, response = _send_email(delivery.notification)
     elif hook is None or not hook.active:
@@ -162,12 +166,22 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> int | 
         status = Delivery.Status.PENDING
     else:
         status = Delivery.Status.FAILED
-    Delivery.objects.filter(pk=delivery.pk, attempts=attempt).update(
-        status=status,
-        response_code=response.status,
-        response_body=response.body[:RESPONSE_KEEP_CHARS],
-        error="" if verdict.ok else (verdict.error or response.error)[:ERROR_KEEP_CHARS],
-    )
+    took_ms = round((time.monotonic() - began) * 1000)
+    answer = {
+        "response_code": response.status,
+        "response_body": response.body[:RESPONSE_KEEP_CHARS],
+        "error": "" if verdict.ok else (verdict.error or response.error)[:ERROR_KEEP_CHARS],
+    }
+    with transaction.atomic():
+        Delivery.objects.filter(pk=delivery.pk, attempts=attempt).update(status=status, **answer)
+        DeliveryAttempt.objects.create(
+            delivery_id=delivery.pk,
+            number=attempt,
+            at=now,
+            duration_ms=took_ms,
+            outcome=DeliveryAttempt.Outcome.RETRY if status == Delivery.Status.PENDING else status,
+            **answer,
+        )
     if status != Delivery.Status.PENDING:
         if status == Delivery.Status.FAILED:
             logger.warning(

@@ -87,7 +87,9 @@ def _settings_context(request, form: WebhookForm | None = None) -> dict:
         .prefetch_related(
             Prefetch(
                 "deliveries",
-                queryset=Delivery.objects.order_by("-created_at", "-pk")[:3],
+                queryset=Delivery.objects.order_by("-created_at", "-pk").prefetch_related(
+                    "attempt_rows"
+                )[:3],
                 to_attr="recent",
             )
         )

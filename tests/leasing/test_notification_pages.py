@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
@@ -248,3 +250,34 @@ def test_the_bell_is_polled_and_counts_new_notices(client, alice):
     client.logout()  # signed out meanwhile: htmx is told to stop polling, nothing to swap in
     gone = client.get("/notifications/bell/", HTTP_HX_REQUEST="true")
     assert gone.status_code == 286 and gone.content == b""
+
+
+def test_the_settings_page_lists_every_attempt_of_a_delivery(as_alice, alice, frozen, monkeypatch):
+    from leasing.notify import sending, webhooks
+
+    replies = iter([webhooks.HttpResponse(503, "busy"), webhooks.HttpResponse(200, "ok")])
+    monkeypatch.setattr(webhooks, "http_post", lambda request: next(replies))
+    robot = Webhook.objects.create(user=alice, name="robot", url="https://hooks.example/in")
+    as_alice.post(f"/notifications/settings/webhooks/{robot.pk}/test/")
+    delivery = Delivery.objects.get(webhook=robot)
+    for _ in range(2):
+        frozen.shift(timedelta(seconds=sending.delivery_attempt(delivery_id=delivery.pk) or 0))
+    page = as_alice.get("/notifications/settings/").content.decode()
+    assert 'data-attempt="1"' in page and 'data-attempt="2"' in page
+    assert "HTTP 503" in page and "HTTP 200" in page
+
+
+def test_the_admin_shows_a_delivery_s_attempts(client, alice, frozen, monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    from leasing.notify import sending, webhooks
+
+    monkeypatch.setattr(webhooks, "http_post", lambda request: webhooks.HttpResponse(502, "gw"))
+    robot = Webhook.objects.create(user=alice, name="robot", url="https://hooks.example/in")
+    note = notify_services.notify(user=alice, kind=Kind.LEASE_FAILED, title="t")
+    delivery = note.deliveries.get(webhook=robot)
+    sending.delivery_attempt(delivery_id=delivery.pk)
+    admin = get_user_model().objects.create_superuser("root", "root@example.org", "pw")
+    client.force_login(admin)
+    page = client.get(f"/admin/leasing/delivery/{delivery.pk}/change/").content.decode()
+    assert "502" in page and "gw" in page

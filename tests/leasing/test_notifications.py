@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from leasing.choices import Channel, Kind
 from leasing.enqueue import task_named
 from leasing.lifecycle import tasks as lease_tasks
-from leasing.models import Delivery, Notification, Webhook
+from leasing.models import Delivery, DeliveryAttempt, Notification, Webhook
 from leasing.notify import selectors as notify_selectors
 from leasing.notify import sending, webhooks, wording
 from leasing.notify import services as notify_services
@@ -291,6 +291,32 @@ def test_network_error_is_retried_and_recorded(alice, frozen, opener):
     assert sending.delivery_attempt(delivery_id=delivery.pk) is None
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts, delivery.error) == (SENT, 2, "")
+
+
+def test_every_attempt_is_a_row_of_its_own(alice, frozen, opener):
+    opener((503, "busy"), urllib.error.URLError("connection refused"), (200, "ok"))
+    delivery = make_delivery(alice, hook(alice))
+    for _ in range(3):
+        frozen.shift(timedelta(seconds=sending.delivery_attempt(delivery_id=delivery.pk) or 0))
+    rows = list(delivery.attempt_rows.order_by("number"))
+    assert [(a.number, a.outcome, a.response_code) for a in rows] == [
+        (1, DeliveryAttempt.Outcome.RETRY, 503),
+        (2, DeliveryAttempt.Outcome.RETRY, None),
+        (3, DeliveryAttempt.Outcome.SENT, 200),
+    ]
+    assert rows[0].response_body == "busy" and "503" in rows[0].error
+    assert "connection refused" in rows[1].error and rows[2].error == ""
+    assert rows[0].at < rows[1].at < rows[2].at
+    assert all(a.duration_ms >= 0 for a in rows)
+    delivery.refresh_from_db()  # the delivery keeps the latest, as the lists show it
+    assert (delivery.status, delivery.attempts, delivery.response_code) == (SENT, 3, 200)
+
+
+def test_a_delivery_given_up_has_its_last_attempt_failed(alice, frozen, opener):
+    opener((400, "bad"))
+    delivery = make_delivery(alice, hook(alice))
+    sending.delivery_attempt(delivery_id=delivery.pk)
+    assert [a.outcome for a in delivery.attempt_rows.all()] == [DeliveryAttempt.Outcome.FAILED]
 
 
 def test_timeout_is_retried(alice, frozen, opener):

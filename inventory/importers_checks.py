@@ -29,20 +29,20 @@ _MAPPING_KEYS = ("labels", "software_versions")
 
 @dataclass(frozen=True)
 class ImportLimits:
-    """How much one import may read (CARDPOOL_IMPORT_* in docs/operations.md)."""
+    """How much one import may read (CARDPOOL_IMPORT_* in docs/operations.md; the defaults
+    are in settings)."""
 
-    max_bytes: int = 16 * 1024 * 1024
-    max_rows: int = 100_000
-    max_cards_per_node: int = 128
+    max_bytes: int
+    max_rows: int
+    max_cards_per_node: int
 
 
 def import_limits() -> ImportLimits:
-    configured = getattr(settings, "CARDPOOL_IMPORT", {})
-    default = ImportLimits()
+    configured = settings.CARDPOOL_IMPORT
     return ImportLimits(
-        max_bytes=configured.get("MAX_BYTES", default.max_bytes),
-        max_rows=configured.get("MAX_ROWS", default.max_rows),
-        max_cards_per_node=configured.get("MAX_CARDS_PER_NODE", default.max_cards_per_node),
+        max_bytes=configured["MAX_BYTES"],
+        max_rows=configured["MAX_ROWS"],
+        max_cards_per_node=configured["MAX_CARDS_PER_NODE"],
     )
 
 

@@ -10,6 +10,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from inventory.choices import StackFamily  # noqa: F401  (defined there: a leaf portal may import)
+
 
 class Vendor(models.TextChoices):
     NVIDIA = "nvidia", "NVIDIA"
@@ -46,22 +48,6 @@ class InterconnectKind(models.TextChoices):
     MLULINK = "mlulink", "MLU-Link"
     XLINK = "xlink", _("XLink / vendor link")
     PCIE = "pcie", "PCIe"
-
-
-class StackFamily(models.TextChoices):
-    """The vendor software stack a card's programs are built for: code for one does not run
-    on another without porting (operators, precision, versions), so a request may name one."""
-
-    CUDA = "cuda", "CUDA"
-    CANN = "cann", "CANN"
-    NEUWARE = "neuware", "Neuware"
-    DTK = "dtk", "DTK (ROCm/HIP)"
-    ROCM = "rocm", "ROCm"
-    XPU = "xpu", "XPU (Kunlunxin)"
-    MUSA = "musa", "MUSA"
-    MACA = "maca", "MACA"
-    COREX = "corex", "CoreX (Iluvatar)"
-    OTHER = "other", _("Other")
 
 
 class Precision(models.TextChoices):
@@ -259,6 +245,11 @@ class CardQuerySet(models.QuerySet):
     def in_service(self) -> CardQuerySet:
         """Cards the pool counts (not retired), whether or not they can take a lease now."""
         return self.exclude(status=Card.Status.RETIRED)
+
+    def unhealthy(self) -> CardQuerySet:
+        """Cards kept out of placement by their readings alone (running hot, their node
+        silent: ``Card.health``), not by an operator: they come back on their own."""
+        return self.filter(status=Card.Status.OK).exclude(health=Card.Health.OK)
 
     def usable(self, start: datetime, end: datetime | None = None) -> CardQuerySet:
         """Cards that can hold a lease over [start, end): healthy (not faulty, and neither

@@ -55,7 +55,7 @@ MIN_RETENTION_HOURS = 2
 
 def retention() -> timedelta:
     """How long raw samples are kept before they are summarised (default 48 hours)."""
-    hours = settings.CARDPOOL.get("TELEMETRY_RETENTION_HOURS", 48)
+    hours = settings.CARDPOOL["TELEMETRY_RETENTION_HOURS"]
     if not isinstance(hours, int) or hours < MIN_RETENTION_HOURS:
         raise ImproperlyConfigured(
             f"CARDPOOL_TELEMETRY_RETENTION_HOURS={hours!r}: give a whole number of hours, "

@@ -12,7 +12,7 @@ class LeasingConfig(AppConfig):
 
         from leasing.choices import Priority, Purpose
 
-        for purpose, priority in settings.CARDPOOL.get("PURPOSE_PRIORITY", {}).items():
+        for purpose, priority in settings.CARDPOOL["PURPOSE_PRIORITY"].items():
             if purpose not in Purpose.values or priority not in Priority.values:
                 raise ImproperlyConfigured(
                     f"CARDPOOL_PURPOSE_PRIORITY: {purpose}={priority}: purposes are "

@@ -52,6 +52,19 @@ TERMINAL_STATES = (
 )
 # The holding is over and its usage is recorded (billing.usage).
 RECORDED_STATES = (LeaseStatus.ENDED, LeaseStatus.FAILED)
+# What may be done to a lease in each state: the services check these, and the pages show
+# their buttons from them (``Lease.actions``), so a button is never offered that would fail.
+RELEASABLE_STATES = RUNNING_STATES
+CANCELLABLE_STATES = (LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED, LeaseStatus.SCHEDULED)
+EXTENDABLE_STATES = BOOKED_STATES
+RESIZABLE_STATES = (LeaseStatus.ACTIVE,)
+# Never given cards: no start or end of its own to show (the timeline says when it was asked).
+UNHELD_STATES = (
+    LeaseStatus.PENDING_APPROVAL,
+    LeaseStatus.QUEUED,
+    LeaseStatus.CANCELLED,
+    LeaseStatus.REJECTED,
+)
 # Leases that use budget: admitted ones, running or done. Waiting for approval, cancelled
 # and rejected ones do not.
 CHARGED_STATES = (LeaseStatus.QUEUED, *HOLDING_STATES, *RECORDED_STATES)
@@ -117,7 +130,7 @@ def queue_rank(priority: str, purpose: str = "") -> int:
     rank = PRIORITY_RANK.get(priority, PRIORITY_RANK[Priority.NORMAL])
     if priority == Priority.PREEMPTIBLE:
         return rank
-    lifted = settings.CARDPOOL.get("PURPOSE_PRIORITY", {}).get(purpose)
+    lifted = settings.CARDPOOL["PURPOSE_PRIORITY"].get(purpose)
     return max(rank, PRIORITY_RANK[lifted]) if lifted in PRIORITY_RANK else rank
 
 

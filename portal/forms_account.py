@@ -9,7 +9,7 @@ from django import forms
 from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import StackFamily
+from inventory.choices import StackFamily
 
 
 @cache

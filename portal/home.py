@@ -20,19 +20,14 @@ from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Lease, LeaseChange, Statement
 from leasing.periods import local_date, month_of, site_tz
 from leasing.teams import selectors as team_selectors
-from portal.models import Membership
-from portal.permissions import is_finance, is_operator
+from portal.permissions import is_finance, is_operator, lead_memberships
 
 SHOWN = 5
 
 
 def lead_panel(user, now: datetime) -> dict | None:
     """Requests and changes waiting for this lead, and each led team's month so far."""
-    led = list(
-        Membership.objects.filter(user=user, role=Membership.Role.LEAD)
-        .select_related("team")
-        .order_by("team__name")
-    )
+    led = list(lead_memberships(user).select_related("team").order_by("team__name"))
     if not led:
         return None
     approvals = team_selectors.approvals_for(user).filter(team__in=[m.team for m in led])

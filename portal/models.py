@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from inventory.models import StackFamily
+from inventory.choices import StackFamily
 
 
 class Department(models.Model):

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
+
 from portal.models import Membership
+
+
+def operators() -> QuerySet:
+    """Everyone who acts as an operator and can hear of it: active operators and superusers
+    (the one query of them: pool alerts, failed releases)."""
+    return (
+        get_user_model()
+        .objects.filter(Q(is_superuser=True) | Q(profile__is_operator=True), is_active=True)
+        .select_related("profile")
+        .order_by("pk")
+    )
 
 
 def is_operator(user) -> bool:
@@ -19,8 +33,28 @@ def is_finance(user) -> bool:
     return bool(profile and profile.is_finance)
 
 
+def lead_memberships(user) -> QuerySet[Membership]:
+    """*user*'s memberships as a lead: the one definition of "the teams this user leads"."""
+    return Membership.objects.filter(user=user, role=Membership.Role.LEAD)
+
+
+def teams_led_by(user) -> QuerySet:
+    """The ids of the teams *user* leads, as a subquery: ``team_id__in=teams_led_by(user)``."""
+    return lead_memberships(user).values("team_id")
+
+
 def leads_team(user, team_id: int) -> bool:
-    return Membership.objects.filter(user=user, team_id=team_id, role=Membership.Role.LEAD).exists()
+    return lead_memberships(user).filter(team_id=team_id).exists()
+
+
+def leads_of(team) -> list:
+    """The leads of *team* (users, by id)."""
+    return [
+        m.user
+        for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD)
+        .select_related("user__profile")
+        .order_by("user_id")
+    ]
 
 
 def can_manage_lease(user, lease) -> bool:

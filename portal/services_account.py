@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from inventory.models import StackFamily
+from inventory.choices import StackFamily
 from portal.models import Membership, Profile, Team
 from portal.permissions import is_operator, leads_team
 from portal.usernames import username_check

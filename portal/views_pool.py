@@ -44,7 +44,7 @@ from leasing.scheduler import planner, snapshot
 from leasing.scheduler.availability import card_models_with_counts, covering_allocations
 from portal import charts
 from portal.models import Membership
-from portal.permissions import is_finance, is_operator
+from portal.permissions import is_finance, is_operator, teams_led_by
 
 HOURS = 7 * 24
 TOP_USERS_DAYS = 30
@@ -218,10 +218,10 @@ def top_users(now: datetime, viewer) -> list[dict]:
     if is_operator(viewer) or is_finance(viewer):
         named = {row["lease__user_id"] for row in rows}
     else:
-        led = Membership.objects.filter(user=viewer, role=Membership.Role.LEAD).values("team")
         named = set(
             Membership.objects.filter(
-                team__in=led, user_id__in=[row["lease__user_id"] for row in rows]
+                team_id__in=teams_led_by(viewer),
+                user_id__in=[row["lease__user_id"] for row in rows],
             ).values_list("user_id", flat=True)
         )
         named.add(viewer.pk)

@@ -53,22 +53,8 @@ logger = logging.getLogger(__name__)
 
 
 def slurm_settings() -> dict:
-    """CARDPOOL_SLURM with its defaults (tests override single keys)."""
-    defaults = {
-        "BIN_DIR": "",
-        "CONF": "",
-        "RUN_AS": "sudo",
-        "IMMEDIATE_SECONDS": 5,
-        "COMMAND_TIMEOUT": 30,
-        "JOB_PREFIX": "cardpool-",
-        "GRES_NAME": "gpu",
-        "GRES_TYPES": {},
-        "PARTITION": "",
-        "ACCOUNT": "",
-        "GRACE_MINUTES": 2,
-        "REGION": "slurm",
-    }
-    return {**defaults, **getattr(settings, "CARDPOOL_SLURM", {})}
+    """CARDPOOL_SLURM (its defaults are in settings)."""
+    return settings.CARDPOOL_SLURM
 
 
 def parse_gres_types(text: str) -> dict[str, str]:

@@ -38,7 +38,7 @@ HOUR_SECONDS = Decimal(3600)
 
 def preemptible_discount() -> Decimal:
     """The factor a preemptible lease's price is multiplied by (setting, 0…1)."""
-    raw = settings.CARDPOOL.get("PREEMPTIBLE_DISCOUNT", "0.5")
+    raw = settings.CARDPOOL["PREEMPTIBLE_DISCOUNT"]
     try:
         value = Decimal(str(raw))
     except InvalidOperation as exc:

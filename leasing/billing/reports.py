@@ -24,8 +24,8 @@ from leasing.billing.prices import currency
 from leasing.choices import Priority
 from leasing.models import Statement, UsageRecord
 from leasing.periods import local_date, month_of, site_tz
-from portal.models import Department, Membership, Team
-from portal.permissions import is_finance, is_operator
+from portal.models import Department, Team
+from portal.permissions import is_finance, is_operator, lead_memberships
 
 # group_by value -> (record field, column heading)
 GROUPS = {
@@ -66,11 +66,7 @@ def report_team_ids(user) -> tuple[int, ...] | None:
     """The teams *user* may report on: None for all (finance, operators), else the teams they lead."""
     if is_finance(user) or is_operator(user):
         return None
-    return tuple(
-        Membership.objects.filter(user=user, role=Membership.Role.LEAD)
-        .order_by("team_id")
-        .values_list("team_id", flat=True)
-    )
+    return tuple(lead_memberships(user).order_by("team_id").values_list("team_id", flat=True))
 
 
 def may_see_reports(user) -> bool:

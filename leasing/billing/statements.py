@@ -23,9 +23,10 @@ from leasing.billing.usage import leases_to_close
 from leasing.choices import Kind
 from leasing.models import Statement, UsageRecord
 from leasing.notify.messages import holder_language, holder_zone, render
-from leasing.notify.services import notify, team_leads
+from leasing.notify.services import notify
 from leasing.periods import month_of, site_tz
 from portal.models import Team
+from portal.permissions import leads_of
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _next_number(month: date) -> str:
 
 def statement_readers(team: Team) -> list:
     """Who gets a team's statement: its leads and every finance user (each once)."""
-    readers = {u.pk: u for u in team_leads(team)}
+    readers = {u.pk: u for u in leads_of(team)}
     finance = get_user_model().objects.filter(profile__is_finance=True, is_active=True)
     for user in finance.select_related("profile").order_by("pk"):
         readers.setdefault(user.pk, user)

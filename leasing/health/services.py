@@ -15,10 +15,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -29,22 +27,12 @@ from leasing.health.rules import KEEPS_OUT, TOLD_TO_HOLDERS, Finding
 from leasing.models import Alert, AlertRule, Allocation, Lease
 from leasing.notify.messages import notice_send, notice_to
 from portal.audit import audit
-from portal.permissions import is_operator
+from portal.permissions import is_operator, operators
 
 logger = logging.getLogger(__name__)
 
 MAX_SILENCE_MINUTES = 7 * 24 * 60
 ALERTS_PAGE = "/alerts/"
-
-
-def operators():
-    """Everyone who hears of pool alerts: operators and superusers, active."""
-    return (
-        get_user_model()
-        .objects.filter(Q(is_superuser=True) | Q(profile__is_operator=True), is_active=True)
-        .select_related("profile")
-        .order_by("pk")
-    )
 
 
 # --- evaluation --------------------------------------------------------------------------

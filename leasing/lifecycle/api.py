@@ -16,6 +16,7 @@ from leasing.advisor.estimator import TaskProfile
 from leasing.advisor.serializers import LeaseByProfileSerializer
 from leasing.lifecycle import change_decisions, changes, releases, requests, resize
 from leasing.lifecycle import selectors as lease_selectors
+from leasing.lifecycle.filters import LeaseFilterSet
 from leasing.lifecycle.requests import lease_request_by_profile
 from leasing.lifecycle.serializers import (
     ApprovalSerializer,
@@ -88,7 +89,7 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
     """Your leases (a lead also sees the team's, an operator everyone's)."""
 
     serializer_class = LeaseSerializer
-    filterset_fields = ["status", "team__slug", "card_model__slug"]
+    filterset_class = LeaseFilterSet  # the lease page's filters, "scope" included
 
     queryset = Lease.objects.none()  # for the schema; get_queryset scopes to the user
 
@@ -100,26 +101,11 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
                 Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
             )
         )
-        if self.action == "list" and self.request.query_params.get("scope") not in ("all", "team"):
-            leases = leases.filter(user=self.request.user)
         return leases.order_by("-submitted_at", "-pk")
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "scope",
-                str,
-                enum=["mine", "team", "all"],
-                description=(
-                    "mine (the default): your own leases. team (or all): every lease you may "
-                    "see — your teams' as a lead, everyone's as finance or an operator; the "
-                    "same as the lease page's 'mine / my teams' switch."
-                ),
-            )
-        ]
-    )
-    def list(self, request, *args, **kwargs):
-        return super().list(request, *args, **kwargs)
+    def filter_queryset(self, queryset):
+        """The list's filters (``LeaseFilterSet``); one lease by id is any the person sees."""
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
 
     @extend_schema(
         request=LeaseRequestSerializer,

@@ -13,7 +13,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from leasing.choices import (
-    BOOKED_STATES,
+    CANCELLABLE_STATES,
+    EXTENDABLE_STATES,
     EndReason,
     LeaseStatus,
 )
@@ -67,7 +68,7 @@ def lease_cancel(*, lease: Lease, user, now: datetime | None = None) -> Lease:
         lock_card_models([lease.card_model_id])
         if not transition(
             lease.pk,
-            frm=[LeaseStatus.PENDING_APPROVAL, LeaseStatus.QUEUED, LeaseStatus.SCHEDULED],
+            frm=list(CANCELLABLE_STATES),
             to=LeaseStatus.CANCELLED,
             kind="cancel",
             at=now,
@@ -94,7 +95,11 @@ def lease_extend(
     """Push the end of a lease later, on the same cards: they must be free, nobody waiting may
     be delayed, and the extra card-time goes through admission like a request (a team rule
     broken: refused; a member limit broken: a pending change the lead decides, returned on
-    ``lease.pending_change``). *approved*: the lead already did (change_decisions)."""
+    ``lease.pending_change``). *approved*: the lead already did (change_decisions).
+
+    The steps: ``_extension_check`` (state, preemption, the longest lease),
+    ``_extension_cards_free`` (nobody booked after it, nobody waiting delayed), admission,
+    ``_extension_write``."""
 
     now = now or timezone.now()
     if not can_manage_lease(user, lease):
@@ -105,62 +110,8 @@ def lease_extend(
         lock_team(lease.team_id)
         lock_card_models([lease.card_model_id])
         lease.refresh_from_db()
-        if lease.status not in BOOKED_STATES or lease.status == LeaseStatus.RELEASING:
-            raise ValidationError(
-                _(
-                    "Only a scheduled, provisioning or active lease can be extended; this one is %(status)s."
-                )
-                % {"status": lease.get_status_display()}
-            )
-        if lease.preempt_at is not None:
-            raise ValidationError(
-                _(
-                    "Cards of this lease are being taken back for a higher-priority request at %(at)s; "
-                    "extend after that."
-                )
-                % {"at": timezone.localtime(lease.preempt_at).strftime("%Y-%m-%d %H:%M")}
-            )
-        new_end = lease.end_at + timedelta(minutes=minutes)
-        max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
-        if new_end - lease.start_at > timedelta(minutes=max_minutes):
-            raise ValidationError(
-                {
-                    "minutes": [
-                        _("A lease may last at most %(hours)s hours in all.")
-                        % {"hours": max_minutes // 60}
-                    ]
-                }
-            )
-        card_ids = list(
-            lease.allocations.filter(end_at=lease.end_at).values_list("card_id", flat=True)
-        )
-        timeline = timeline_for(lease.card_model_id, now=now)
-        busy = [c for c in card_ids if not timeline.is_free(c, lease.end_at, new_end)]
-        if busy:
-            raise ValidationError(
-                {
-                    "minutes": [
-                        _(
-                            "These cards are booked by someone else after your lease ends; release and ask again instead."
-                        )
-                    ]
-                }
-            )
-        # Nobody waiting may start later because of the extension.
-        delayed = waiting_delayed(
-            lease.card_model_id, [(c, lease.end_at, new_end) for c in card_ids], now=now
-        )
-        if delayed:
-            raise ValidationError(
-                {
-                    "minutes": [
-                        _(
-                            "%(n)s waiting request(s) would start later if you extended; release when done instead."
-                        )
-                        % {"n": delayed}
-                    ]
-                }
-            )
+        new_end = _extension_check(lease, minutes)
+        _extension_cards_free(lease, new_end, now)
         verdict = admit(
             Ask(
                 team=lease.team,
@@ -183,21 +134,85 @@ def lease_extend(
                 lease=lease, user=user, verdict=verdict, now=now, minutes=minutes
             )
             return lease
-        Allocation.objects.filter(lease=lease, end_at=lease.end_at).update(end_at=new_end)
-        old_end = lease.end_at
-        Lease.objects.filter(pk=lease.pk).update(end_at=new_end, duration=new_end - lease.start_at)
-        event_record(
-            lease.pk,
-            kind="extended",
-            at=now,
-            actor=user,
-            data={"from": old_end.isoformat(), "to": new_end.isoformat()},
-        )
-        if lease.status == LeaseStatus.ACTIVE:
-            enqueue_after_commit("leasing.tasks_slurm.extend_lease_backend", lease.pk)
-        team, model_id = lease.team, lease.card_model_id
-        transaction.on_commit(
-            lambda: quotas.budget_alerts(team=team, card_model_id=model_id, now=now)
-        )
+        _extension_write(lease, new_end, user=user, now=now)
     lease.refresh_from_db()
     return lease
+
+
+def _extension_check(lease: Lease, minutes: int) -> datetime:
+    """The new end, if the lease may be extended by *minutes* at all (ValidationError)."""
+    if lease.status not in EXTENDABLE_STATES:
+        raise ValidationError(
+            _(
+                "Only a scheduled, provisioning or active lease can be extended; this one is %(status)s."
+            )
+            % {"status": lease.get_status_display()}
+        )
+    if lease.preempt_at is not None:
+        raise ValidationError(
+            _(
+                "Cards of this lease are being taken back for a higher-priority request at %(at)s; "
+                "extend after that."
+            )
+            % {"at": timezone.localtime(lease.preempt_at).strftime("%Y-%m-%d %H:%M")}
+        )
+    new_end = lease.end_at + timedelta(minutes=minutes)
+    max_minutes = settings.CARDPOOL["MAX_LEASE_MINUTES"]
+    if new_end - lease.start_at > timedelta(minutes=max_minutes):
+        raise ValidationError(
+            {
+                "minutes": [
+                    _("A lease may last at most %(hours)s hours in all.")
+                    % {"hours": max_minutes // 60}
+                ]
+            }
+        )
+    return new_end
+
+
+def _extension_cards_free(lease: Lease, new_end: datetime, now: datetime) -> None:
+    """The lease's cards are free until *new_end*, and nobody waiting starts later for it."""
+    card_ids = list(lease.allocations.filter(end_at=lease.end_at).values_list("card_id", flat=True))
+    timeline = timeline_for(lease.card_model_id, now=now)
+    if any(not timeline.is_free(c, lease.end_at, new_end) for c in card_ids):
+        raise ValidationError(
+            {
+                "minutes": [
+                    _(
+                        "These cards are booked by someone else after your lease ends; release and ask again instead."
+                    )
+                ]
+            }
+        )
+    delayed = waiting_delayed(
+        lease.card_model_id, [(c, lease.end_at, new_end) for c in card_ids], now=now
+    )
+    if delayed:
+        raise ValidationError(
+            {
+                "minutes": [
+                    _(
+                        "%(n)s waiting request(s) would start later if you extended; release when done instead."
+                    )
+                    % {"n": delayed}
+                ]
+            }
+        )
+
+
+def _extension_write(lease: Lease, new_end: datetime, *, user, now: datetime) -> None:
+    """Move the end of the lease and of its cards, record it, tell the backend and the budget."""
+    Allocation.objects.filter(lease=lease, end_at=lease.end_at).update(end_at=new_end)
+    old_end = lease.end_at
+    Lease.objects.filter(pk=lease.pk).update(end_at=new_end, duration=new_end - lease.start_at)
+    event_record(
+        lease.pk,
+        kind="extended",
+        at=now,
+        actor=user,
+        data={"from": old_end.isoformat(), "to": new_end.isoformat()},
+    )
+    if lease.status == LeaseStatus.ACTIVE:
+        enqueue_after_commit("leasing.tasks_slurm.extend_lease_backend", lease.pk)
+    team, model_id = lease.team, lease.card_model_id
+    transaction.on_commit(lambda: quotas.budget_alerts(team=team, card_model_id=model_id, now=now))

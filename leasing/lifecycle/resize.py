@@ -17,7 +17,7 @@ from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
 from leasing import transitions
-from leasing.choices import LeaseStatus
+from leasing.choices import RESIZABLE_STATES, LeaseStatus
 from leasing.lifecycle.change_requests import change_ask
 from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.locking import lock_card_models, lock_team
@@ -133,7 +133,7 @@ def lease_resize(
         lock_team(lease.team_id)
         lock_card_models({lease.card_model_id, target.pk})
         lease.refresh_from_db()
-        if lease.status != LeaseStatus.ACTIVE or lease.end_at <= now:
+        if lease.status not in RESIZABLE_STATES or lease.end_at <= now:
             raise ValidationError(
                 _("Only an active lease can be resized; this one is %(status)s.")
                 % {"status": lease.get_status_display()}

@@ -21,8 +21,7 @@ from leasing.choices import (
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
 from leasing.scheduler.snapshot import card_slots, timeline_for, waiting_for
-from portal.models import Membership
-from portal.permissions import is_finance, is_operator
+from portal.permissions import is_finance, is_operator, lead_memberships, teams_led_by
 
 # --- what a lease shows: one answer for the page, the list and the API -------------------
 
@@ -164,11 +163,9 @@ def with_truth(leases) -> list[Lease]:
 
 def leases_visible_to(user) -> QuerySet[Lease]:
     """A member sees their own leases; a lead their team's; finance and operators all."""
-    leases = with_drains(Lease.objects.select_related("card_model", "team", "user", "environment"))
-    if is_operator(user) or is_finance(user):
-        return leases
-    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
-    return leases.filter(Q(user=user) | Q(team_id__in=led))
+    return with_drains(
+        Lease.objects.visible_to(user).select_related("card_model", "team", "user", "environment")
+    )
 
 
 def with_pending_change(leases: QuerySet[Lease]) -> QuerySet[Lease]:
@@ -196,8 +193,7 @@ def changes_visible_to(user) -> QuerySet[LeaseChange]:
     )
     if is_operator(user):
         return changes
-    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
-    return changes.filter(Q(lease__user=user) | Q(lease__team_id__in=led))
+    return changes.filter(Q(lease__user=user) | Q(lease__team_id__in=teams_led_by(user)))
 
 
 def latest_card_model_id(user) -> int | None:
@@ -235,7 +231,7 @@ def list_scopes(user) -> tuple[str, ...]:
     their teams' as a lead, all as finance or an operator) where that is more."""
     if is_operator(user) or is_finance(user):
         return LIST_SCOPES
-    if Membership.objects.filter(user=user, role=Membership.Role.LEAD).exists():
+    if lead_memberships(user).exists():
         return LIST_SCOPES
     return ("mine",)
 

@@ -20,7 +20,7 @@ from leasing.choices import (
     Purpose,
 )
 from portal.models import Membership, Team
-from portal.permissions import is_operator
+from portal.permissions import is_operator, lead_memberships
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def priorities_for(user, *, membership: Membership | None = None, team: Team | N
     if membership is not None:
         is_lead = membership.role == Membership.Role.LEAD
     else:
-        memberships = Membership.objects.filter(user=user, role=Membership.Role.LEAD)
+        memberships = lead_memberships(user)
         is_lead = (memberships.filter(team=team) if team else memberships).exists()
     return [
         p for p in Priority.values if p != Priority.CRITICAL and (is_lead or p != Priority.HIGH)

@@ -30,6 +30,7 @@ from leasing.lifecycle import (
     utilisation,
 )
 from leasing.lifecycle.change_requests import pending_change
+from leasing.lifecycle.filters import LeaseFilterSet
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
@@ -62,14 +63,17 @@ def _form_errors_to_messages(request, form) -> None:
 @login_required
 def lease_list(request):
     scopes = selectors.list_scopes(request.user)
-    scope = request.GET.get("scope", "mine")
-    if scope not in scopes:
-        scope = "mine"
-    leases = selectors.with_pending_change(selectors.leases_in_scope(request.user, scope))
+    filterset = LeaseFilterSet(
+        request.GET,
+        queryset=selectors.leases_in_scope(request.user, scopes[-1]),
+        request=request,
+    )
+    filterset.is_valid()  # a bad value is left out (and the form says why)
+    leases = selectors.with_pending_change(filterset.qs)
     context = {
         "open_leases": selectors.with_truth(leases.filter(status__in=OPEN_STATES)),
         "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],
-        "scope": scope,
+        "scope": filterset.scope_in_effect,
         "scopes": scopes,
         "scope_team_label": _("All leases")
         if is_operator(request.user) or is_finance(request.user)

@@ -23,6 +23,7 @@ from leasing.choices import (
     StallReason,
     StartPolicy,
 )
+from leasing.models.lease_rules import LeaseActions, LeaseQuerySet
 
 REQUEST_KEY_MAX = 80
 
@@ -223,6 +224,8 @@ class Lease(models.Model):
     # Set on the lease lease_request returns when its request key found an earlier one.
     replayed = False
 
+    objects = LeaseQuerySet.as_manager()
+
     class Meta:
         ordering = ["-submitted_at", "-pk"]
         verbose_name = _("lease")
@@ -257,6 +260,10 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"lease {self.pk} ({self.count}× {self.card_model_id})"
+
+    @property
+    def actions(self) -> LeaseActions:
+        return LeaseActions(self.status)
 
     @property
     def card_hours(self) -> float:

@@ -7,8 +7,8 @@ import logging
 from django.db.models import Q, QuerySet
 
 from leasing.models import Notification, Webhook
-from portal.models import Membership, Team
-from portal.permissions import is_operator
+from portal.models import Team
+from portal.permissions import is_operator, teams_led_by
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +31,7 @@ def teams_managed_by(user) -> QuerySet[Team]:
     """Teams whose webhooks the user may manage: those they lead (operators: all)."""
     if is_operator(user):
         return Team.objects.order_by("slug")
-    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
-    return Team.objects.filter(pk__in=led).order_by("slug")
+    return Team.objects.filter(pk__in=teams_led_by(user)).order_by("slug")
 
 
 def webhooks_managed_by(user) -> QuerySet[Webhook]:

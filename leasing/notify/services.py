@@ -51,7 +51,8 @@ from leasing.models import (
 )
 from leasing.notify import webhooks
 from leasing.notify.selectors import notifications_of, teams_managed_by
-from portal.models import Membership, Team
+from portal.models import Team
+from portal.permissions import leads_of
 from portal.ratelimit import rate_consume
 
 logger = logging.getLogger(__name__)
@@ -302,15 +303,6 @@ def notify(
     )
 
 
-def team_leads(team: Team) -> list:
-    return [
-        m.user
-        for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD)
-        .select_related("user")
-        .order_by("user_id")
-    ]
-
-
 def notify_team_leads(
     *,
     team: Team,
@@ -330,7 +322,7 @@ def notify_team_leads(
     *word* gives the title and body for one lead (in their language), instead of *title*/*body*.
     """
     made = []
-    for i, lead in enumerate(team_leads(team)):
+    for i, lead in enumerate(leads_of(team)):
         if word is not None:
             title, body = word(lead)
         made.append(
@@ -462,24 +454,6 @@ def webhook_test(*, user, webhook: Webhook, now: datetime | None = None) -> Deli
         )
         transaction.on_commit(lambda: _enqueue([delivery.pk]))
     return delivery
-
-
-# --- a lease's holder ----------------------------------------------------------------
-
-
-def notify_holder(
-    lease: Lease, kind: str, title: str, body: str = "", *, anchor: str = "", key: str = ""
-) -> None:
-    """Send a notification to the holder through the configured channels (once per *key*)."""
-    notify(
-        user=lease.user,
-        kind=kind,
-        title=title,
-        body=body,
-        lease=lease,
-        url=f"/leases/{lease.pk}/{anchor}",
-        key=key,
-    )
 
 
 def warning_with_notice(

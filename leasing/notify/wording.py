@@ -6,14 +6,13 @@ import logging
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 
-from django.contrib.auth import get_user_model
-from django.db.models import Q
 from django.utils import translation
 
 from leasing.choices import Kind
 from leasing.models import Lease, LeaseChange, Notification
 from leasing.notify.messages import MESSAGES, holder_zone, reader_language, render
 from leasing.notify.services import notify, notify_team_leads
+from portal.permissions import operators
 
 logger = logging.getLogger(__name__)
 
@@ -146,11 +145,8 @@ def _tell_operators_release_failed(
 ) -> list[Notification]:
     """Every operator hears of a release the backend failed to do: its cards stay out of the
     pool until one of them retries it or marks it done by hand (docs/operations.md)."""
-    operators = get_user_model().objects.filter(
-        Q(is_superuser=True) | Q(profile__is_operator=True), is_active=True
-    )
     sent = []
-    for operator in operators.select_related("profile").order_by("pk"):
+    for operator in operators():
         title, body = render(
             "lease", params, language=reader_language(operator), zone=holder_zone(operator)
         )

@@ -61,10 +61,7 @@ def card_models_with_counts(now: datetime) -> QuerySet[CardModel]:
         total=count_per_row(Card.objects.in_service(), "card_model"),
         available=count_per_row(available_cards(now), "card_model"),
         # Kept out by their readings alone (hot, node silent): back on their own.
-        unhealthy=count_per_row(
-            Card.objects.filter(status=Card.Status.OK).exclude(health=Card.Health.OK),
-            "card_model",
-        ),
+        unhealthy=count_per_row(Card.objects.unhealthy(), "card_model"),
     )
 
 

@@ -8,18 +8,15 @@ moment cards free up, not on a timer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Value
-from django.utils import timezone
 
 from inventory.models import Card
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
-from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import plancache, planner, shares
@@ -262,11 +259,7 @@ def in_service_by_node(card_model_id: int) -> dict[int, int]:
 
 def unhealthy_count(card_model_id: int) -> int:
     """The model's cards kept out of placement only by their readings (``Card.health``)."""
-    return (
-        Card.objects.filter(card_model_id=card_model_id, status=Card.Status.OK)
-        .exclude(health=Card.Health.OK)
-        .count()
-    )
+    return Card.objects.unhealthy().filter(card_model_id=card_model_id).count()
 
 
 def stalled_tell(lease_ids: list[int]) -> bool:
@@ -377,20 +370,6 @@ def replan(
     result = schedule_card_model(card_model_id, now=now, joined=joined, seen=seen)
     hand_over(result.started)
     return result
-
-
-def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:
-    """Run the queue pass for the given card models (locks them, places what fits)."""
-    now = now or timezone.now()
-    total = PassResult()
-    with transaction.atomic():
-        for card_model_id in lock_card_models(card_model_ids):
-            result = schedule_card_model(card_model_id, now=now)
-            total.started += result.started
-            total.booked += result.booked
-            total.waiting.update(result.waiting)
-        hand_over(total.started)
-    return total
 
 
 def release_begin(

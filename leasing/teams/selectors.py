@@ -15,7 +15,7 @@ from leasing.choices import BOOKED_STATES, HOLDING_STATES, LeaseStatus
 from leasing.models import GuaranteedShare, Lease, LeaseChange, MemberLimit, Quota
 from leasing.teams import quotas
 from portal.models import Membership, Team
-from portal.permissions import is_finance, is_operator, leads_team
+from portal.permissions import is_finance, is_operator, leads_team, teams_led_by
 
 # --- teams -------------------------------------------------------------------------------
 
@@ -44,8 +44,7 @@ def approvals_for(user) -> QuerySet[Lease]:
     )
     if is_operator(user):
         return pending
-    led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
-    return pending.filter(team_id__in=led)
+    return pending.filter(team_id__in=teams_led_by(user))
 
 
 @dataclass

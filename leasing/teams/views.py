@@ -26,8 +26,7 @@ from leasing.teams.forms import (
     QuotaForm,
 )
 from portal import charts
-from portal.models import Membership
-from portal.permissions import is_finance, is_operator, leads_team
+from portal.permissions import is_finance, is_operator, lead_memberships, leads_team
 
 
 def _team(request, slug):
@@ -46,11 +45,7 @@ def _limits(data: dict) -> dict:
 @login_required
 def team_list(request):
     teams = selectors.teams_visible_to(request.user).select_related("department").order_by("slug")
-    led = set(
-        Membership.objects.filter(user=request.user, role=Membership.Role.LEAD).values_list(
-            "team_id", flat=True
-        )
-    )
+    led = set(lead_memberships(request.user).values_list("team_id", flat=True))
     return render(request, "leasing/team_list.html", {"teams": teams, "led": led})
 
 

@@ -21,7 +21,6 @@ from django.views.decorators.http import require_POST
 
 from leasing.models import Environment, Lease, Session, SshKey
 from leasing.workbench import environments, keys, sessions
-from portal.permissions import is_operator
 
 SESSION_URI = re.compile(r"^/sessions/(\d+)/")
 
@@ -36,11 +35,9 @@ def proxy_secret() -> str:
 
 
 def visible_lease(request, pk: int) -> Lease:
-    """The holder's own lease (or any, for an operator); 404 otherwise."""
-    lease = get_object_or_404(Lease.objects.select_related("user"), pk=pk)
-    if lease.user_id != request.user.pk and not is_operator(request.user):
-        raise Http404
-    return lease
+    """A lease the person may work inside (``Lease.objects.visible_to``); 404 otherwise."""
+    leases = Lease.objects.visible_to(request.user, to_work_on=True).select_related("user")
+    return get_object_or_404(leases, pk=pk)
 
 
 def session_auth(request):

@@ -67,17 +67,12 @@ def measure(path: str, *, max_entries: int = 2_000_000) -> tuple[int, int]:
 
 def _warn(row: WorkspaceUsage, owner, kind: str) -> None:
     """Tell the owner (a team's leads) once per crossing, with the row's mark."""
-    from portal.models import Membership
+    from portal.permissions import leads_of
 
     if kind == "users":
         people = [owner]
     else:
-        people = [
-            m.user
-            for m in Membership.objects.filter(team=owner, role=Membership.Role.LEAD)
-            .select_related("user__profile")
-            .order_by("user_id")
-        ]
+        people = leads_of(owner)
     limit = soft_limit_bytes()
     params = {
         "path": row.path,

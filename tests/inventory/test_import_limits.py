@@ -7,6 +7,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
@@ -227,14 +228,16 @@ def test_a_listed_card_count_is_bounded_too(t4, tmp_path):
 
 
 def test_the_card_limit_is_a_setting(t4, tmp_path):
-    with override_settings(CARDPOOL_IMPORT={"MAX_CARDS_PER_NODE": 4}):
+    with override_settings(
+        CARDPOOL_IMPORT={**django_settings.CARDPOOL_IMPORT, "MAX_CARDS_PER_NODE": 4}
+    ):
         assert "cards must be at most 4" in refused(csv_file(tmp_path, "gpu-01,bj,t4,5,,,"))
 
 
 def test_rows_are_bounded(t4, tmp_path):
     path = csv_file(tmp_path, *(f"gpu-{i:02d},bj,t4,1,,," for i in range(4)))
 
-    with override_settings(CARDPOOL_IMPORT={"MAX_ROWS": 3}):
+    with override_settings(CARDPOOL_IMPORT={**django_settings.CARDPOOL_IMPORT, "MAX_ROWS": 3}):
         assert "more than 3 rows (CARDPOOL_IMPORT_MAX_ROWS)" in refused(path)
 
 
@@ -243,7 +246,7 @@ def test_yaml_rows_are_bounded_before_they_are_built(t4, tmp_path):
         f"- {{hostname: gpu-{i}, region: bj, card_model: t4, cards: 1}}\n" for i in range(4)
     )
 
-    with override_settings(CARDPOOL_IMPORT={"MAX_ROWS": 3}):
+    with override_settings(CARDPOOL_IMPORT={**django_settings.CARDPOOL_IMPORT, "MAX_ROWS": 3}):
         assert "more than 3 rows (CARDPOOL_IMPORT_MAX_ROWS)" in refused(
             yaml_file(tmp_path, entries)
         )
@@ -252,7 +255,7 @@ def test_yaml_rows_are_bounded_before_they_are_built(t4, tmp_path):
 def test_file_size_is_bounded(t4, tmp_path):
     path = csv_file(tmp_path, *(f"gpu-{i:02d},bj,t4,1,,," for i in range(10)))
 
-    with override_settings(CARDPOOL_IMPORT={"MAX_BYTES": 100}):
+    with override_settings(CARDPOOL_IMPORT={**django_settings.CARDPOOL_IMPORT, "MAX_BYTES": 100}):
         assert "larger than 100 bytes (CARDPOOL_IMPORT_MAX_BYTES)" in refused(path)
 
 

@@ -261,3 +261,29 @@ def test_the_same_key_from_two_users_makes_two_leases(
         response = api.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY="k")
         ids.add(response.json()["id"])
     assert len(ids) == 2
+
+
+def test_the_lease_list_filters_are_one_filterset_for_page_and_api(
+    api, client, frozen, alice, lena, vision, a100, small_pool
+):
+    """``leasing.lifecycle.filters.LeaseFilterSet``: the same names on /leases/ and the API;
+    the API answers a bad value with a 400 naming it, the page shows the default."""
+    first = post(
+        api,
+        alice,
+        {"card_model": a100.slug, "count": 8, "duration_minutes": 60, "same_node": False},
+    )
+    assert first.status_code == 201, first.json()
+    queued = post(api, alice, {"card_model": a100.slug, "count": 1, "duration_minutes": 60})
+    assert queued.json()["status"] == "queued"
+    api.force_authenticate(lena)  # the lead
+    assert api.get("/api/v1/leases/").json()["count"] == 0  # mine: none
+    listed = api.get("/api/v1/leases/?scope=team&status=queued").json()
+    assert [row["id"] for row in listed["results"]] == [queued.json()["id"]]
+    bad = api.get("/api/v1/leases/?scope=everyone&status=nonsense")
+    assert bad.status_code == 400 and {"scope", "status"} <= set(bad.json())
+    client.force_login(lena)
+    page = client.get("/leases/?scope=team&status=queued").content.decode()
+    assert f"/leases/{queued.json()['id']}/" in page
+    assert f"/leases/{first.json()['id']}/" not in page
+    assert client.get("/leases/?scope=everyone").status_code == 200  # the default instead

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.conf import settings as django_settings
 from django.test import override_settings
 
 from leasing.backends import TransientBackendError, get_backend
@@ -186,7 +187,7 @@ def test_gres_type_setting_and_run_as_wrappers():
     ]
 
 
-@override_settings(CARDPOOL_SLURM={"BIN_DIR": "/nonexistent"})
+@override_settings(CARDPOOL_SLURM={**django_settings.CARDPOOL_SLURM, "BIN_DIR": "/nonexistent"})
 def test_a_missing_slurm_client_is_a_permanent_error():
     from leasing.backends import PermanentBackendError
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -193,6 +194,26 @@ def validated_model(
     return card_model
 
 
+@dataclass(frozen=True)
+class Asked:
+    """A request as it was asked for, before any check: what ``lease_request`` and its
+    preview (``lease_request_check``) take, passed between their steps as one value."""
+
+    user: object
+    team: Team
+    count: int
+    duration: timedelta
+    now: datetime
+    card_model: CardModel | None = None
+    requirements: dict | None = None
+    start_at: datetime | None = None
+    priority: str = Priority.NORMAL
+    purpose: str = Purpose.DEVELOPMENT
+    same_node: bool = True
+    start_policy: str = StartPolicy.AS_ASKED
+    environment: Environment | None = None
+
+
 @dataclass
 class Shape:
     """What a request asks for once checked: when it starts (moved by an off-peak policy),
@@ -203,46 +224,67 @@ class Shape:
     requirements: dict
     card_model: CardModel
 
+    @cached_property
+    def nodes(self) -> frozenset[int] | None:
+        """The nodes its requirements allow (None: any)."""
+        return nodes_meeting(self.requirements)
 
-def request_shape(
-    *,
-    user,
-    team: Team,
-    card_model: CardModel | None,
-    requirements: dict | None,
-    count: int,
-    duration: timedelta,
-    start_at: datetime | None,
-    priority: str,
-    purpose: str,
-    same_node: bool,
-    start_policy: str,
-    environment: Environment | None = None,
-    now: datetime,
-) -> Shape:
+
+def request_shape(asked: Asked) -> Shape:
     """The first steps of a request and of its preview, in one place: the start (an off-peak
     *start_policy* moves it), the requirements, who may ask, the model, and whether the
     chosen environment fits it."""
+    now, start_at = asked.now, asked.start_at
     start = start_at if start_at is not None and start_at > now else now
-    if start_policy:
-        start = offpeak_start_for(start_policy, start=start, duration=duration)
+    if asked.start_policy:
+        start = offpeak_start_for(asked.start_policy, start=start, duration=asked.duration)
         start_at = start
-    cleaned = clean_requirements(requirements)
+    cleaned = clean_requirements(asked.requirements)
     model = validated_model(
-        user=user,
-        team=team,
-        card_model=card_model,
+        user=asked.user,
+        team=asked.team,
+        card_model=asked.card_model,
         requirements=cleaned,
-        count=count,
-        duration=duration,
+        count=asked.count,
+        duration=asked.duration,
         start_at=start_at,
-        priority=priority,
-        purpose=purpose,
-        same_node=same_node,
+        priority=asked.priority,
+        purpose=asked.purpose,
+        same_node=asked.same_node,
         now=now,
     )
-    environment_check(environment, model)
+    environment_check(asked.environment, model)
     return Shape(start=start, start_at=start_at, requirements=cleaned, card_model=model)
+
+
+def capacity_check(asked: Asked, shape: Shape) -> None:
+    """Whether the pool has cards enough of the model (on nodes meeting the requirements)."""
+    if errors := capacity_errors(
+        {},
+        card_model=shape.card_model,
+        count=asked.count,
+        same_node=asked.same_node,
+        nodes=shape.nodes,
+        requirements=shape.requirements,
+    ):
+        raise ValidationError(errors)
+
+
+def admission_of(
+    asked: Asked, shape: Shape, *, has_rules: bool, override_reason: str = ""
+) -> Verdict:
+    """``admission`` for a request's shape."""
+    return admission(
+        user=asked.user,
+        team=asked.team,
+        card_model=shape.card_model,
+        count=asked.count,
+        start=shape.start,
+        duration=asked.duration,
+        priority=asked.priority,
+        has_rules=has_rules,
+        override_reason=override_reason,
+    )
 
 
 def admission(
@@ -309,77 +351,31 @@ class RequestOutlook:
         return "now" if self.start <= self.now + STARTS_NOW else "later"
 
 
-def lease_request_check(
-    *,
-    user,
-    team: Team,
-    card_model: CardModel | None = None,
-    requirements: dict | None = None,
-    count: int,
-    duration: timedelta,
-    start_at: datetime | None = None,
-    priority: str = Priority.NORMAL,
-    purpose: str = Purpose.DEVELOPMENT,
-    same_node: bool = True,
-    start_policy: str = StartPolicy.AS_ASKED,
-    environment: Environment | None = None,
-    now: datetime | None = None,
-) -> RequestOutlook:
-    """What ``lease_request`` would decide for these values now, nothing written: the same
-    validation, model choice, capacity check and admission, raising what it would raise."""
+def lease_request_check(*, now: datetime | None = None, **asked) -> RequestOutlook:
+    """What ``lease_request`` would decide for these values (``Asked``'s fields) now, nothing
+    written: the same validation, model choice, capacity check and admission, raising what
+    it would raise."""
     now = now or timezone.now()
-    shape = request_shape(
-        user=user,
-        team=team,
-        card_model=card_model,
-        requirements=requirements,
-        count=count,
-        duration=duration,
-        start_at=start_at,
-        priority=priority,
-        purpose=purpose,
-        same_node=same_node,
-        start_policy=start_policy,
-        environment=environment,
-        now=now,
-    )
-    start, start_at, requirements, card_model = (
-        shape.start,
-        shape.start_at,
-        shape.requirements,
-        shape.card_model,
-    )
-    nodes = nodes_meeting(requirements)
-    if errors := capacity_errors(
-        {},
-        card_model=card_model,
-        count=count,
-        same_node=same_node,
-        nodes=nodes,
-        requirements=requirements,
-    ):
-        raise ValidationError(errors)
-    verdict = admission(
-        user=user,
-        team=team,
-        card_model=card_model,
-        count=count,
-        start=start,
-        duration=duration,
-        priority=priority,
-        has_rules=quotas.rules_apply(team=team, user=user, card_model=card_model),
+    asked = Asked(now=now, **asked)
+    shape = request_shape(asked)
+    capacity_check(asked, shape)
+    card_model = shape.card_model
+    verdict = admission_of(
+        asked,
+        shape,
+        has_rules=quotas.rules_apply(team=asked.team, user=asked.user, card_model=card_model),
     )
     when = lease_preview(
         card_model=card_model,
-        count=count,
-        duration=duration,
-        start_at=start_at,
-        same_node=same_node,
-        priority=priority,
-        purpose=purpose,
-        start_policy=start_policy,
+        count=asked.count,
+        duration=asked.duration,
+        start_at=shape.start_at,
+        same_node=asked.same_node,
+        priority=asked.priority,
+        purpose=asked.purpose,
+        start_policy=asked.start_policy,
         now=now,
-        nodes=nodes,
+        nodes=shape.nodes,
     )
     if verdict.borrowed and (when is None or when > now + STARTS_NOW):
         raise ValidationError(borrow_refusal(card_model))  # borrowing never waits

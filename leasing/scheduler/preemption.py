@@ -207,30 +207,46 @@ def take_back(
     places: list[int | None] = sorted({c.node_id for c in usable.values()}) if same_node else [None]
     options = []
     for place in places:
-        there = [c for c in free if place is None or c.node_id == place]
-        need = count - len(there)
-        pool = {
-            v: [c for c in ids if place is None or usable[c].node_id == place]
-            for v, ids in takeable.items()
-        }
-        ranked = sorted((v for v in pool if pool[v]), key=lambda v: (-len(pool[v]), rank[v]))
-        chosen: list[int] = []
-        covered = 0
-        for v in ranked:
-            if covered >= need:
-                break
-            chosen.append(v)
-            covered += len(pool[v])
-        if need <= 0 or covered < need:
-            continue
-        plan = _share(tuple(chosen), pool, need)
-        if plan is not None:
-            options.append(((len(plan), need, place or 0), plan, there))
+        option = _take_back_at(place, free, takeable, usable, rank, count)
+        if option is not None:
+            options.append(option)
     for _key, plan, there in sorted(options, key=lambda o: o[0]):
         taken = [usable[c] for ids in plan.values() for c in ids]
         if planner.place([*there, *taken], without_victims, count, start, end, same_node=same_node):
             return plan
     return None
+
+
+def _take_back_at(
+    place: int | None,
+    free: list[planner.CardSlot],
+    takeable: dict[int, list[int]],
+    usable: dict[int, planner.CardSlot],
+    rank: dict[int, int],
+    count: int,
+) -> tuple[tuple, dict[int, list[int]], list[planner.CardSlot]] | None:
+    """``take_back``'s option at one *place* (a node, or None: the pool): its sort key, the
+    cards to take from each victim, and the free cards there; None when it cannot cover."""
+    there = [c for c in free if place is None or c.node_id == place]
+    need = count - len(there)
+    pool = {
+        v: [c for c in ids if place is None or usable[c].node_id == place]
+        for v, ids in takeable.items()
+    }
+    ranked = sorted((v for v in pool if pool[v]), key=lambda v: (-len(pool[v]), rank[v]))
+    chosen: list[int] = []
+    covered = 0
+    for v in ranked:
+        if covered >= need:
+            break
+        chosen.append(v)
+        covered += len(pool[v])
+    if need <= 0 or covered < need:
+        return None
+    plan = _share(tuple(chosen), pool, need)
+    if plan is None:
+        return None
+    return (len(plan), need, place or 0), plan, there
 
 
 def _share(

@@ -45,6 +45,7 @@ SLACK_CAP = timedelta(hours=4)
 Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
 Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
 _NOT_BEFORE = object()  # _keep: search from the old start on
+_GO_ON = object()  # _keep_earlier: no earlier start, ask the next question
 
 
 def slack(
@@ -314,10 +315,9 @@ class QueuePlan:
         if old.start is None:
             return old if not freed else None
         start, end = old.start, old.start + request.duration
-        timeline = self.timeline
         before_end = [w for w in freed if w[0] < end]
         if before_end or any(a < end and start < b for a, b, _n in added):
-            if not all(timeline.is_free(c, start, end) for c in old.card_ids):
+            if not all(self.timeline.is_free(c, start, end) for c in old.card_ids):
                 if before_end:
                     return None
                 # only busy time added: it cannot start before its old start, which is
@@ -326,22 +326,40 @@ class QueuePlan:
         if before_end:
             if not request.same_node:
                 return None
-            nodes = set().union(*(w[2] for w in before_end))
-            if request.nodes is not None:
-                nodes &= request.nodes
-            sub = [c for n in sorted(nodes) for c in self.by_node.get(n, ())]
-            if request.not_before < self.now:
-                request = replace(request, not_before=self.now)
-            earlier = earliest(sub, timeline, request)
-            if earlier.start is not None and earlier.start < start:
-                # place over the whole pool at the new start (best fit across every node)
-                chosen = place(
-                    cards_for(self.cards, request), timeline, request.count, earlier.start,
-                    earlier.start + request.duration, same_node=True,
-                )  # fmt: skip
-                return (
-                    None if chosen is None else Decision(old.lease_id, earlier.start, tuple(chosen))
-                )
+            earlier = self._keep_earlier(request, old, before_end)
+            if earlier is not _GO_ON:
+                return earlier
+        return self._keep_at(request, old, added, freed)
+
+    def _keep_earlier(
+        self, request: Request, old: Decision, before_end: list[Window]
+    ) -> Decision | object | None:
+        """``_keep``'s first question, time having been freed before the lease's end: an
+        earlier start on the nodes where it was freed (placed over the whole pool then), or
+        ``_GO_ON`` when there is none."""
+        nodes = set().union(*(w[2] for w in before_end))
+        if request.nodes is not None:
+            nodes &= request.nodes
+        sub = [c for n in sorted(nodes) for c in self.by_node.get(n, ())]
+        if request.not_before < self.now:
+            request = replace(request, not_before=self.now)
+        earlier = earliest(sub, self.timeline, request)
+        if earlier.start is None or earlier.start >= old.start:
+            return _GO_ON
+        # place over the whole pool at the new start (best fit across every node)
+        chosen = place(
+            cards_for(self.cards, request), self.timeline, request.count, earlier.start,
+            earlier.start + request.duration, same_node=True,
+        )  # fmt: skip
+        return None if chosen is None else Decision(old.lease_id, earlier.start, tuple(chosen))
+
+    def _keep_at(
+        self, request: Request, old: Decision, added: list[Window], freed: list[Window]
+    ) -> Decision | None:
+        """``_keep``'s second question, at the old start: the old cards, unless a node the
+        changes touched inside its window now ranks ahead of them."""
+        start, end = old.start, old.start + request.duration
+        timeline = self.timeline
         touched = set().union(*(w[2] for w in (*added, *freed) if w[0] < end and start < w[1]))
         if request.nodes is not None:
             touched &= request.nodes  # changes on nodes it may not use do not concern it

@@ -68,14 +68,7 @@ def schedule_card_model(
     assert transaction.get_connection().in_atomic_block, "schedule_card_model needs a transaction"
 
     result = PassResult()
-    if seen is None:
-        seen = plancache.hold(card_model_id)
-    picture = plancache.take(card_model_id, seen, now=now)
-    if picture is not None and joined is not None:
-        newcomer = waiting_of([card_model_id], now=now, lease_ids=[joined]).get(card_model_id)
-        plancache.admit(picture, newcomer or [])
-    if picture is None:
-        picture = plancache.load(card_model_id, now=now)
+    picture = _picture_for(card_model_id, now=now, joined=joined, seen=seen)
     waiting = picture.waiting
     if not waiting:
         plancache.keep_after_commit(card_model_id, picture, plancache.Applied([], [], {}), now=now)
@@ -87,52 +80,14 @@ def schedule_card_model(
     if marked:
         picture = plancache.load(card_model_id, now=now)  # the victims' ends moved
         waiting = picture.waiting
-    cards = picture.cards
-    timeline = picture.timeline()
     policies = {w.request.lease_id: w.start_policy for w in waiting if w.start_policy}
     if covering or policies:
-        # A team within its guaranteed share is served first (the cards a reclaim frees are
-        # its), and off-peak starts are held below: both change the plan after the service
-        # order, which a stored plan does not know. So plan the whole queue, and store no
-        # cards (the next request that joins plans the whole queue too).
-        queue = shares.entitled_first(
-            card_model_id, [w.request for w in waiting], covering=covering
-        )
-        decisions = planner.plan_queue(cards, timeline, queue)
-        requests = {r.lease_id: r for r in queue}
-        keep_plan = False
-        estimated = None
-        QueueMark.objects.filter(card_model_id=card_model_id).delete()  # planned whole
+        decisions, requests = _plan_whole(card_model_id, picture, covering)
+        keep_plan, estimated = False, None
     else:
-        plan = QueuePlan(cards, timeline, now=now)
-        mark = mark_of(card_model_id)
-        joining = None
-        if joined is not None and not marked:
-            joining = join_plan(plan, waiting, joined, mark)
-        if joining is None:
-            # The whole queue, in order, while the budget lasts: a lease is planned (and
-            # started) only once everyone ahead of it is; the refresh plans the rest.
-            joining = Joined(stale_after=plan_in_order(plan, waiting))
-        estimated = joining.estimate
-        if estimated is not None:
-            # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
-            # starts it if it fits) right after the commit.
-            estimate_write(estimated)
-            result.waiting[joined] = estimated.start
-        if joining.stale_after is None:
-            if mark is not None:
-                QueueMark.objects.filter(card_model_id=card_model_id).delete()
-        else:
-            mark_put(card_model_id, joining.stale_after, now=now, had=mark)
-        # Those that start now leave the plan and hold their cards; anyone ahead of them is
-        # planned again around that (QueuePlan.advance), so what is stored is what a pass run
-        # right after this one would decide. Only decisions that differ from the stored ones
-        # are written (below).
-        due = plan.advance(now)
-        # Those taken back as stored are written as they are unless a start re-planned them.
-        entries = due + (plan.entries if due else plan.entries[joining.restored :])
-        decisions = [e.decision for e in entries]
-        requests = {e.request.lease_id: e.request for e in entries}
+        decisions, requests, estimated = _plan_kept(
+            card_model_id, picture, now=now, joined=None if marked else joined, result=result
+        )
         keep_plan = True
     applied = apply_decisions(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
                               policies=policies, now=now, result=result)  # fmt: skip
@@ -141,6 +96,82 @@ def schedule_card_model(
             applied.shown[estimated.lease_id] = (estimated.start, "", None)
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
     return result
+
+
+def _picture_for(
+    card_model_id: int, *, now: datetime, joined: int | None, seen: int | None
+) -> plancache.Picture:
+    """The model's picture: kept from the last pass (with the newcomer admitted) when the
+    version says nothing changed, else read from the database."""
+    if seen is None:
+        seen = plancache.hold(card_model_id)
+    picture = plancache.take(card_model_id, seen, now=now)
+    if picture is not None and joined is not None:
+        newcomer = waiting_of([card_model_id], now=now, lease_ids=[joined]).get(card_model_id)
+        plancache.admit(picture, newcomer or [])
+    if picture is None:
+        picture = plancache.load(card_model_id, now=now)
+    return picture
+
+
+def _plan_whole(
+    card_model_id: int, picture: plancache.Picture, covering
+) -> tuple[list[Decision], dict[int, Request]]:
+    """The whole queue planned again: a team within its guaranteed share is served first (the
+    cards a reclaim frees are its), and off-peak starts are held back later: both change the
+    plan after the service order, which a stored plan does not know. No cards are stored (the
+    next request that joins plans the whole queue too)."""
+    queue = shares.entitled_first(
+        card_model_id, [w.request for w in picture.waiting], covering=covering
+    )
+    decisions = planner.plan_queue(picture.cards, picture.timeline(), queue)
+    QueueMark.objects.filter(card_model_id=card_model_id).delete()  # planned whole
+    return decisions, {r.lease_id: r for r in queue}
+
+
+def _plan_kept(
+    card_model_id: int,
+    picture: plancache.Picture,
+    *,
+    now: datetime,
+    joined: int | None,
+    result: PassResult,
+) -> tuple[list[Decision], dict[int, Request], Decision | None]:
+    """The stored plan brought up to date (``QueuePlan``): the newcomer *joined* planned after
+    those ahead of it, or the queue in order, while the budget lasts; the rest marked stale
+    for the refresh. Returns the decisions to write, their requests, and the newcomer's
+    estimate when it waits behind a stale stretch."""
+    waiting = picture.waiting
+    plan = QueuePlan(picture.cards, picture.timeline(), now=now)
+    mark = mark_of(card_model_id)
+    joining = join_plan(plan, waiting, joined, mark) if joined is not None else None
+    if joining is None:
+        # The whole queue, in order, while the budget lasts: a lease is planned (and
+        # started) only once everyone ahead of it is; the refresh plans the rest.
+        joining = Joined(stale_after=plan_in_order(plan, waiting))
+    estimated = joining.estimate
+    if estimated is not None:
+        # Behind a stale stretch: an estimate now; the refresh plans it exactly (and
+        # starts it if it fits) right after the commit.
+        estimate_write(estimated)
+        result.waiting[joined] = estimated.start
+    if joining.stale_after is None:
+        if mark is not None:
+            QueueMark.objects.filter(card_model_id=card_model_id).delete()
+    else:
+        mark_put(card_model_id, joining.stale_after, now=now, had=mark)
+    # Those that start now leave the plan and hold their cards; anyone ahead of them is
+    # planned again around that (QueuePlan.advance), so what is stored is what a pass run
+    # right after this one would decide. Only decisions that differ from the stored ones
+    # are written (apply_decisions).
+    due = plan.advance(now)
+    # Those taken back as stored are written as they are unless a start re-planned them.
+    entries = due + (plan.entries if due else plan.entries[joining.restored :])
+    return (
+        [e.decision for e in entries],
+        {e.request.lease_id: e.request for e in entries},
+        estimated,
+    )
 
 
 def apply_decisions(

@@ -61,10 +61,15 @@ def format_username(model_fields: dict) -> str:
     """The name to bind with: the site's format (CARDPOOL_LDAP_USERNAME_FORMAT), except for
     the service account (CARDPOOL_LDAP_BIND_USER), which may be given as a full DN."""
     name = model_fields.get(get_user_model().USERNAME_FIELD, "")
-    service = settings.LDAP_AUTH_CONNECTION_USERNAME
+    service = getattr(settings, "LDAP_AUTH_CONNECTION_USERNAME", None)
     if service and name == service and "=" in service:
         return service
-    return import_string(settings.CARDPOOL_LDAP_FORMAT_USERNAME)(model_fields)
+    site_format = getattr(
+        settings,
+        "CARDPOOL_LDAP_FORMAT_USERNAME",
+        "django_python3_ldap.utils.format_username_openldap",
+    )
+    return import_string(site_format)(model_fields)
 
 
 def local_name_taken(username: str) -> bool:

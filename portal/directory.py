@@ -71,9 +71,11 @@ def dn_key(dn: str) -> str:
 
 
 def person_from_entry(dn: str, attributes: dict, *, groups=None, disabled=False) -> Person:
+    from django_python3_ldap.conf import settings as ldap_settings  # with its defaults
+
     user_fields = {
         name: _first(attributes, attribute)
-        for name, attribute in settings.LDAP_AUTH_USER_FIELDS.items()
+        for name, attribute in ldap_settings.LDAP_AUTH_USER_FIELDS.items()
         if _values(attributes, attribute)
     }
     username = user_fields.pop("username", "")
@@ -153,6 +155,7 @@ def read_people() -> list[Person]:
     Raises ``ConnectionError`` when the directory cannot be read, so a sync never takes a
     failed or empty read for "everyone left".
     """
+    from django_python3_ldap.conf import settings as ldap_settings
     from django_python3_ldap.ldap import connection as ldap_connection
     from django_python3_ldap.utils import format_search_filter
     from ldap3 import ALL_ATTRIBUTES
@@ -165,11 +168,11 @@ def read_people() -> list[Person]:
         raw = conn._connection
         everyone = format_search_filter({})
         try:
-            entries = _paged(raw, settings.LDAP_AUTH_SEARCH_BASE, everyone, ALL_ATTRIBUTES)
+            entries = _paged(raw, ldap_settings.LDAP_AUTH_SEARCH_BASE, everyone, ALL_ATTRIBUTES)
             disabled: set[str] = set()
             if conf["DISABLED_FILTER"]:
                 query = f"(&{everyone}{conf['DISABLED_FILTER']})"
-                found = _paged(raw, settings.LDAP_AUTH_SEARCH_BASE, query, ["1.1"])
+                found = _paged(raw, ldap_settings.LDAP_AUTH_SEARCH_BASE, query, ["1.1"])
                 disabled = {dn_key(entry["dn"]) for entry in found}
             groups: dict[str, set[str]] | None = None
             if conf["GROUP_SEARCH_BASE"]:

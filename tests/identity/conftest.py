@@ -34,7 +34,10 @@ def directory(slapd_server, settings):
     ]
     settings.LDAP_AUTH_URL = [slapd_server.url]
     settings.LDAP_AUTH_USE_TLS = False
-    settings.LDAP_AUTH_TLS_ARGS = {"validate": ssl.CERT_REQUIRED, "ca_certs_file": slapd_server.ca_file}
+    settings.LDAP_AUTH_TLS_ARGS = {
+        "validate": ssl.CERT_REQUIRED,
+        "ca_certs_file": slapd_server.ca_file,
+    }
     settings.LDAP_AUTH_SEARCH_BASE = slapd.PEOPLE
     settings.LDAP_AUTH_OBJECT_CLASS = "inetOrgPerson"
     settings.LDAP_AUTH_USER_FIELDS = {

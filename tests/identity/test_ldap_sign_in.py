@@ -100,7 +100,10 @@ def test_starttls_refuses_a_server_it_cannot_verify(en_client, directory, settin
     the sign-in (ldap3 alone would not check at all)."""
     slapd._certificates(tmp_path)  # a CA that did not sign the server's certificate
     settings.LDAP_AUTH_USE_TLS = True
-    settings.LDAP_AUTH_TLS_ARGS = {**settings.LDAP_AUTH_TLS_ARGS, "ca_certs_file": str(tmp_path / "ca.pem")}
+    settings.LDAP_AUTH_TLS_ARGS = {
+        **settings.LDAP_AUTH_TLS_ARGS,
+        "ca_certs_file": str(tmp_path / "ca.pem"),
+    }
     assert web_login(en_client, "dana", "dana-pw").status_code == 200
     assert not get_user_model().objects.filter(username="dana").exists()
 

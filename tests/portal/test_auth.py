@@ -6,6 +6,7 @@ import json
 import os
 import re
 import runpy
+import ssl
 from pathlib import Path
 from unittest import mock
 from urllib.parse import parse_qs, urlparse
@@ -20,7 +21,7 @@ from ldap3.core.exceptions import LDAPBindError
 from portal.models import Profile
 
 SETTINGS_FILE = Path(__file__).resolve().parents[2] / "portal" / "settings.py"
-LDAP_BACKEND = "django_python3_ldap.auth.LDAPBackend"
+LDAP_BACKEND = "portal.ldap_backend.LDAPBackend"
 
 
 def link_in(mail) -> str:
@@ -251,6 +252,7 @@ def test_ldap_is_off_unless_configured(monkeypatch):
     namespace = run_settings(monkeypatch)
     assert LDAP_BACKEND not in namespace["AUTHENTICATION_BACKENDS"]
     assert "LDAP_AUTH_URL" not in namespace
+    assert "directory-sync" not in namespace["CELERY_BEAT_SCHEDULE"]
 
 
 def test_ldap_is_configured_from_the_environment(monkeypatch, tmp_path):
@@ -275,7 +277,10 @@ def test_ldap_is_configured_from_the_environment(monkeypatch, tmp_path):
     assert namespace["LDAP_AUTH_CONNECTION_USERNAME"] == "svc-cardpool"
     assert namespace["LDAP_AUTH_CONNECTION_PASSWORD"] == "bind-secret"
     assert namespace["LDAP_AUTH_USER_FIELDS"] == {"username": "sAMAccountName", "email": "mail"}
-    assert namespace["LDAP_AUTH_FORMAT_USERNAME"].endswith("format_username_active_directory")
+    assert namespace["CARDPOOL_LDAP_FORMAT_USERNAME"].endswith("format_username_active_directory")
+    assert namespace["LDAP_AUTH_FORMAT_USERNAME"] == "portal.auth_ldap.format_username"
+    assert namespace["LDAP_AUTH_TLS_ARGS"] == {"validate": ssl.CERT_REQUIRED}
+    assert namespace["CELERY_BEAT_SCHEDULE"]["directory-sync"]["schedule"] == 300.0
     assert namespace["LDAP_AUTH_ACTIVE_DIRECTORY_DOMAIN"] == "CORP"
 
 
@@ -294,11 +299,14 @@ def test_bad_ldap_settings_fail_loudly(monkeypatch, name, value, message):
 
 @pytest.fixture
 def ldap(settings):
-    """The LDAP backend switched on, with ldap3's connection faked (no directory here)."""
+    """The LDAP backend switched on, with ldap3's connection faked (tests/identity/ signs in
+    against a real slapd)."""
     settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, LDAP_BACKEND]
     settings.LDAP_AUTH_URL = ["ldap://ldap.corp.example"]
     settings.LDAP_AUTH_SEARCH_BASE = "ou=people,dc=corp,dc=example"
     settings.LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
+    settings.CARDPOOL_LDAP_FORMAT_USERNAME = "django_python3_ldap.utils.format_username_openldap"
+    settings.LDAP_AUTH_FORMAT_USERNAME = "portal.auth_ldap.format_username"
     with mock.patch("django_python3_ldap.ldap.ldap3.Connection") as connection:
         connection.return_value.response = [
             {

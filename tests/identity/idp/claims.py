@@ -1,7 +1,6 @@
 """The provider's claims: the standard ones from the Django user, and a "groups" scope whose
 claim lists the user's Django groups (what the portal maps to teams)."""
 
-from django.utils.translation import gettext_lazy as _
 from oidc_provider.lib.claims import ScopeClaims
 
 
@@ -15,7 +14,7 @@ def userinfo(claims, user):
 
 
 class GroupsClaims(ScopeClaims):
-    info_groups = (_("Groups"), _("The groups you belong to."))
+    info_groups = ("Groups", "The groups you belong to.")
 
     def scope_groups(self):
         return {"groups": sorted(self.user.groups.values_list("name", flat=True))}

@@ -205,3 +205,36 @@ def read_people() -> list[Person]:
             person.groups = sorted(groups.get(key, set()))
         people.append(person)
     return people
+
+
+@dataclass(frozen=True)
+class UnixAccount:
+    """A person's Unix account as the LDAP directory gives it (posixAccount)."""
+
+    name: str
+    uid_number: int | None
+    gid_number: int | None
+    home: str
+    shell: str
+
+
+def unix_account(user) -> UnixAccount | None:
+    """The Unix account sessions and SSH keys of *user* should run as, from the directory
+    (recorded at sign-in and by the sync); None for local and OIDC-only accounts and for
+    someone the directory has let go. For the session account mapping to read."""
+    from portal.models import DirectoryAccount
+
+    account = DirectoryAccount.objects.filter(
+        user_id=getattr(user, "pk", None),
+        source=DirectoryAccount.Source.LDAP,
+        left_at__isnull=True,
+    ).first()
+    if account is None or not account.uid:
+        return None
+    return UnixAccount(
+        name=account.uid,
+        uid_number=account.uid_number,
+        gid_number=account.gid_number,
+        home=account.home,
+        shell=account.shell,
+    )

@@ -75,9 +75,15 @@ def directory_sign_in(*, user, person: Person, source: str, now: datetime | None
     follow their groups."""
     now = now or timezone.now()
     with transaction.atomic():
-        account = directory_account_record(user, person, source, now)
-        if account.left_at is not None:
-            account_let_back(user, account, now)
+        ldap_linked = DirectoryAccount.objects.filter(
+            user=user, source=DirectoryAccount.Source.LDAP
+        ).exists()
+        if source == DirectoryAccount.Source.LDAP or not ldap_linked:
+            # An OIDC sign-in of someone the LDAP directory knows keeps the LDAP record (its
+            # Unix account, and the sync's hold on leavers); only the teams follow the claim.
+            account = directory_account_record(user, person, source, now)
+            if account.left_at is not None:
+                account_let_back(user, account, now)
         if person.groups is not None:
             teams_apply(user=user, groups=person.groups, now=now)
 

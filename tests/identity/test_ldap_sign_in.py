@@ -133,3 +133,12 @@ def test_an_account_an_earlier_ldap_sign_in_made_is_taken_up(en_client, director
     earlier.save()
     assert web_login(en_client, "dana", "dana-pw").status_code == 302
     assert DirectoryAccount.objects.get().user == earlier
+
+
+def test_the_unix_account_the_session_mapping_reads(en_client, directory, vision):
+    from portal.directory import UnixAccount, unix_account
+
+    assert web_login(en_client, "dana", "dana-pw").status_code == 302
+    dana = get_user_model().objects.get(username="dana")
+    assert unix_account(dana) == UnixAccount("dana", 20001, 20001, "/home/dana", "/bin/bash")
+    assert unix_account(UserFactory(username="local-only")) is None

@@ -104,3 +104,22 @@ def test_directory_memberships_follow_the_groups_and_manual_ones_stay(db, settin
             assert (rows[slug].source, rows[slug].role) == ("manual", "member")
         directory = {slug: m.role for slug, m in rows.items() if m.source == "directory"}
         assert directory == {slug: role for slug, role in wanted.items() if slug not in manual}
+
+
+def test_a_lead_cannot_remove_what_the_directory_gave(client, lena, vision):
+    """The directory's memberships are the directory's: the lead is told where to change it,
+    and the team page marks them and offers no "Remove"."""
+    from django.core.exceptions import ValidationError
+    from django.utils import translation
+
+    from leasing.teams.services import membership_remove
+
+    dana = UserFactory(username="dana")
+    from_group = MembershipFactory(user=dana, team=vision, source=Membership.Source.DIRECTORY)
+    with translation.override("en"), pytest.raises(ValidationError, match="directory group"):
+        membership_remove(user=lena, membership=from_group)
+    assert Membership.objects.filter(pk=from_group.pk).exists()
+    client.force_login(lena)
+    page = client.get(f"/teams/{vision.slug}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    row = page[page.index('data-member="dana"') :].split("</tr>")[0]
+    assert 'data-source="directory"' in row and 'name="remove"' not in row

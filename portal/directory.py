@@ -148,6 +148,48 @@ def _paged(connection, base: str, query: str, attributes) -> list[dict]:
     ]
 
 
+def read_person(username: str) -> Person | None:
+    """One person by username (bound as the service account), with whether they are
+    disabled; None when the directory does not list them. ``ConnectionError`` when it
+    cannot be read."""
+    from django_python3_ldap.conf import settings as ldap_settings
+    from django_python3_ldap.ldap import connection as ldap_connection
+    from django_python3_ldap.utils import format_search_filter
+    from ldap3 import ALL_ATTRIBUTES, SUBTREE
+    from ldap3.core.exceptions import LDAPException
+
+    conf = ldap_conf()
+    with ldap_connection() as conn:
+        if conn is None:
+            raise ConnectionError("cannot bind to the LDAP directory as the service account")
+        raw = conn._connection
+        query = format_search_filter({"username": username})
+        try:
+            raw.search(
+                ldap_settings.LDAP_AUTH_SEARCH_BASE,
+                query,
+                SUBTREE,
+                attributes=ALL_ATTRIBUTES,
+                size_limit=1,
+            )
+            entries = [e for e in raw.response if e.get("type") == "searchResEntry"]
+            if not entries:
+                return None
+            disabled = False
+            if conf["DISABLED_FILTER"]:
+                raw.search(
+                    ldap_settings.LDAP_AUTH_SEARCH_BASE,
+                    f"(&{query}{conf['DISABLED_FILTER']})",
+                    SUBTREE,
+                    attributes=["1.1"],
+                    size_limit=1,
+                )
+                disabled = any(e.get("type") == "searchResEntry" for e in raw.response)
+        except LDAPException as exc:
+            raise ConnectionError(f"reading the LDAP directory failed: {exc}") from exc
+    return person_from_entry(entries[0]["dn"], entries[0]["attributes"], disabled=disabled)
+
+
 def read_people() -> list[Person]:
     """Everyone under the people base, with their groups and whether they are disabled: one
     search for people, one for the disabled, one for the groups (bound as the service account).

@@ -177,6 +177,38 @@ def test_a_person_disabled_in_the_directory_loses_access_at_the_next_sync(
     assert Client().get("/api/v1/leases/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
 
 
+def test_a_disabled_persons_sign_in_attempt_makes_them_leave_at_once(directory, vision):
+    sign_in("dana", "dana-pw")
+    token = (
+        Client()
+        .post(
+            "/api/v1/auth/token/",
+            {"username": "dana", "password": "dana-pw"},
+            content_type="application/json",
+        )
+        .json()["token"]
+    )
+    directory.modify(
+        dn("dana"), {"pwdAccountLockedTime": [(ldap3.MODIFY_REPLACE, ["000001010000Z"])]}
+    )
+    assert Client().get("/api/v1/leases/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
+
+    refused = Client(HTTP_ACCEPT_LANGUAGE="en").post(
+        "/accounts/login/", {"login": "dana", "password": "dana-pw"}
+    )
+
+    assert b"not correct" in refused.content
+    assert Client().get("/api/v1/leases/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 401
+    assert DirectoryAccount.objects.get(user__username="dana").left_reason == "disabled"
+
+
+def test_a_wrong_password_of_someone_still_there_changes_nothing(directory, vision):
+    sign_in("dana", "dana-pw")
+    Client(HTTP_ACCEPT_LANGUAGE="en").post("/accounts/login/", {"login": "dana", "password": "x"})
+    assert get_user_model().objects.get(username="dana").is_active
+    assert not AuditEntry.objects.filter(action="account_leave").exists()
+
+
 def test_a_person_removed_from_the_directory_leaves_their_leases_to_the_lead(
     directory, vision, a10, settings, django_capture_on_commit_callbacks
 ):

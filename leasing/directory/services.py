@@ -75,6 +75,7 @@ def directory_sign_in(*, user, person: Person, source: str, now: datetime | None
     follow their groups."""
     now = now or timezone.now()
     with transaction.atomic():
+        lock_person(user)
         ldap_linked = DirectoryAccount.objects.filter(
             user=user, source=DirectoryAccount.Source.LDAP
         ).exists()
@@ -86,6 +87,11 @@ def directory_sign_in(*, user, person: Person, source: str, now: datetime | None
                 account_let_back(user, account, now)
         if person.groups is not None:
             teams_apply(user=user, groups=person.groups, now=now)
+
+
+def lock_person(user) -> None:
+    """Serialise the directory's changes to one person (sign-in, sync, leaving)."""
+    get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk").first()
 
 
 # --- teams from groups ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from leasing.directory.services import (
     account_leave,
     account_let_back,
     directory_account_record,
+    lock_person,
     teams_apply,
     wanted_teams,
 )
@@ -79,6 +80,7 @@ def directory_sync(*, people: list[Person], now: datetime | None = None) -> dict
 
 def _apply(user, person: Person, counts: dict[str, int], now: datetime) -> None:
     with transaction.atomic():
+        lock_person(user)
         account = directory_account_record(user, person, DirectoryAccount.Source.LDAP, now)
         _update_fields(user, person)
         if account.left_at is not None:

@@ -123,3 +123,17 @@ def test_a_lead_cannot_remove_what_the_directory_gave(client, lena, vision):
     page = client.get(f"/teams/{vision.slug}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     row = page[page.index('data-member="dana"') :].split("</tr>")[0]
     assert 'data-source="directory"' in row and 'name="remove"' not in row
+
+
+def test_the_periodic_task_skips_a_directory_it_cannot_read(monkeypatch, caplog):
+    from leasing.directory import sync, tasks
+    from leasing.enqueue import task_named
+
+    assert task_named("leasing.tasks.directory_sync").name == "leasing.tasks.directory_sync"
+
+    def unreadable():
+        raise ConnectionError("cannot bind")
+
+    monkeypatch.setattr(sync, "read_people", unreadable)
+    assert tasks.directory_sync() is None
+    assert "directory sync skipped" in caplog.text

@@ -153,6 +153,7 @@ def identity_provider():
                 "email": "carol@corp.example",
                 "email_verified": True,
                 "given_name": "Carol",
+                "groups": ["gpu-vision", "unmapped"],
             }
             return _json_response(url, claims)
         raise AssertionError(f"unexpected request {method} {url}")
@@ -199,6 +200,27 @@ def test_sso_callback_signs_the_person_in(en_client, db, oidc, identity_provider
     assert user.email == "carol@corp.example"
     assert en_client.session["_auth_user_id"] == str(user.pk)
     assert ("POST", DISCOVERY["token_endpoint"]) in identity_provider
+
+
+def test_sso_groups_claim_brings_teams(en_client, db, oidc, identity_provider, settings, vision):
+    from portal.directory_map import parse_team_map
+    from portal.models import DirectoryAccount, Membership
+
+    settings.CARDPOOL_DIRECTORY = {
+        **settings.CARDPOOL_DIRECTORY,
+        "TEAMS": parse_team_map("gpu-vision=vision"),
+    }
+    start = en_client.post("/accounts/oidc/corp/login/")
+    state = parse_qs(urlparse(start.url).query)["state"][0]
+    en_client.get("/accounts/oidc/corp/login/callback/", {"code": "c-1", "state": state})
+    membership = Membership.objects.get(user__username="carol")
+    assert (membership.team, membership.source) == (vision, "directory")
+    account = DirectoryAccount.objects.get(user__username="carol")
+    assert (account.source, account.dn, account.groups) == (
+        "oidc",
+        "u-42",
+        ["gpu-vision", "unmapped"],
+    )
 
 
 def test_sso_signup_can_be_closed(en_client, db, oidc, identity_provider, settings):

@@ -234,6 +234,29 @@ def test_a_person_removed_from_the_directory_leaves_their_leases_to_the_lead(
     assert str(lease.pk) in notice.body
 
 
+def test_out_of_the_group_out_of_the_team_even_with_open_leases(
+    directory, vision, a10, django_capture_on_commit_callbacks
+):
+    """The directory's word wins over "nobody leaves with open leases": the running lease
+    runs to its end on the team's account, the request not started is cancelled."""
+    sign_in("dana", "dana-pw")
+    dana = get_user_model().objects.get(username="dana")
+    lease, session, waiting = _working(dana, vision, a10, django_capture_on_commit_callbacks)
+    directory.modify(group("gpu-vision"), {"member": [(ldap3.MODIFY_DELETE, [dn("dana")])]})
+
+    sync.directory_sync_run()
+
+    assert memberships("dana") == set()
+    lease.refresh_from_db()
+    waiting.refresh_from_db()
+    assert (lease.status, lease.user, lease.team) == (LeaseStatus.ACTIVE, dana, vision)
+    assert waiting.status == LeaseStatus.CANCELLED
+    dana.refresh_from_db()
+    assert dana.is_active  # out of a team, not out of the site
+    entry = AuditEntry.objects.get(action="directory_membership_remove", target="vision")
+    assert entry.data["cancelled"] == [waiting.pk]
+
+
 def test_a_directory_that_returns_nobody_changes_nothing(directory, vision, settings):
     sign_in("dana", "dana-pw")
     settings.LDAP_AUTH_SEARCH_BASE = "ou=nobody-here,dc=example,dc=com"

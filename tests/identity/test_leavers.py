@@ -137,3 +137,25 @@ def test_the_periodic_task_skips_a_directory_it_cannot_read(monkeypatch, caplog)
     monkeypatch.setattr(sync, "read_people", unreadable)
     assert tasks.directory_sync() is None
     assert "directory sync skipped" in caplog.text
+
+
+def test_the_admin_shows_the_directory_account_and_membership_sources(client, vision):
+    from django.utils import timezone
+
+    from portal.models import DirectoryAccount
+
+    dana = UserFactory(username="dana")
+    MembershipFactory(user=dana, team=vision, source=Membership.Source.DIRECTORY)
+    DirectoryAccount.objects.create(
+        user=dana,
+        source="ldap",
+        uid="dana",
+        uid_number=20001,
+        home="/home/dana",
+        seen_at=timezone.now(),
+    )
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    user_page = client.get(f"/admin/auth/user/{dana.pk}/change/", HTTP_ACCEPT_LANGUAGE="en")
+    assert user_page.status_code == 200 and b"/home/dana" in user_page.content
+    team_page = client.get(f"/admin/portal/team/{vision.pk}/change/", HTTP_ACCEPT_LANGUAGE="en")
+    assert team_page.status_code == 200 and b"From the directory" in team_page.content

@@ -313,6 +313,9 @@ def account_leave(*, user, why: str, actor=None, now: datetime | None = None) ->
             **done,
         )
         teams = Team.objects.filter(memberships__user=user).distinct().order_by("pk")
+        for led in Membership.objects.filter(user=user, role=LEAD).select_related("team", "user"):
+            if not _team_lead(led.team_id, besides=user):
+                _flag_last_lead(led, now)  # the team has no lead who can still sign in
         for team in teams:
             for lead in Membership.objects.filter(team=team, role=LEAD, user__is_active=True):
                 notice_to(

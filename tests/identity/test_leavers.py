@@ -42,6 +42,12 @@ def test_saving_an_active_account_changes_nothing(alice, django_capture_on_commi
     assert not AuditEntry.objects.filter(action="account_leave").exists()
 
 
+def test_a_team_whose_last_lead_leaves_is_flagged_to_operators(lena, vision, ops):
+    account_leave(user=lena, why="disabled")
+    assert AuditEntry.objects.filter(action="directory_last_lead_kept", target="vision").exists()
+    assert Notification.objects.filter(user=ops, kind="directory").count() == 1
+
+
 def test_leaving_twice_is_safe(alice, lena):
     token_create(user=alice, name="ci")
     first = account_leave(user=alice, why="removed")

@@ -293,6 +293,9 @@ if env("CARDPOOL_LDAP_URL"):
     LDAP_AUTH_CONNECTION_PASSWORD = env("CARDPOOL_LDAP_BIND_PASSWORD")
     LDAP_AUTH_CONNECT_TIMEOUT = env_int("CARDPOOL_LDAP_TIMEOUT", 10)
     LDAP_AUTH_RECEIVE_TIMEOUT = LDAP_AUTH_CONNECT_TIMEOUT
+    # Try each server once, then give up: the library's default (True) cycles through the
+    # pool for ever while every server is down, so a sign-in — or the sync — never returns.
+    LDAP_AUTH_POOL_ACTIVE = 1
     LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
     # Groups (for teams from the directory) and disabled accounts (leavers), read by sign-in
     # and the periodic sync (portal/directory.py, leasing/directory/).

@@ -53,6 +53,7 @@ def directory(slapd_server, settings):
     settings.LDAP_AUTH_CONNECTION_PASSWORD = slapd.SERVICE_PASSWORD
     settings.LDAP_AUTH_CONNECT_TIMEOUT = 5
     settings.LDAP_AUTH_RECEIVE_TIMEOUT = 5
+    settings.LDAP_AUTH_POOL_ACTIVE = 1  # as portal/settings.py sets it
     settings.LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
     settings.CARDPOOL_LDAP = {
         "GROUP_SEARCH_BASE": slapd.GROUPS,

@@ -142,3 +142,17 @@ def test_the_unix_account_the_session_mapping_reads(en_client, directory, vision
     dana = get_user_model().objects.get(username="dana")
     assert unix_account(dana) == UnixAccount("dana", 20001, 20001, "/home/dana", "/bin/bash")
     assert unix_account(UserFactory(username="local-only")) is None
+
+
+def test_a_directory_that_is_down_is_a_refusal(en_client, directory, settings):
+    """Every server down: the sign-in is refused (the library's default pool would retry
+    for ever), and a local account still signs in."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    settings.LDAP_AUTH_URL = [f"ldap://127.0.0.1:{closed}"]
+    assert b"not correct" in web_login(en_client, "dana", "dana-pw").content
+    UserFactory(username="local-lu")
+    assert web_login(Client(), "local-lu", "pw-for-tests").status_code == 302

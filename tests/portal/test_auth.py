@@ -302,6 +302,7 @@ def test_ldap_is_configured_from_the_environment(monkeypatch, tmp_path):
     assert namespace["CARDPOOL_LDAP_FORMAT_USERNAME"].endswith("format_username_active_directory")
     assert namespace["LDAP_AUTH_FORMAT_USERNAME"] == "portal.auth_ldap.format_username"
     assert namespace["LDAP_AUTH_TLS_ARGS"] == {"validate": ssl.CERT_REQUIRED}
+    assert namespace["LDAP_AUTH_POOL_ACTIVE"] == 1  # a down directory is a "no", not a hang
     assert namespace["CELERY_BEAT_SCHEDULE"]["directory-sync"]["schedule"] == 300.0
     assert namespace["LDAP_AUTH_ACTIVE_DIRECTORY_DOMAIN"] == "CORP"
 

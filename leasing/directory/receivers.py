@@ -13,9 +13,9 @@ from leasing.directory.services import account_leave, directory_sign_in
 from portal.directory import Person
 
 
-def _remember_active(sender, instance, **kwargs) -> None:
-    if instance.pk is None:
-        instance._was_active = None
+def _remember_active(sender, instance, update_fields=None, **kwargs) -> None:
+    if instance.pk is None or (update_fields is not None and "is_active" not in update_fields):
+        instance._was_active = None  # new, or a save that leaves is_active alone (last_login)
         return
     instance._was_active = (
         sender.objects.filter(pk=instance.pk).values_list("is_active", flat=True).first()

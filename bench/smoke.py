@@ -175,8 +175,10 @@ def plans(args, demo: Demo, fake_url: str) -> dict:
         "session_proxy.py": ["--base", fake_url, "--session", "1", "--cookie", "sessionid=x",
                              "--direct", fake_url, "--token", "t", "-n", "3"],
         "slurm_roundtrip.py": ["--rounds", "1"] if slurm else "needs a running Slurm (SLURM_CONF, salloc)",
+        # No worker or beat behind the smoke's demo: the leases do not expire, so no drain.
         "soak.py": lambda: ["--base", demo.start(), "--minutes", "0.3", "--interval", "2",
-                            "--report-minutes", "0.3"],
+                            "--report-minutes", "0.3", "--min-lease", "1", "--max-lease", "1",
+                            "--drain-minutes", "0"],
         "trace_replay.py": ["--jobs", "200", "--nodes", "4"]
         if _trace().exists() else f"needs the Philly trace at {_trace()}",
     }  # fmt: skip

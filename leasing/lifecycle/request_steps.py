@@ -143,31 +143,19 @@ def clean_requirements(requirements: dict | None) -> dict:
     return cleaned
 
 
-def validated_model(
-    *,
-    user,
-    team: Team,
-    card_model: CardModel | None,
-    requirements: dict,
-    count: int,
-    duration: timedelta,
-    start_at: datetime | None,
-    priority: str,
-    purpose: str,
-    same_node: bool,
-    now: datetime,
-) -> CardModel:
+def validated_model(asked: Asked, *, requirements: dict, start_at: datetime | None) -> CardModel:
     """Who may ask and for what shape, then the model asked for (or the best one meeting the
     requirements); ValidationError or PermissionDenied with what to change."""
+    now, card_model = asked.now, asked.card_model
     shape = {
-        "user": user,
-        "team": team,
-        "count": count,
-        "duration": duration,
+        "user": asked.user,
+        "team": asked.team,
+        "count": asked.count,
+        "duration": asked.duration,
         "start_at": start_at or now,
-        "priority": priority,
-        "purpose": purpose,
-        "same_node": same_node,
+        "priority": asked.priority,
+        "purpose": asked.purpose,
+        "same_node": asked.same_node,
         "now": now,
     }
     if card_model is not None and requirements:
@@ -181,12 +169,12 @@ def validated_model(
         lease_validate_request(card_model=None, **shape)
         card_model = lease_choose_model(
             requirements=requirements,
-            count=count,
-            duration=duration,
+            count=asked.count,
+            duration=asked.duration,
             start_at=start_at,
-            same_node=same_node,
-            priority=priority,
-            purpose=purpose,
+            same_node=asked.same_node,
+            priority=asked.priority,
+            purpose=asked.purpose,
             now=now,
         )
     # Capacity is asked below, unless the request is placed at once.
@@ -240,19 +228,7 @@ def request_shape(asked: Asked) -> Shape:
         start = offpeak_start_for(asked.start_policy, start=start, duration=asked.duration)
         start_at = start
     cleaned = clean_requirements(asked.requirements)
-    model = validated_model(
-        user=asked.user,
-        team=asked.team,
-        card_model=asked.card_model,
-        requirements=cleaned,
-        count=asked.count,
-        duration=asked.duration,
-        start_at=start_at,
-        priority=asked.priority,
-        purpose=asked.purpose,
-        same_node=asked.same_node,
-        now=now,
-    )
+    model = validated_model(asked, requirements=cleaned, start_at=start_at)
     environment_check(asked.environment, model)
     return Shape(start=start, start_at=start_at, requirements=cleaned, card_model=model)
 

@@ -255,6 +255,7 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
             per_node[node_id].append(index)
     by_hostname = sorted(nodes, key=lambda node_id: nodes[node_id][0])
     profile = getattr(lease.user, "profile", None)
+    backend = backend_name_for(lease.pk, [nodes[node_id][1] for node_id in by_hostname])
     return Holding(
         lease_id=lease.pk,
         username=lease.user.get_username(),
@@ -268,8 +269,21 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
             for node_id in by_hostname
             if per_node[node_id]
         ),
-        backend=backend_name_for(lease.pk, [nodes[node_id][1] for node_id in by_hostname]),
+        backend=backend,
+        **(_placement_context(lease) if backend == "kubernetes" else {}),
     )
+
+
+def _placement_context(lease: Lease) -> dict:
+    """The team, priority, environment and vendor of *lease*: what the kubernetes backend's
+    pod needs besides the cards (read only for it, so other hand-overs cost no query more)."""
+    environment = lease.environment.slug if lease.environment_id else ""
+    return {
+        "team": lease.team.slug if lease.team_id else "",
+        "priority": lease.priority,
+        "environment": environment,
+        "vendor": lease.card_model.vendor,
+    }
 
 
 def backend_change_after_commit(lease: Lease, *, now: datetime) -> None:

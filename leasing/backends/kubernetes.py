@@ -29,15 +29,14 @@ import logging
 import os
 import pwd
 import time
-from datetime import datetime
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 import yaml
 from django.conf import settings
 from django.utils import timezone
 
 from leasing.backends import kubernetes_manifests as m
-from leasing.choices import PRIORITY_RANK
 from leasing.backends.base import (
     Backend,
     Holding,
@@ -46,6 +45,7 @@ from leasing.backends.base import (
     SessionSpec,
     TransientBackendError,
 )
+from leasing.choices import PRIORITY_RANK
 
 logger = logging.getLogger(__name__)
 
@@ -200,8 +200,8 @@ class KubeApi:
                 _preload_content=False,
             )
             resp.run_forever(timeout=self.config["REQUEST_TIMEOUT"])
+            rc = resp.returncode  # before read_all, which empties every channel
             output = resp.read_all()
-            rc = resp.returncode
             resp.close()
         except ApiException as exc:
             raise ApiError.from_exception(exc) from exc
@@ -333,7 +333,7 @@ class KubernetesBackend(Backend):
         self.ensure_priority_class(holding.priority or "normal")
         wanted = self.wanted(holding)
         have = {p["metadata"]["name"]: p for p in self.pods(holding)}
-        for name, pod in have.items():
+        for name in have:
             if name not in wanted:  # an earlier call's pod for other cards (a change raced it)
                 self._delete_pod(namespace, name)
         for name, place in wanted.items():
@@ -457,6 +457,7 @@ class KubernetesBackend(Backend):
         return name
 
     def ensure_priority_class(self, priority: str) -> None:
+        """The lease's PriorityClass (made here when the mirror has not run yet)."""
         self.api.create(
             self.api.scheduling.create_priority_class,
             body=m.priority_class(
@@ -559,6 +560,75 @@ class KubernetesBackend(Backend):
             sort_keys=False,
         )
 
+    # --- the mirror and the reconciler (leasing.lifecycle.kubernetes) --------------------
+
+    def lease_pods(self) -> list[dict]:
+        """Every pod Cardpool made, in every namespace (the reconciler's view)."""
+        found = self.api.call(
+            self.api.core.list_pod_for_all_namespaces,
+            label_selector=f"{m.LABEL_MANAGED}={m.MANAGED_BY}",
+        )
+        return [p for p in found.get("items", []) if m.LABEL_LEASE in p["metadata"]["labels"]]
+
+    def nodes(self) -> list[dict]:
+        return self.api.call(self.api.core.list_node).get("items", [])
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        return self.api.delete(self.api.core.delete_namespaced_pod, name, namespace)
+
+    def mirror_quota(self, *, team: str, hard_cards: dict[str, int]) -> bool:
+        """The team's namespace and its ResourceQuota with *hard_cards* per resource; True
+        when something was written (an unchanged quota is left alone)."""
+        name = namespace_for(team, self.config)
+        api = self.api
+        api.create(api.core.create_namespace, body=m.namespace(name, team=team))
+        body = m.resource_quota(name, hard_cards=hard_cards)
+        have = api.read(api.core.read_namespaced_resource_quota, "cardpool", name)
+        if have is None:
+            return (
+                api.create(api.core.create_namespaced_resource_quota, name, body=body) is not None
+            )
+        if have.get("spec", {}).get("hard", {}) == body["spec"]["hard"]:
+            return False
+        body["metadata"]["resourceVersion"] = have["metadata"]["resourceVersion"]
+        api.call(api.core.replace_namespaced_resource_quota, "cardpool", name, body=body)
+        return True
+
+    def mirror_priority_classes(self, values: dict[str, int]) -> list[str]:
+        """One PriorityClass per portal priority (value = its rank; Never preempts); a value
+        that changed is deleted and made again (the field is immutable), one no longer used
+        is deleted. Answers the names written."""
+        api = self.api
+        have = {
+            pc["metadata"]["name"]: pc
+            for pc in api.call(
+                api.scheduling.list_priority_class,
+                label_selector=f"{m.LABEL_MANAGED}={m.MANAGED_BY}",
+            ).get("items", [])
+        }
+        written = []
+        for priority, value in sorted(values.items()):
+            body = m.priority_class(
+                priority, value=value, description=f"Cardpool leases of priority {priority}"
+            )
+            name = body["metadata"]["name"]
+            old = have.pop(name, None)
+            if old is not None:
+                if old.get("value") == value and old.get("preemptionPolicy") == "Never":
+                    if old.get("description") == body["description"]:
+                        continue
+                    body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+                    api.call(api.scheduling.replace_priority_class, name, body=body)
+                    written.append(name)
+                    continue
+                api.delete(api.scheduling.delete_priority_class, name)
+            api.create(api.scheduling.create_priority_class, body=body)
+            written.append(name)
+        for name in sorted(have):
+            api.delete(api.scheduling.delete_priority_class, name)
+            written.append(name)
+        return written
+
     # --- pods ----------------------------------------------------------------------------
 
     def _create_pod(self, holding: Holding, namespace: str, name: str, place: NodeCards) -> None:
@@ -638,8 +708,10 @@ class KubernetesBackend(Backend):
                 phase = _phase(pod)
                 if phase in ("Failed", "Succeeded"):
                     self._delete_pod(namespace, name)
+                    status = pod.get("status", {})
+                    why = status.get("reason") or status.get("message") or _why_pending(pod)
                     raise PermanentBackendError(
-                        f"The lease's pod {name} ended at once ({phase}): {_why_pending(pod)}"
+                        f"The lease's pod {name} ended at once ({phase}): {why}"
                     )
                 if fail_unschedulable and phase == "Pending" and self._overdue(pod):
                     for other in names:

@@ -258,7 +258,12 @@ def token_request(*, seconds: int, pod_name_: str, pod_uid: str) -> dict:
         "spec": {
             "audiences": [],
             "expirationSeconds": max(seconds, 600),  # the API's minimum
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name_, "uid": pod_uid},
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod_name_,
+                "uid": pod_uid,
+            },
         },
     }
 

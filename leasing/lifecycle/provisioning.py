@@ -25,6 +25,7 @@ from leasing.choices import (
     ENDING_STATES,
     RUNNING_STATES,
     EndReason,
+    Kind,
     LeaseStatus,
 )
 from leasing.enqueue import enqueue, enqueue_after_commit
@@ -37,6 +38,7 @@ from leasing.models import (
     Session,
 )
 from leasing.notify import wording
+from leasing.notify.messages import notice_send
 from leasing.scheduler.run import (
     release_begin,
     replan,
@@ -325,6 +327,8 @@ def change_step(*, lease_id: int) -> bool:
         ).count()
         + 1
     )
+    if attempt == 1:
+        _tell_restart(lease, since)
     try:
         access = _call(lease, "change", attempt, lambda backend, holding: backend.change(holding))
     except PermanentBackendError as exc:
@@ -351,6 +355,20 @@ def change_step(*, lease_id: int) -> bool:
                 data={"backend": access.get("backend", "")},
             )
     return bool(changed)
+
+
+def _tell_restart(lease: Lease, since: str) -> None:
+    """A backend that replaces what holds the cards on a change (Kubernetes: the pod) stops
+    what runs there: the holder is told before it happens, once per change."""
+    if not getattr(get_backend(holding=holding_of(lease)), "restarts_on_change", False):
+        return
+    notice_send(
+        lease,
+        kind=Kind.LEASE_RESTARTING,
+        message="restarting",
+        params={"id": lease.pk, "n": lease.count},
+        key=f"lease:{lease.pk}:restarting:{since}",
+    )
 
 
 def _call(lease: Lease, action: str, attempt: int, fn):

@@ -131,6 +131,11 @@ ENDED_WHY = {
     "drain": lambda p: _("node %(node)s went into maintenance") % {"node": p.get("node", "")},
     "slurm_down": lambda p: _("node %(nodes)s is down in Slurm") % {"nodes": p.get("nodes", "")},
     "slurm_cancelled": lambda p: _("its Slurm allocation was cancelled outside Cardpool"),
+    "kube_node_down": lambda p: (
+        _("node %(nodes)s is not ready in Kubernetes") % {"nodes": p.get("nodes", "")}
+    ),
+    "kube_pod_failed": lambda p: _("its Kubernetes pod failed"),
+    "kube_pod_gone": lambda p: _("its Kubernetes pod was deleted outside Cardpool"),
     "faulty": lambda p: _("a card failed and no spare was free"),
     "preempted": lambda p: _("preempted for a higher-priority request"),
     "idle": lambda p: _("reclaimed: the cards stayed idle"),
@@ -143,6 +148,11 @@ def _ended(p: Mapping) -> tuple[str, str]:
     if p.get("why", "").startswith("slurm_"):
         body = _(
             "Slurm no longer holds the cards of this lease, so they are back in the pool. "
+            "Ask for new cards if you still need them."
+        )
+    elif p.get("why", "").startswith("kube_"):
+        body = _(
+            "Kubernetes no longer runs the pod of this lease, so its cards are back in the pool. "
             "Ask for new cards if you still need them."
         )
     return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, body
@@ -234,6 +244,16 @@ def _lease(p: Mapping) -> tuple[str, str]:
         ) % {"why": p.get("failure") or "—"}
         return _("Lease %(id)s: the release failed") % what, body
     raise KeyError(event)
+
+
+def _restarting(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s: its pod restarts now") % {"id": p["id"]}
+    body = _(
+        "Your lease's cards change to %(n)s, so its Kubernetes pod is replaced: what runs in it "
+        "stops, and sessions start again in the new pod. Save your work; see the lease page "
+        "for the new access details."
+    ) % {"n": p["n"]}
+    return title, body
 
 
 def _card_swapped(p: Mapping) -> tuple[str, str]:
@@ -450,6 +470,7 @@ MESSAGES: dict[str, Renderer] = {
     "workspace": _workspace,
     "change": _change,
     "card_swapped": _card_swapped,
+    "restarting": _restarting,
     "expiring": _expiring,
     "drain": _drain,
     "preemption": _preemption,

@@ -57,7 +57,8 @@ def kubernetes_in_use() -> bool:
 def team_quota_cards(team: Team, config: dict) -> dict[str, int]:
     """{device resource: cards} the team's ResourceQuota allows: its concurrent-card quota per
     card model summed per resource (models sharing ``nvidia.com/gpu`` share the quota),
-    capped by its all-models quota, times QUOTA_HEADROOM. A resource with no limit is left
+    capped by its all-models quota (for every resource of the cluster's cards), times
+    QUOTA_HEADROOM. A resource with no limit is left
     out (the quota does not constrain it)."""
     limits: dict[str, int | None] = {}  # None: no limit on that resource
     overall: int | None = None
@@ -71,13 +72,20 @@ def team_quota_cards(team: Team, config: dict) -> dict[str, int]:
         cards = quota.max_concurrent_cards
         before = limits.get(resource, 0)
         limits[resource] = None if cards is None or before is None else before + cards
-    if overall is not None:  # every resource is capped by the all-models quota
-        for model in CardModel.objects.all():
+    if overall is not None:  # every resource of the cluster's cards is capped by it
+        for model in _cluster_card_models():
             resource = resource_for(model.slug, model.vendor, None, config)
             if resource:
                 limits.setdefault(resource, None)
         limits = {r: overall if n is None else min(n, overall) for r, n in limits.items()}
     return {r: n * QUOTA_HEADROOM for r, n in sorted(limits.items()) if n is not None}
+
+
+def _cluster_card_models():
+    models = CardModel.objects.filter(cards__isnull=False)
+    if settings.CARDPOOL["BACKEND"] != NAME:
+        models = models.filter(**{f"cards__node__labels__{NODE_LABEL}": NAME})
+    return models.distinct().order_by("slug")
 
 
 def kubernetes_mirror(*, backend: KubernetesBackend | None = None) -> dict:

@@ -165,7 +165,11 @@ class FakeKubernetes:
             },
             "spec": {"unschedulable": True} if unschedulable else {},
             "status": {
-                "capacity": {"cpu": "64", "memory": "512Gi", **{k: str(v) for k, v in resources.items()}},
+                "capacity": {
+                    "cpu": "64",
+                    "memory": "512Gi",
+                    **{k: str(v) for k, v in resources.items()},
+                },
                 "allocatable": {
                     "cpu": "63",
                     "memory": "500Gi",
@@ -446,9 +450,7 @@ class FakeKubernetes:
             raise ApiFailure(404, "NotFound", f'{resource} "{name}" not found')
         if resource == "pods" and not self.instant_delete:
             if not obj["metadata"].get("deletionTimestamp"):
-                obj["metadata"]["deletionTimestamp"] = timezone.now().strftime(
-                    "%Y-%m-%dT%H:%M:%SZ"
-                )
+                obj["metadata"]["deletionTimestamp"] = timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ")
                 self._touch(resource, namespace, obj)
             return copy.deepcopy(obj)
         del self.objects[(resource, namespace, name)]
@@ -516,7 +518,9 @@ class FakeKubernetes:
         with self.lock:
             since = len(self.events)
             initial = [
-                copy.deepcopy(o) for (r, ns, _), o in sorted(self.objects.items()) if wanted(r, ns, o)
+                copy.deepcopy(o)
+                for (r, ns, _), o in sorted(self.objects.items())
+                if wanted(r, ns, o)
             ]
         for obj in initial:
             send({"type": "ADDED", "object": obj})

@@ -467,6 +467,7 @@ CARDPOOL_SLURM = {
     "RECONCILE_SECONDS": env_int("CARDPOOL_SLURM_RECONCILE_SECONDS", 60),
 }
 
+
 # --- Kubernetes backend (docs/operations.md, "Kubernetes backend") ---------------------
 def _pairs(name: str, what: str) -> dict[str, str]:
     """``key=value,key=value`` from the environment; fails loudly when malformed."""

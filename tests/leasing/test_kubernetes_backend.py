@@ -184,7 +184,10 @@ def test_resize_replaces_the_pod_after_telling_the_holder(
     notice = Notification.objects.get(lease=lease, kind=Kind.LEASE_RESTARTING)
     call = BackendCall.objects.get(lease=lease, action="change")
     assert notice.created_at <= call.started_at and notice.pk  # told before the change ran
-    assert "restarts" in notice.title
+    assert (notice.data["message"], notice.data["params"]) == (
+        "restarting",
+        {"id": lease.pk, "n": 3},
+    )
     # The exec token follows the new pod.
     assert kube.can(
         token_of(lease), "create", "pods/exec", "cardpool-vision", new["metadata"]["name"]

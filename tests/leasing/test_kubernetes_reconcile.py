@@ -35,7 +35,7 @@ def test_a_pod_deleted_outside_cardpool_ends_its_lease(
     assert lost.status in (LeaseStatus.RELEASING, LeaseStatus.ENDED)
     assert lost.end_reason == EndReason.ADMIN
     notice = Notification.objects.get(lease=lost, kind="lease_ended")
-    assert "deleted outside Cardpool" in notice.title
+    assert notice.data["params"]["why"] == "kube_pod_gone"
     kept.refresh_from_db()
     assert kept.status == LeaseStatus.ACTIVE
     assert kubernetes_reconcile()["ended"] == []  # again: nothing more
@@ -61,7 +61,8 @@ def test_a_failed_pod_or_a_node_not_ready_ends_its_lease_as_failed(
     assert kubernetes_reconcile()["ended"] == [down.pk]
     down.refresh_from_db()
     assert down.end_reason == EndReason.FAILED
-    assert "not ready" in Notification.objects.get(lease=down, kind="lease_ended").title
+    notice = Notification.objects.get(lease=down, kind="lease_ended")
+    assert notice.data["params"] == {"id": down.pk, "why": "kube_node_down", "nodes": "gpu01"}
 
 
 def test_a_pod_whose_lease_holds_nothing_is_deleted(frozen, kube, alice, vision, a100, kube_node):

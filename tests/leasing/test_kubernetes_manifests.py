@@ -103,3 +103,17 @@ def test_the_pod_is_bound_by_affinity_and_never_preempts_for_kubernetes():
     classes = [d for d in backend_manifests() if d["kind"] == "PriorityClass"]
     assert {c["preemptionPolicy"] for c in classes} == {"Never"}
     assert min(classes, key=lambda c: c["value"])["metadata"]["name"] == "cardpool-preemptible"
+
+
+def test_the_stand_in_refuses_what_the_schema_refuses(kube):
+    """The fake's own check can fail too: a misspelt field in a pod is a 422 and recorded."""
+    from tests.leasing.kube_fake import ApiFailure
+
+    kube.handle("POST", "/api/v1/namespaces", {}, m.namespace("cardpool-x", team="x"))
+    pod = backend_manifests()[6]
+    pod["spec"]["nodeSelectr"] = {}
+    with pytest.raises(ApiFailure) as refused:
+        kube.handle("POST", "/api/v1/namespaces/cardpool-x/pods", {}, pod)
+    assert refused.value.code == 422 and "nodeSelectr" in refused.value.message
+    assert len(kube.invalid) == 1
+    kube.invalid.clear()  # seen: the fixture would fail the test otherwise

@@ -354,3 +354,22 @@ def test_lease_records_count_only(frozen, kube, alice, vision, a100, kube_node):
     (node,) = lease.access["nodes"]
     assert node["devices"] == [] and node["cards"] == 2
     assert Lease.objects.get(pk=lease.pk).allocations.count() == 2
+
+
+def test_the_pod_runs_the_environment_image_at_the_lease_priority(
+    frozen, kube, lena, vision, a100, kube_node, settings
+):
+    from leasing.models import Environment
+
+    torch = Environment.objects.create(
+        slug="cuda-torch", name="CUDA + PyTorch", stack_family="cuda", vendors=["nvidia"]
+    )
+    settings.CARDPOOL_KUBERNETES = {
+        **settings.CARDPOOL_KUBERNETES,
+        "IMAGES": {"cuda-torch": "registry.example.org/cuda:12.4-torch"},
+    }
+    lease = provision(ask(lena, vision, a100, environment=torch, priority=Priority.HIGH))
+    (pod,) = kube.pods_of(lease.pk)
+    assert pod["spec"]["containers"][0]["image"] == "registry.example.org/cuda:12.4-torch"
+    assert pod["spec"]["priorityClassName"] == "cardpool-high"
+    assert kube.get("priorityclasses", "", "cardpool-high")["value"] == 200

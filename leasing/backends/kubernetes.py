@@ -22,7 +22,6 @@ a change (a resize) is a new name: the replacement is made first, then the old p
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -181,8 +180,11 @@ class KubeApi:
             # The stream broke off (a watch timeout on the wire): the caller reads again.
             logger.info("kubernetes watch ended: %s", exc)
 
-    def exec(self, namespace: str, pod: str, command: list[str]) -> tuple[int, str]:
-        """Run *command* in the pod's container (``pods/exec``); its exit status and output."""
+    def exec(
+        self, namespace: str, pod: str, command: list[str], *, stdin: str = ""
+    ) -> tuple[int, str]:
+        """Run *command* in the pod's container (``pods/exec``), *stdin* written to it; its
+        exit status and output."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
@@ -194,11 +196,13 @@ class KubeApi:
                 command=command,
                 container="lease",
                 stderr=True,
-                stdin=False,
+                stdin=bool(stdin),
                 stdout=True,
                 tty=False,
                 _preload_content=False,
             )
+            if stdin:
+                resp.write_stdin(stdin)
             resp.run_forever(timeout=self.config["REQUEST_TIMEOUT"])
             rc = resp.returncode  # before read_all, which empties every channel
             output = resp.read_all()
@@ -419,15 +423,18 @@ class KubernetesBackend(Backend):
         pod = self._running_pod_on(holding, spec.host)
         ip = pod.get("status", {}).get("podIP", "")
         base = f"/tmp/cardpool-session-{spec.session_id}"  # noqa: S108 - inside the pod
-        # The script's secrets travel in the exec request (to the API server, over TLS), never
-        # on the node's process list: only the holder's own pod sees the short-lived shell.
-        script = f"export CARDPOOL_SESSION_IP={ip}\n{spec.script}"
-        encoded = base64.b64encode(script.encode()).decode()
+        # The script (its token) comes on stdin, read by byte count (the channel protocol
+        # has no end-of-input), so it is in no request line, audit log or process list.
+        # Started already (a retried task): nothing more.
+        script = f"export CARDPOOL_SESSION_IP={ip}\n{spec.script}".encode()
         launch = (
-            f"umask 077 && printf '%s' {encoded} | base64 -d > {base}.sh && "
+            f"umask 077; if [ -f {base}.pid ] && kill -0 $(cat {base}.pid) 2>/dev/null; "
+            f"then exit 0; fi; head -c {len(script)} > {base}.sh && "
             f"(nohup /bin/bash {base}.sh > {base}.log 2>&1 & echo $! > {base}.pid)"
         )
-        rc, output = self.api.exec(namespace, pod["metadata"]["name"], ["/bin/sh", "-c", launch])
+        rc, output = self.api.exec(
+            namespace, pod["metadata"]["name"], ["/bin/sh", "-c", launch], stdin=script.decode()
+        )
         if rc != 0:
             raise TransientBackendError(f"The session did not start in the pod: {output[-300:]}")
         return {

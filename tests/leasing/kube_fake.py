@@ -20,6 +20,7 @@ import base64
 import copy
 import hashlib
 import json
+import re
 import secrets
 import socket
 import struct
@@ -111,6 +112,7 @@ class FakeKubernetes:
         self.requests: list[tuple[str, str, dict | None]] = []
         self.invalid: list[tuple[str, str]] = []
         self.execs: list[tuple[str, str, list[str]]] = []
+        self.stdins: list[bytes] = []  # what each exec with stdin was sent
         self.exec_rc = 0
         self.tokens: dict[str, dict] = {}
         self.failures: list[tuple[str, str, int, str]] = []  # method, path part, code, message
@@ -655,6 +657,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Sec-WebSocket-Accept", accept)
         self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
         self.end_headers()
+        wanted = re.search(r"head -c (\d+)", " ".join(command))
+        if wanted:  # the shell reads that many bytes of stdin (channel 0)
+            self.api.stdins.append(_read_stdin(self.rfile, int(wanted.group(1))))
         if rc == 0:
             done = {"metadata": {}, "status": "Success"}
         else:
@@ -673,6 +678,25 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
         self.close_connection = True
+
+
+def _read_stdin(rfile, size: int) -> bytes:
+    """Read the client's (masked) frames until *size* bytes came on channel 0."""
+    data = b""
+    while len(data) < size:
+        head = rfile.read(2)
+        if len(head) < 2:
+            break
+        length = head[1] & 0x7F
+        if length == 126:
+            length = struct.unpack("!H", rfile.read(2))[0]
+        elif length == 127:
+            length = struct.unpack("!Q", rfile.read(8))[0]
+        mask = rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+        payload = bytes(b ^ mask[i % 4] for i, b in enumerate(rfile.read(length)))
+        if payload[:1] == b"\x00":
+            data += payload[1:]
+    return data
 
 
 def _frame(payload: bytes, opcode: int = 0x2) -> bytes:

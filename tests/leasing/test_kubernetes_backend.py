@@ -282,22 +282,28 @@ def test_release_deletes_the_pod_waits_for_it_and_revokes_the_token(
     KubernetesBackend().release(provisioning.holding_of(lease))  # again: no error
 
 
-def test_sessions_run_in_the_pod(frozen, kube, alice, vision, a100, kube_node):
+def test_sessions_run_in_the_pod_their_script_on_stdin(
+    frozen, kube, alice, vision, a100, kube_node
+):
     from leasing.backends import SessionSpec
 
     lease = provision(ask(alice, vision, a100))
     (pod,) = kube.pods_of(lease.pk)
     backend = KubernetesBackend()
     holding = provisioning.holding_of(lease)
-    placement = backend.session_start(
-        holding, SessionSpec(session_id=7, host="gpu01", port=8888, script="exec jupyter lab")
+    spec = SessionSpec(
+        session_id=7, host="gpu01", port=8888, script="export JUPYTER_TOKEN=secret-token\n"
     )
-    assert (
-        placement["address"] == pod["status"]["podIP"]
-        and placement["pod"] == pod["metadata"]["name"]
-    )
+    placement = backend.session_start(holding, spec)
+    assert placement["address"] == pod["status"]["podIP"]
+    assert placement["pod"] == pod["metadata"]["name"]
     ns, name, command = kube.execs[-1]
-    assert command[:2] == ["/bin/sh", "-c"] and "exec jupyter" not in command[2]  # encoded
+    assert command[:2] == ["/bin/sh", "-c"] and "secret-token" not in command[2]
+    ip = pod["status"]["podIP"]
+    assert kube.stdins == [
+        f"export CARDPOOL_SESSION_IP={ip}\nexport JUPYTER_TOKEN=secret-token\n".encode()
+    ]
+    assert "kill -0" in command[2]  # a retried start finds it running
     backend.session_stop(holding, placement)
     assert "kill $(cat /tmp/cardpool-session-7.pid)" in kube.execs[-1][2][2]
 

@@ -22,6 +22,7 @@ a change (a resize) is a new name: the replacement is made first, then the old p
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
@@ -293,9 +294,6 @@ def _why_pending(pod: dict) -> str:
 
 class KubernetesBackend(Backend):
     name = "kubernetes"
-    # A change of cards replaces the pod: whatever ran in it restarts (the holder is told
-    # before, lifecycle.provisioning.change_step).
-    restarts_on_change = True
 
     def __init__(self, api: KubeApi | None = None, config: dict | None = None):
         self.config = config or kubernetes_settings()
@@ -380,6 +378,13 @@ class KubernetesBackend(Backend):
                 rc, _ = self.api.exec(namespace, name, ["/bin/sh", "-c", command])
                 done.setdefault("command_rc", []).append(rc)
         return done
+
+    def change_restarts(self, holding: Holding) -> bool:
+        """Whether ``change`` will replace a pod (its node or count changed): whatever runs
+        in it restarts, so the holder is told first (lifecycle.provisioning.change_step). A
+        swapped card on the same node changes no pod: the device plugin chose the devices."""
+        have = {p["metadata"]["name"] for p in self.pods(holding) if _phase(p) != "Terminating"}
+        return have != set(self.wanted(holding))
 
     def change(self, holding: Holding) -> dict:
         """Make the lease's pods hold exactly the holding's cards. A running pod's resources
@@ -550,11 +555,16 @@ class KubernetesBackend(Backend):
     def _kubeconfig(self, holding: Holding, namespace: str, token: str) -> str:
         server = self.config["SERVER_URL"] or self.api.host
         name = f"cardpool-lease-{holding.lease_id}"
+        cluster: dict = {"server": server}
+        ca_file = self.api.client.configuration.ssl_ca_cert
+        if ca_file and os.path.exists(ca_file):  # the cluster's CA, as the portal trusts it
+            with open(ca_file, "rb") as ca:
+                cluster["certificate-authority-data"] = base64.b64encode(ca.read()).decode()
         return yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": name, "cluster": {"server": server}}],
+                "clusters": [{"name": name, "cluster": cluster}],
                 "users": [{"name": name, "user": {"token": token}}],
                 "contexts": [
                     {

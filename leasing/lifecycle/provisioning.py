@@ -359,9 +359,17 @@ def change_step(*, lease_id: int) -> bool:
 
 def _tell_restart(lease: Lease, since: str) -> None:
     """A backend that replaces what holds the cards on a change (Kubernetes: the pod) stops
-    what runs there: the holder is told before it happens, once per change."""
-    if not getattr(get_backend(holding=holding_of(lease)), "restarts_on_change", False):
+    what runs there: the holder is told before it happens, once per change. When the backend
+    cannot say (its API is down), the holder is told anyway."""
+    holding = holding_of(lease)
+    restarts = getattr(get_backend(holding=holding), "change_restarts", None)
+    if restarts is None:
         return
+    try:
+        if not restarts(holding):
+            return
+    except (TransientBackendError, PermanentBackendError):
+        pass
     notice_send(
         lease,
         kind=Kind.LEASE_RESTARTING,

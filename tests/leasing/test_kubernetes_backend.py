@@ -379,3 +379,40 @@ def test_the_pod_runs_the_environment_image_at_the_lease_priority(
     assert pod["spec"]["containers"][0]["image"] == "registry.example.org/cuda:12.4-torch"
     assert pod["spec"]["priorityClassName"] == "cardpool-high"
     assert kube.get("priorityclasses", "", "cardpool-high")["value"] == 200
+
+
+def test_a_swapped_card_on_the_same_node_changes_no_pod_and_tells_nothing(
+    frozen, kube, alice, vision, a100, kube_node
+):
+    """The device plugin chose the devices: a card swapped in Cardpool's records (same node,
+    same count) leaves the pod as it is, and the holder hears of no restart."""
+    lease = provision(ask(alice, vision, a100, count=2))
+    (before,) = kube.pods_of(lease.pk)
+    provisioning.backend_change_after_commit(lease, now=lease.start_at)
+    assert provisioning.change_step(lease_id=lease.pk)
+    (after,) = kube.pods_of(lease.pk)
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert not Notification.objects.filter(lease=lease, kind=Kind.LEASE_RESTARTING).exists()
+
+
+def test_the_holders_kubeconfig_trusts_the_clusters_ca(
+    frozen, kube, alice, vision, a100, kube_node, tmp_path, settings
+):
+    import base64
+
+    import yaml
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    settings.CARDPOOL_KUBERNETES = {
+        **settings.CARDPOOL_KUBERNETES,
+        "SERVER_URL": "https://k8s.example.org:6443",
+    }
+    lease = provision(ask(alice, vision, a100))
+    backend = KubernetesBackend()
+    # As loaded from an https cluster's certificate-authority (the stand-in speaks http).
+    backend.api.client.configuration.ssl_ca_cert = str(ca)
+    access = backend.access(provisioning.holding_of(lease))
+    cluster = yaml.safe_load(access["kubeconfig"])["clusters"][0]["cluster"]
+    assert cluster["server"] == "https://k8s.example.org:6443"
+    assert base64.b64decode(cluster["certificate-authority-data"]).decode() == ca.read_text()

@@ -18,22 +18,23 @@ deleted).
 Every call is idempotent on the lease id: a pod's name is ``lease-<id>-<node and count
 digest>``, so a repeated call finds it (409 on create) instead of making a second one, and
 a change (a resize) is a new name: the replacement is made first, then the old pod deleted.
+
+About 610 lines: the one class holds the whole Backend interface for pods plus what the
+mirror and reconciler ask of the cluster; the client is in ``kubernetes_api``, the manifests
+in ``kubernetes_manifests`` and the node import in ``kubernetes_sync``.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
 import os
 import pwd
 import time
-from collections.abc import Callable, Iterable
 from datetime import datetime
 
 import yaml
-from django.conf import settings
 from django.utils import timezone
 
 from leasing.backends import kubernetes_manifests as m
@@ -45,40 +46,21 @@ from leasing.backends.base import (
     SessionSpec,
     TransientBackendError,
 )
+from leasing.backends.kubernetes_api import (
+    ApiError,
+    KubeApi,
+    kubernetes_settings,
+    parse_pairs,
+    permanent,
+    why_pending,
+)
+from leasing.backends.kubernetes_api import phase as pod_phase
 from leasing.choices import PRIORITY_RANK
 
 logger = logging.getLogger(__name__)
 
 # The holder process of every lease pod: waits for the end, exits at once on SIGTERM.
 HOLD_COMMAND = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
-
-
-def kubernetes_settings() -> dict:
-    """CARDPOOL_KUBERNETES with its defaults (tests override single keys)."""
-    defaults = {
-        "KUBECONFIG": "",
-        "CONTEXT": "",
-        "NAMESPACE_PREFIX": "cardpool-",
-        "RESOURCES": {},
-        "IMAGES": {},
-        "HOLDER_IMAGE": "docker.io/library/busybox:1.36",
-        "NODE_LABEL": "kubernetes.io/hostname",
-        "RUN_AS": "mapped",
-        "GRACE_SECONDS": 30,
-        "WAIT_SECONDS": 20,
-        "SCHEDULE_SECONDS": 120,
-        "REQUEST_TIMEOUT": 15,
-        "TOKEN_SECONDS": 30 * 24 * 3600,
-        "SERVER_URL": "",
-        "REGION": "kubernetes",
-    }
-    return {**defaults, **getattr(settings, "CARDPOOL_KUBERNETES", {})}
-
-
-def parse_pairs(text: str) -> dict[str, str]:
-    """``a100=nvidia.com/gpu,ascend-910b=huawei.com/Ascend910`` → {key: value}."""
-    pairs = (item.split("=", 1) for item in text.split(",") if "=" in item)
-    return {k.strip(): v.strip() for k, v in pairs if k.strip() and v.strip()}
 
 
 def namespace_for(team: str, config: dict | None = None) -> str:
@@ -112,184 +94,6 @@ def unix_ids(username: str) -> tuple[int, int]:
             "map your account."
         ) from exc
     return entry.pw_uid, entry.pw_gid
-
-
-class KubeApi:
-    """The official ``kubernetes`` client, answering plain dicts. The one place that talks
-    to the API server: errors become Transient (retry) or Permanent (say why)."""
-
-    def __init__(self, config: dict | None = None):
-        self.config = config or kubernetes_settings()
-        try:
-            from kubernetes import client
-            from kubernetes import config as kube_config
-        except ImportError as exc:  # the ``kubernetes`` extra is not installed
-            raise PermanentBackendError(
-                "The kubernetes Python client is not installed on the portal host "
-                "(pip install 'cardpool[kubernetes]')."
-            ) from exc
-        try:
-            if self.config["KUBECONFIG"] or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-                self.client = kube_config.new_client_from_config(
-                    config_file=self.config["KUBECONFIG"] or None,
-                    context=self.config["CONTEXT"] or None,
-                )
-            else:  # in the cluster, as the portal's own ServiceAccount
-                configuration = client.Configuration()
-                kube_config.load_incluster_config(client_configuration=configuration)
-                self.client = client.ApiClient(configuration)
-        except kube_config.ConfigException as exc:
-            raise PermanentBackendError(f"No usable Kubernetes configuration: {exc}") from exc
-        self.core = client.CoreV1Api(self.client)
-        self.rbac = client.RbacAuthorizationV1Api(self.client)
-        self.scheduling = client.SchedulingV1Api(self.client)
-
-    @property
-    def host(self) -> str:
-        return self.client.configuration.host
-
-    def call(self, fn: Callable, *args, **kwargs) -> dict:
-        """Call *fn* (a client method) and answer its JSON body as a dict."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        kwargs.setdefault("_request_timeout", self.config["REQUEST_TIMEOUT"])
-        try:
-            response = fn(*args, _preload_content=False, **kwargs)
-        except ApiException as exc:
-            raise ApiError.from_exception(exc) from exc
-        except (HTTPError, OSError) as exc:
-            raise TransientBackendError(f"The Kubernetes API did not answer: {exc}") from exc
-        data = response.data
-        return json.loads(data) if data else {}
-
-    def watch(self, fn: Callable, *args, timeout: int, **kwargs) -> Iterable[dict]:
-        """The objects of a watch on *fn* (a list method) until *timeout* seconds pass."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        stream = watch.Watch().stream(
-            fn, *args, timeout_seconds=timeout, _request_timeout=timeout + 5, **kwargs
-        )
-        try:
-            for event in stream:
-                yield event["type"], event["raw_object"]
-        except ApiException as exc:
-            raise ApiError.from_exception(exc) from exc
-        except (HTTPError, OSError) as exc:
-            # The stream broke off (a watch timeout on the wire): the caller reads again.
-            logger.info("kubernetes watch ended: %s", exc)
-
-    def exec(
-        self, namespace: str, pod: str, command: list[str], *, stdin: str = ""
-    ) -> tuple[int, str]:
-        """Run *command* in the pod's container (``pods/exec``), *stdin* written to it; its
-        exit status and output."""
-        from kubernetes.client.exceptions import ApiException
-        from kubernetes.stream import stream
-
-        try:
-            resp = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                pod,
-                namespace,
-                command=command,
-                container="lease",
-                stderr=True,
-                stdin=bool(stdin),
-                stdout=True,
-                tty=False,
-                _preload_content=False,
-            )
-            if stdin:
-                resp.write_stdin(stdin)
-            resp.run_forever(timeout=self.config["REQUEST_TIMEOUT"])
-            rc = resp.returncode  # before read_all, which empties every channel
-            output = resp.read_all()
-            resp.close()
-        except ApiException as exc:
-            raise ApiError.from_exception(exc) from exc
-        except Exception as exc:  # websocket errors have no common base worth naming
-            raise TransientBackendError(f"exec in pod {pod} failed: {exc}") from exc
-        return (rc if rc is not None else -1), output
-
-    # --- create / replace / delete, with the answers that are no error here --------------
-
-    def create(self, fn: Callable, *args, body: dict) -> dict | None:
-        """Create; None when it exists already (409): the caller reads it."""
-        try:
-            return self.call(fn, *args, body=body)
-        except ApiError as exc:
-            if exc.status == 409:
-                return None
-            raise
-
-    def delete(self, fn: Callable, *args, **kwargs) -> bool:
-        """Delete; False when it is gone already (404)."""
-        try:
-            self.call(fn, *args, **kwargs)
-        except ApiError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
-
-    def read(self, fn: Callable, *args) -> dict | None:
-        try:
-            return self.call(fn, *args)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-
-class ApiError(TransientBackendError):
-    """The API server refused: 4xx other than the ones a caller expects are permanent
-    in meaning but raised as this class so callers can look at ``status``."""
-
-    def __init__(self, status: int, reason: str, message: str):
-        super().__init__(f"Kubernetes API {status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @classmethod
-    def from_exception(cls, exc) -> ApiError | PermanentBackendError:
-        try:
-            body = json.loads(exc.body or "{}")
-        except ValueError:
-            body = {}
-        message = body.get("message") or str(exc.reason or "")
-        error = cls(exc.status or 0, body.get("reason") or str(exc.reason or ""), message)
-        return error
-
-    @property
-    def quota_exceeded(self) -> bool:
-        return self.status == 403 and "exceeded quota" in self.message
-
-
-def _permanent(exc: ApiError, what: str) -> PermanentBackendError:
-    return PermanentBackendError(f"Kubernetes refused {what}: {exc.message or exc.reason}")
-
-
-def _phase(pod: dict) -> str:
-    if pod.get("metadata", {}).get("deletionTimestamp"):
-        return "Terminating"
-    return pod.get("status", {}).get("phase") or "Pending"
-
-
-def _why_pending(pod: dict) -> str:
-    """The scheduler's or the kubelet's reason a pod is not running (first one found)."""
-    status = pod.get("status", {})
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return cond.get("message") or cond.get("reason") or "not scheduled"
-    for cs in status.get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting:
-            return f"{waiting.get('reason', '')}: {waiting.get('message', '')}".strip(": ")
-    return status.get("reason") or status.get("message") or "pending"
 
 
 class KubernetesBackend(Backend):
@@ -339,7 +143,7 @@ class KubernetesBackend(Backend):
             if name not in wanted:  # an earlier call's pod for other cards (a change raced it)
                 self._delete_pod(namespace, name)
         for name, place in wanted.items():
-            if name not in have or _phase(have[name]) == "Terminating":
+            if name not in have or pod_phase(have[name]) == "Terminating":
                 self._create_pod(holding, namespace, name, place)
         self._wait_running(holding, namespace, list(wanted))
         return self.access(holding)
@@ -358,14 +162,14 @@ class KubernetesBackend(Backend):
         pods = self.pods(holding)
         if not pods:
             return "released"
-        return "active" if all(_phase(p) == "Running" for p in pods) else "unknown"
+        return "active" if all(pod_phase(p) == "Running" for p in pods) else "unknown"
 
     def checkpoint(self, holding: Holding, *, signal: str, command: str) -> dict:
         """The declared signal to every process of the pod but its holder (``kill -s SIG -1``
         through ``exec``), and/or the declared command run in the pod; the grace that follows
         ends with the pod's deletion (SIGTERM, then ``terminationGracePeriodSeconds``)."""
         namespace = self.namespace(holding)
-        running = [p["metadata"]["name"] for p in self.pods(holding) if _phase(p) == "Running"]
+        running = [p["metadata"]["name"] for p in self.pods(holding) if pod_phase(p) == "Running"]
         if not running:
             raise PermanentBackendError("The lease's pods are gone; nothing to signal.")
         done: dict = {"via": "kubernetes", "pods": running}
@@ -383,7 +187,7 @@ class KubernetesBackend(Backend):
         """Whether ``change`` will replace a pod (its node or count changed): whatever runs
         in it restarts, so the holder is told first (lifecycle.provisioning.change_step). A
         swapped card on the same node changes no pod: the device plugin chose the devices."""
-        have = {p["metadata"]["name"] for p in self.pods(holding) if _phase(p) != "Terminating"}
+        have = {p["metadata"]["name"] for p in self.pods(holding) if pod_phase(p) != "Terminating"}
         return have != set(self.wanted(holding))
 
     def change(self, holding: Holding) -> dict:
@@ -396,8 +200,8 @@ class KubernetesBackend(Backend):
         namespace = self.ensure_namespace(holding)
         wanted = self.wanted(holding)
         have = {p["metadata"]["name"]: p for p in self.pods(holding)}
-        old = [n for n, p in have.items() if n not in wanted and _phase(p) != "Terminating"]
-        new = [n for n in wanted if n not in have or _phase(have[n]) == "Terminating"]
+        old = [n for n, p in have.items() if n not in wanted and pod_phase(p) != "Terminating"]
+        new = [n for n in wanted if n not in have or pod_phase(have[n]) == "Terminating"]
         try:
             for name in new:
                 self._create_pod(holding, namespace, name, wanted[name])
@@ -686,7 +490,7 @@ class KubernetesBackend(Backend):
                     f"{resource} now: {exc.message}"
                 ) from exc
             if 400 <= exc.status < 500 and exc.status not in (408, 429):
-                raise _permanent(exc, f"the pod for lease {holding.lease_id}") from exc
+                raise permanent(exc, f"the pod for lease {holding.lease_id}") from exc
             raise
         if made is not None:
             logger.info(
@@ -704,7 +508,7 @@ class KubernetesBackend(Backend):
 
     def _running_pod_on(self, holding: Holding, host: str) -> dict:
         for pod in self.pods(holding):
-            if _phase(pod) == "Running" and pod.get("spec", {}).get("nodeName") == host:
+            if pod_phase(pod) == "Running" and pod.get("spec", {}).get("nodeName") == host:
                 return pod
         raise TransientBackendError(f"The lease has no running pod on {host} yet.")
 
@@ -718,15 +522,15 @@ class KubernetesBackend(Backend):
         pending: dict[str, dict] = {}
         while True:
             pods = {p["metadata"]["name"]: p for p in self.pods(holding)}
-            pending = {n: pods.get(n, {}) for n in names if _phase(pods.get(n, {})) != "Running"}
+            pending = {n: pods.get(n, {}) for n in names if pod_phase(pods.get(n, {})) != "Running"}
             if not pending:
                 return
             for name, pod in pending.items():
-                phase = _phase(pod)
+                phase = pod_phase(pod)
                 if phase in ("Failed", "Succeeded"):
                     self._delete_pod(namespace, name)
                     status = pod.get("status", {})
-                    why = status.get("reason") or status.get("message") or _why_pending(pod)
+                    why = status.get("reason") or status.get("message") or why_pending(pod)
                     raise PermanentBackendError(
                         f"The lease's pod {name} ended at once ({phase}): {why}"
                     )
@@ -735,7 +539,7 @@ class KubernetesBackend(Backend):
                         self._delete_pod(namespace, other)
                     raise PermanentBackendError(
                         f"Kubernetes did not place the lease's pod on {self._node_of(pod)} within "
-                        f"{self.config['SCHEDULE_SECONDS']} s: {_why_pending(pod)}"
+                        f"{self.config['SCHEDULE_SECONDS']} s: {why_pending(pod)}"
                     )
             left = deadline - time.monotonic()
             if left <= 0:
@@ -748,7 +552,7 @@ class KubernetesBackend(Backend):
             ):
                 if obj.get("metadata", {}).get("name") in pending:
                     break  # something changed: look again
-        why = "; ".join(f"{n}: {_why_pending(p)}" for n, p in sorted(pending.items()))
+        why = "; ".join(f"{n}: {why_pending(p)}" for n, p in sorted(pending.items()))
         raise TransientBackendError(f"The lease's pod is not running yet ({why}).")
 
     def _wait_gone(self, holding: Holding, namespace: str, keep: set[str] | None = None) -> None:

@@ -118,6 +118,7 @@ class FakeKubernetes:
         self.failures: list[tuple[str, str, int, str]] = []  # method, path part, code, message
         self.never_schedule: set[str] = set()  # pod name prefixes the scheduler ignores
         self.instant_delete = True
+        self.on_watch = None  # called once when the next watch has begun
         self.server: ThreadingHTTPServer | None = None
 
     # --- test helpers ----------------------------------------------------------------------
@@ -526,6 +527,9 @@ class FakeKubernetes:
             ]
         for obj in initial:
             send({"type": "ADDED", "object": obj})
+        hook, self.on_watch = self.on_watch, None
+        if hook is not None:
+            hook()
         while True:
             with self.lock:
                 left = deadline - time.monotonic()

@@ -3,7 +3,6 @@ with the official client: request → pod → active with access, idempotence, a
 schedules, extend, resize (pod replaced, holder told first), preemption with its checkpoint,
 release, and the errors the API answers. Every manifest sent is schema-checked by the fake."""
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -121,18 +120,14 @@ def test_a_pod_scheduled_during_the_watch_is_seen(frozen, kube, alice, vision, a
     lease = ask(alice, vision, a100)
     kube.never_schedule.add(f"lease-{lease.pk}")
 
-    def later():
+    def placed_while_watching():
         kube.never_schedule.clear()
         kube.schedule()
 
-    timer = threading.Timer(0.5, later)
-    timer.start()
-    try:
-        lease = provision(lease)
-    finally:
-        timer.cancel()
+    kube.on_watch = placed_while_watching
+    lease = provision(lease)
     assert lease.status == LeaseStatus.ACTIVE
-    assert any(m == "WATCH" for m, _, _ in kube.requests)
+    assert kube.on_watch is None  # the hand-over did watch, and saw the pod run
 
 
 def test_a_pod_that_failed_at_once_fails_the_hand_over(

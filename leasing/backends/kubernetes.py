@@ -31,6 +31,7 @@ import hashlib
 import logging
 import os
 import pwd
+import shlex
 import time
 from datetime import datetime
 
@@ -175,7 +176,9 @@ class KubernetesBackend(Backend):
         done: dict = {"via": "kubernetes", "pods": running}
         for name in running:
             if signal:
-                rc, _ = self.api.exec(namespace, name, ["kill", "-s", signal, "--", "-1"])
+                # The shell's kill (busybox's too): -1 is every process but itself and PID 1.
+                kill = f"kill -s {shlex.quote(signal)} -1"
+                rc, _ = self.api.exec(namespace, name, ["/bin/sh", "-c", kill])
                 done["signal"] = signal
                 done.setdefault("signal_rc", []).append(rc)
             if command:

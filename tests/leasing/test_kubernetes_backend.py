@@ -242,7 +242,7 @@ def test_preemption_delivers_the_checkpoint_in_the_pod_then_releases_it(
     assert job.preempt_at is not None
     assert provisioning.checkpoint_step(lease_id=job.pk)
     assert kube.execs == [
-        ("cardpool-nlp", pod["metadata"]["name"], ["kill", "-s", "USR1", "--", "-1"])
+        ("cardpool-nlp", pod["metadata"]["name"], ["/bin/sh", "-c", "kill -s USR1 -1"])
     ]
     done = job.events.get(kind="checkpoint_signal").data
     assert done["via"] == "kubernetes" and done["signal_rc"] == [0]

@@ -411,3 +411,27 @@ def test_the_holders_kubeconfig_trusts_the_clusters_ca(
     cluster = yaml.safe_load(access["kubeconfig"])["clusters"][0]["cluster"]
     assert cluster["server"] == "https://k8s.example.org:6443"
     assert base64.b64decode(cluster["certificate-authority-data"]).decode() == ca.read_text()
+
+
+def test_the_sessions_gate_opens_a_session_in_the_pod(frozen, kube, alice, vision, a100, kube_node):
+    """The holder's session (JupyterLab and its terminals) runs in the lease's pod and is
+    reached at the pod's IP by the same authenticating proxy as on any node."""
+    from leasing.lifecycle import session_steps
+    from leasing.models import Session
+    from leasing.workbench import sessions
+
+    lease = provision(ask(alice, vision, a100))
+    (pod,) = kube.pods_of(lease.pk)
+    session = sessions.session_open(lease=lease, user=alice)
+    assert session_steps.session_start_step(session_id=session.pk) == "check"
+    session = Session.objects.get(pk=session.pk)
+    assert (session.backend, session.host, session.address) == (
+        "kubernetes",
+        "gpu01",
+        pod["status"]["podIP"],
+    )
+    assert session.placement["pod"] == pod["metadata"]["name"]
+    (script,) = kube.stdins
+    assert f"export JUPYTER_TOKEN={session.token}".encode() in script
+    assert f"--ServerApp.base_url=/sessions/{session.pk}/".encode() in script
+    assert b"CUDA_VISIBLE_DEVICES" not in script  # the device plugin set what the pod sees

@@ -171,6 +171,19 @@ class LeaseSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    # Access details only the holder may read: the Kubernetes exec token (kubeconfig) is the
+    # holder's own, not their lead's or an operator's.
+    HOLDER_ONLY_ACCESS = ("kubeconfig",)
+
+    def to_representation(self, lease: Lease) -> dict:
+        data = super().to_representation(lease)
+        access = data.get("access")
+        request = self.context.get("request")
+        holder = request is not None and getattr(request.user, "pk", None) == lease.user_id
+        if isinstance(access, dict) and not holder:
+            data["access"] = {k: v for k, v in access.items() if k not in self.HOLDER_ONLY_ACCESS}
+        return data
+
     @extend_schema_field(CheckpointSerializer(allow_null=True))
     def get_checkpoint(self, lease: Lease) -> dict | None:
         """How the job saves its state when preempted, and whether it is requeued (null: not

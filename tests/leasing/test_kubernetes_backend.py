@@ -435,3 +435,19 @@ def test_the_sessions_gate_opens_a_session_in_the_pod(frozen, kube, alice, visio
     assert f"export JUPYTER_TOKEN={session.token}".encode() in script
     assert f"--ServerApp.base_url=/sessions/{session.pk}/".encode() in script
     assert b"CUDA_VISIBLE_DEVICES" not in script  # the device plugin set what the pod sees
+
+
+def test_only_the_holder_reads_the_exec_token(frozen, kube, alice, lena, vision, a100, kube_node):
+    from django.test import Client
+
+    lease = provision(ask(alice, vision, a100))
+    holder, lead = Client(), Client()
+    holder.force_login(alice)
+    lead.force_login(lena)
+    mine = holder.get(f"/api/v1/leases/{lease.pk}/").json()["access"]
+    theirs = lead.get(f"/api/v1/leases/{lease.pk}/").json()["access"]
+    assert token_of(lease) in mine["kubeconfig"]
+    assert "kubeconfig" not in theirs and theirs["pods"] == mine["pods"]
+    assert token_of(lease) in holder.get(f"/leases/{lease.pk}/").content.decode()
+    page = lead.get(f"/leases/{lease.pk}/")
+    assert page.status_code == 200 and token_of(lease) not in page.content.decode()

@@ -62,6 +62,8 @@ def kube(tmp_path, settings, monkeypatch):
     object the Kubernetes schema refuses."""
     import yaml
 
+    pytest.importorskip("kubernetes", reason="the kubernetes client (pip install '.[test]')")
+    pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (pip install '.[test]')")
     from leasing.backends import kubernetes as kube_backend
     from tests.leasing.kube_fake import FakeKubernetes
 

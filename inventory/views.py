@@ -30,6 +30,7 @@ from leasing.scheduler.availability import (
     node_cards_by_domain,
     nodes_with_counts,
 )
+from leasing.scheduler.picture import planned_summaries
 from portal.permissions import is_operator
 
 NODES_PER_PAGE = 50
@@ -212,6 +213,8 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "inventory/card_model.html",
         {
             "cm": card_model,
+            # cards free now may be planned for waiting leases (the queue's plan)
+            "planned": planned_summaries([card_model.pk]).get(card_model.pk),
             "throughput": throughput,
             "nodes": shown[:NODES_ON_MODEL_PAGE],
             "more_nodes": len(shown) > NODES_ON_MODEL_PAGE,

@@ -9,6 +9,7 @@ from leasing.choices import OPEN_STATES, LeaseStatus
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Lease
 from leasing.scheduler.availability import card_models_with_counts
+from leasing.scheduler.picture import planned_summaries
 from portal import home
 from portal.models import Membership
 from portal.views_pool import next_free
@@ -31,8 +32,11 @@ def dashboard(request):
     )
     # None free now: when would one card be, behind the queue (3 queries for all such models).
     frees_at = next_free(now, [cm.pk for cm in board if not cm.available])
+    # Cards free now may be planned for a waiting lease (the queue's plan: scheduler.picture)
+    planned = planned_summaries([cm.pk for cm in board if cm.waiting])
     for cm in board:
         cm.frees_at = frees_at.get(cm.pk)
+        cm.planned = planned.get(cm.pk)
     context = {
         **home.home_panels(request.user, now),
         "board": board,

@@ -29,7 +29,7 @@ from django.conf import settings
 
 from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
-from leasing.models import Allocation
+from leasing.models import Allocation, Lease
 from leasing.scheduler.joining import mark_of
 from leasing.scheduler.snapshot import waiting_for
 
@@ -206,3 +206,35 @@ def model_picture(
         card_bookings.sort(key=lambda b: (b.start, b.end))
     picture.bookings = dict(bookings)
     return picture
+
+
+@dataclass(frozen=True)
+class PlannedSummary:
+    """What the queue's plan holds of a model's cards for waiting leases: how many card
+    bookings, and the earliest planned start."""
+
+    cards: int
+    first: datetime
+
+
+def planned_summaries(card_model_ids: list[int]) -> dict[int, PlannedSummary]:
+    """Per model with waiting leases on planned cards (the dashboard's tiles): one query."""
+    out: dict[int, PlannedSummary] = {}
+    rows = (
+        Lease.objects.filter(
+            card_model_id__in=card_model_ids,
+            status=LeaseStatus.QUEUED,
+            planned_cards__isnull=False,
+            estimated_start__isnull=False,
+        )
+        .order_by()
+        .values_list("card_model_id", "count", "estimated_start")
+    )
+    for model_id, count, eta in rows:
+        had = out.get(model_id)
+        out[model_id] = (
+            PlannedSummary(count, eta)
+            if had is None
+            else PlannedSummary(had.cards + count, min(had.first, eta))
+        )
+    return out

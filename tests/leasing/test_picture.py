@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.urls import reverse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -61,7 +62,48 @@ def test_the_calendar_counts_planned_cards_as_taken(h800_case, client, alice, a1
     client.force_login(alice)
     page = client.get("/leases/calendar/a100-test/?days=5").content.decode()
     assert 'data-planned="8"' in page
+    assert "8 张卡已计划给排队中的申请" in page  # the site's default language
+    client.cookies["django_language"] = "en"
+    page = client.get("/leases/calendar/a100-test/?days=5").content.decode()
     assert "8 cards planned for a waiting request" in page
+
+
+def test_a_click_on_the_planned_stretch_says_so_and_offers_the_next_free_one(
+    h800_case, frozen, client, alice, a100
+):
+    """alice picks 12-04 00:00 on the calendar: the form's preview says the cards are
+    planned for a waiting request and gives the next stretch that is really free."""
+    reservation, waiting = h800_case
+    frozen.shift(hours(5))  # bob asked hours before her: he is ahead of her in the queue
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    page = client.get(
+        "/leases/preview/",
+        {
+            "card_model": a100.slug,
+            "count": 2,
+            "duration": 3,
+            "unit": "hours",
+            "start": "later",
+            "start_at": "2026-12-04T00:00",
+            "team": "vision",
+            "priority": "normal",
+            "purpose": "training",
+            "same_node": "on",
+        },  # fmt: skip
+    ).content.decode()
+    assert 'data-taken="2026-12-04T00:00"' in page
+    assert "8 cards are planned for a waiting request" in page
+    assert "The next stretch really free starts 2026-12-05 12:00." in page
+
+
+def test_the_tile_and_the_model_page_say_free_cards_are_planned(h800_case, client, alice, a100):
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    home = client.get("/").content.decode()
+    assert "8 cards planned for waiting requests from 12-03 12:00" in home
+    model = client.get(reverse("inventory:card_model", args=[a100.slug])).content.decode()
+    assert f'data-planned="{a100.slug}"' in model
 
 
 def _api(api, user, **query):

@@ -190,9 +190,12 @@ def timeline_chart(timeline: dict) -> str:
     """The timeline as a plotly figure (horizontal bars on a time axis, cards top to bottom)."""
     fig = go.Figure()
     _trace(fig, timeline["booked"], name=_("booked"), colour="#2563eb")
-    _trace(fig, timeline["planned"], name=_("planned for a waiting request"), colour="#f59e0b")
-    _trace(fig, timeline["unavailable"], name=_("maintenance or unhealthy"), colour="#9ca3af")
     _trace(fig, timeline["free"], name=_("free: click to reserve"), colour="#bbf7d0")
+    # after the two always there (booked, free), and only when there are any
+    if timeline["planned"]:
+        _trace(fig, timeline["planned"], name=_("planned for a waiting request"), colour="#f59e0b")
+    if timeline["unavailable"]:
+        _trace(fig, timeline["unavailable"], name=_("maintenance or unhealthy"), colour="#9ca3af")
     fig.update_xaxes(
         type="date",
         range=[charts.local_time(timeline["start"]), charts.local_time(timeline["end"])],

@@ -48,6 +48,8 @@ def test_the_timeline_shows_bobs_eight_planned_cards(h800_case, alice, bob, a100
     assert {(b.label, b.url) for b in data["planned"]} == {("planned for a waiting request", "")}
     # no free stretch offered inside bob's plan
     assert not any(b.start < DAY3_12 + hours(48) and DAY3_12 < b.end for b in data["free"])
+    chart = pool_timeline.timeline_chart(data)
+    assert "planned for a waiting request" in chart  # its own trace, after booked and free
     # bob sees his own lease on it
     his = pool_timeline.pool_timeline(a100, user=bob, start=T0, end=end)
     assert {b.label for b in his["planned"]} == {f"planned for waiting lease {waiting.pk} · bob"}

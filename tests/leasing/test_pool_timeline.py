@@ -72,7 +72,7 @@ def test_timeline_page_draws_the_bars_in_local_time(reservation, client, alice):
     client.force_login(alice)
     page = client.get("/leases/timeline/a100-test/").content.decode()
     figure = json.loads(unescape(re.search(r'data-figure="([^"]+)"', page).group(1)))
-    booked, _planned, _unavailable, free = figure["data"]
+    booked, free = figure["data"]
     at = booked["base"].index("2026-12-02 09:00")
     assert booked["x"][at] == 3 * 3600 * 1000  # three hours, in plotly's milliseconds
     assert booked["customdata"][at] == f"/leases/{reservation.pk}/"

@@ -17,6 +17,7 @@ from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import QueueMark
 from leasing.scheduler.picture import model_picture
 from leasing.scheduler.queueplan import service_key
+from leasing.scheduler.refresh import queue_tick
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 
@@ -198,6 +199,11 @@ def test_a_stale_stretch_is_shown_as_being_re_estimated(h800_case, api, alice, b
     ]
     assert answer["re_estimated_within_seconds"] > 0
     assert _api(api, alice).json()["re_estimating"][0]["lease"] is None
+    # the refresh (right after the commit, and on every tick) places him again
+    queue_tick(waiting.card_model_id)
+    answer = _api(api, bob).json()
+    assert answer["re_estimating"] == []
+    assert sum(1 for c in answer["cards"] for b in c["bookings"] if b["kind"] == "planned") == 8
 
 
 @pytest.mark.parametrize(

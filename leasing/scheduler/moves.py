@@ -27,6 +27,10 @@ from leasing.notify.messages import notice_send
 logger = logging.getLogger(__name__)
 
 NOTICE_EVERY = timedelta(hours=1)
+# Notices written in the pass itself (under the model's lock); a pass that moves more (a long
+# queue shifting at once) leaves the rest to the tick's ``estimate_notices_due``.
+INLINE_NOTICES = 50
+TICK_NOTICES = 200
 MESSAGE = "estimate_moved"
 EVENT = "estimate_moved"
 # why an estimate moved: the kinds the services name (worded in notify.messages)
@@ -86,7 +90,7 @@ def estimates_moved(
         ).values_list("lease_id", flat=True)
     )
     due = [(pk, e) for (pk, _o, _n), e in zip(big, events, strict=True) if pk not in told_lately]
-    return _tell(dict(due), now=now)
+    return _tell(dict(due[:INLINE_NOTICES]), now=now)
 
 
 def _tell(events: dict[int, LeaseEvent], *, now: datetime) -> list[int]:
@@ -130,8 +134,10 @@ def estimate_notices_due(*, now: datetime) -> int:
         .values_list("lease_id", "at", "data")
     )
     latest: dict[int, tuple[datetime, dict]] = {}
+    first: dict[int, tuple[datetime, dict]] = {}
     for lease_id, at, data in moved[:5000]:
         latest[lease_id] = (at, data)
+        first.setdefault(lease_id, (at, data))
     if not latest:
         return 0
     last_told: dict[int, tuple[datetime, dict]] = {}
@@ -144,7 +150,9 @@ def estimate_notices_due(*, now: datetime) -> int:
     due: dict[int, LeaseEvent] = {}
     for lease_id, (at, data) in latest.items():
         told = last_told.get(lease_id)
-        if told is None or told[0] >= at or told[0] > now - NOTICE_EVERY:
+        if told is None:  # never told (a pass that moved more than INLINE_NOTICES)
+            told = (first[lease_id][0] - NOTICE_EVERY, {"to": first[lease_id][1].get("from")})
+        if told[0] >= at or told[0] > now - NOTICE_EVERY:
             continue  # told after its last move, or told within the hour
         was = parse_datetime(str(told[1].get("to", "")))
         new = parse_datetime(str(data.get("to", "")))
@@ -153,4 +161,6 @@ def estimate_notices_due(*, now: datetime) -> int:
         event = LeaseEvent(lease_id=lease_id, kind=EVENT, at=at,
                            data={**data, "from": told[1]["to"]})  # fmt: skip
         due[lease_id] = event
+        if len(due) >= TICK_NOTICES:
+            break
     return len(_tell(due, now=now))

@@ -125,3 +125,17 @@ def _cardpool():
     from django.conf import settings
 
     return dict(settings.CARDPOOL)
+
+
+def test_a_pass_that_moves_many_tells_a_few_and_the_tick_the_rest(
+    frozen, monkeypatch, alice, bob, vision, nlp, a100, two_nodes
+):
+    ask(alice, vision, a100, count=8, duration=hours(2))
+    ask(alice, vision, a100, count=8, duration=hours(4))
+    waiting = [ask(bob, nlp, a100, count=8, duration=hours(2)) for _ in range(3)]
+    monkeypatch.setattr(moves, "INLINE_NOTICES", 1)
+    told = moves.estimates_moved([(w.pk, T0 + hours(2), T0 + hours(6)) for w in waiting], now=T0)
+    assert len(told) == 1
+    assert moves.estimate_notices_due(now=T0 + timedelta(minutes=1)) == 2
+    assert sum(len(_notices(w)) for w in waiting) == 3
+    assert moves.estimate_notices_due(now=T0 + timedelta(minutes=2)) == 0

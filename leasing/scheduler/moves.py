@@ -57,10 +57,20 @@ def estimates_moved(
     moved: list[tuple[int, datetime | None, datetime | None]], *, now: datetime
 ) -> list[int]:
     """Record (and tell) the moves of *moved* ``(lease, old estimate, new estimate)`` larger
-    than the threshold; the leases told now. Called by the pass that wrote the estimates."""
+    than the threshold; the leases told now. Called by the pass that wrote the estimates.
+
+    A move is measured from the estimate last recorded on the lease's timeline (the one it
+    was given when it queued, or the last move's), so many small steps add up to a move."""
     limit = threshold()
-    big = [(pk, old, new) for pk, old, new in moved
-           if old is not None and new is not None and abs(new - old) > limit]  # fmt: skip
+    changed = [(pk, old, new) for pk, old, new in moved if new is not None]
+    if not changed:
+        return []
+    base = baselines([pk for pk, _o, _n in changed])
+    big = []
+    for pk, old, new in changed:
+        was = base.get(pk, old)
+        if was is not None and abs(new - was) > limit:
+            big.append((pk, was, new))
     if not big:
         return []
     why, params = _cause.get() or ("replanned", {})
@@ -91,6 +101,23 @@ def estimates_moved(
     )
     due = [(pk, e) for (pk, _o, _n), e in zip(big, events, strict=True) if pk not in told_lately]
     return _tell(dict(due[:INLINE_NOTICES]), now=now)
+
+
+def baselines(lease_ids: list[int]) -> dict[int, datetime]:
+    """Per lease, the estimate its timeline last recorded: at queueing (``queued``) or the
+    last ``estimate_moved``. One query."""
+    out: dict[int, datetime] = {}
+    rows = (
+        LeaseEvent.objects.filter(lease_id__in=lease_ids, kind__in=("queued", EVENT))
+        .order_by("lease_id", "at", "pk")
+        .values_list("lease_id", "kind", "data")
+    )
+    for lease_id, kind, data in rows:
+        value = (data or {}).get("to" if kind == EVENT else "estimated_start")
+        moment = parse_datetime(str(value)) if value else None
+        if moment is not None:
+            out[lease_id] = moment
+    return out
 
 
 def _tell(events: dict[int, LeaseEvent], *, now: datetime) -> list[int]:

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils.dateparse import parse_datetime
 
 from inventory.models import Card
 from leasing.choices import LeaseStatus, Priority
@@ -139,3 +140,20 @@ def test_a_pass_that_moves_many_tells_a_few_and_the_tick_the_rest(
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=1)) == 2
     assert sum(len(_notices(w)) for w in waiting) == 3
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=2)) == 0
+
+
+def test_small_steps_add_up_to_a_move(frozen, alice, bob, vision, nlp, a100, two_nodes):
+    """Measured from what the timeline last recorded (the estimate given at queueing), not
+    from the last pass: three 10-minute steps are told at the second."""
+    ask(alice, vision, a100, count=8, duration=hours(2))
+    ask(alice, vision, a100, count=8, duration=hours(4))
+    waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
+    given = T0 + hours(2)
+    step = timedelta(minutes=10)
+    assert moves.estimates_moved([(waiting.pk, given, given + step)], now=T0) == []
+    told = moves.estimates_moved([(waiting.pk, given + step, given + 2 * step)], now=T0)
+    assert told == [waiting.pk]
+    (event,) = _moves(waiting)
+    assert [parse_datetime(event.data[k]) for k in ("from", "to")] == [given, given + 2 * step]
+    # the next step is measured from that move: 10 minutes, not told
+    assert moves.estimates_moved([(waiting.pk, given + 2 * step, given + 3 * step)], now=T0) == []

@@ -9,7 +9,7 @@ from leasing.choices import OPEN_STATES, LeaseStatus
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Lease
 from leasing.scheduler.availability import card_models_with_counts
-from leasing.scheduler.picture import planned_summaries
+from leasing.scheduler.picture import PlannedSummary, planned_annotations
 from portal import home
 from portal.models import Membership
 from portal.views_pool import next_free
@@ -26,17 +26,17 @@ def dashboard(request):
         .filter(total__gt=0)
         .annotate(
             # on the queue index, not a join of each model with every lease it ever had
-            waiting=count_per_row(Lease.objects.filter(status=LeaseStatus.QUEUED), "card_model")
+            waiting=count_per_row(Lease.objects.filter(status=LeaseStatus.QUEUED), "card_model"),
+            # cards free now may be planned for waiting leases (the queue's plan)
+            **planned_annotations(),
         )
         .order_by("vendor", "-memory_gb", "name")
     )
     # None free now: when would one card be, behind the queue (3 queries for all such models).
     frees_at = next_free(now, [cm.pk for cm in board if not cm.available])
-    # Cards free now may be planned for a waiting lease (the queue's plan: scheduler.picture)
-    planned = planned_summaries([cm.pk for cm in board if cm.waiting])
     for cm in board:
         cm.frees_at = frees_at.get(cm.pk)
-        cm.planned = planned.get(cm.pk)
+        cm.planned = cm.planned_cards and PlannedSummary(cm.planned_cards, cm.planned_first)
     context = {
         **home.home_panels(request.user, now),
         "board": board,

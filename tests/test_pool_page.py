@@ -228,8 +228,7 @@ def test_dashboard_says_when_a_busy_model_frees_up(
     free = CardModelFactory(slug="free", name="Free")
     make_node(free, cards=1)
     login(client, alice)
-    # (16: one for the cards the queue's plan holds for waiting leases, all models at once)
-    with django_assert_max_num_queries(16):
+    with django_assert_max_num_queries(15):
         page = fetch(client, "/").content.decode()
     # NOW is 09:30 in Shanghai; the second card frees at 14:30.
     assert re.search(r'data-frees="busy">1 card free from 12-01 14:30<', page)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import DateTimeField, IntegerField, OuterRef, Subquery, Sum
 
 from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
@@ -217,24 +218,23 @@ class PlannedSummary:
     first: datetime
 
 
-def planned_summaries(card_model_ids: list[int]) -> dict[int, PlannedSummary]:
-    """Per model with waiting leases on planned cards (the dashboard's tiles): one query."""
-    out: dict[int, PlannedSummary] = {}
-    rows = (
-        Lease.objects.filter(
-            card_model_id__in=card_model_ids,
-            status=LeaseStatus.QUEUED,
-            planned_cards__isnull=False,
-            estimated_start__isnull=False,
-        )
-        .order_by()
-        .values_list("card_model_id", "count", "estimated_start")
-    )
-    for model_id, count, eta in rows:
-        had = out.get(model_id)
-        out[model_id] = (
-            PlannedSummary(count, eta)
-            if had is None
-            else PlannedSummary(had.cards + count, min(had.first, eta))
-        )
-    return out
+def planned_annotations() -> dict:
+    """``planned_cards`` (how many card bookings the queue's plan holds for waiting leases)
+    and ``planned_first`` (the earliest planned start) for a query of card models, in the
+    same statement (the dashboard's tiles, the model page)."""
+    planned = Lease.objects.filter(
+        card_model=OuterRef("pk"),
+        status=LeaseStatus.QUEUED,
+        planned_cards__isnull=False,
+        estimated_start__isnull=False,
+    ).order_by()
+    return {
+        "planned_cards": Subquery(
+            planned.values("card_model").annotate(n=Sum("count")).values("n")[:1],
+            output_field=IntegerField(),
+        ),
+        "planned_first": Subquery(
+            planned.order_by("estimated_start").values("estimated_start")[:1],
+            output_field=DateTimeField(),
+        ),
+    }

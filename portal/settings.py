@@ -641,6 +641,8 @@ CARDPOOL = {
     # Seconds between ticks that end leases whose end has come and start due reservations:
     # the most a lease outlives its end (besides the time to take the cards back).
     "TICK_SECONDS": env_int("CARDPOOL_TICK_SECONDS", 2),
+    # A waiting lease's estimate that moves by more than this is told (timeline + notice).
+    "ESTIMATE_MOVE_MINUTES": env_int("CARDPOOL_ESTIMATE_MOVE_MINUTES", 15),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
     # A hand-over still provisioning or releasing after this long is sent again (lost task).

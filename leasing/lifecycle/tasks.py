@@ -34,7 +34,7 @@ from leasing.lifecycle import (
 )
 from leasing.models import Lease
 from leasing.notify import wording
-from leasing.scheduler import plancache
+from leasing.scheduler import moves, plancache
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
 from leasing.workbench import workspace
@@ -228,6 +228,7 @@ def sweep() -> dict:
         now=now
     ) + maintenance.drain_warnings_send(now=now)
     done["idle"] = endings.idle_check(now=now)
+    done["estimate_notices"] = moves.estimate_notices_due(now=now)
     models = (
         Lease.objects.filter(status=LeaseStatus.QUEUED)
         .values_list("card_model_id", flat=True)

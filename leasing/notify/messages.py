@@ -115,6 +115,35 @@ def stall_text(reason: str, *, same_node: bool) -> tuple[str, str]:
     return why, todo
 
 
+def estimate_why(why: str, p: Mapping) -> str:
+    """Why a waiting lease's estimated start moved (``scheduler.moves.WHY``), for its reader."""
+    if why == "higher_priority":
+        return _("a request of higher priority joined the queue ahead of it")
+    if why == "request_ahead":
+        return _("a request joined the queue ahead of it")
+    if why == "released":
+        return _("a lease was released early")
+    if why == "drain":
+        return _("node %(node)s is being drained") % {"node": p.get("node", "")}
+    if why == "card_failed":
+        return _("a card failed")
+    if why == "extended":
+        return _("a lease was extended")
+    return _("the queue's plan changed")
+
+
+def _estimate_moved(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s: estimated start moved to %(to)s") % {"id": p["id"], "to": _at(p["to"])}
+    body = _("%(n)s × %(model)s: estimated start %(from)s → %(to)s, because %(why)s.") % {
+        "n": p["n"],
+        "model": p["model"],
+        "from": _at(p["from"]),
+        "to": _at(p["to"]),
+        "why": estimate_why(p.get("why", ""), p),
+    }
+    return title, body
+
+
 def _stalled(p: Mapping) -> tuple[str, str]:
     why, todo = stall_text(p["reason"], same_node=bool(p.get("same_node", True)))
     title = _("Lease %(id)s cannot start as asked") % {"id": p["id"]}
@@ -517,6 +546,7 @@ MESSAGES: dict[str, Renderer] = {
     "preemption": _preemption,
     "preemption_partial": _preemption_partial,
     "stalled": _stalled,
+    "estimate_moved": _estimate_moved,
     "ended": _ended,
     "statement": _statement,
 }

@@ -219,25 +219,7 @@ def apply_decisions(
         if fits_when_wanted and decision.start <= now:
             starting.append((request, decision))
         elif fits_when_wanted:
-            end = decision.start + request.duration
-            if transition(
-                decision.lease_id,
-                frm=[LeaseStatus.QUEUED],
-                to=LeaseStatus.SCHEDULED,
-                kind="booked",
-                at=now,
-                start_at=decision.start,
-                end_at=end,
-                estimated_start=None,
-                stall_reason="",
-                planned_cards=None,
-            ):
-                Allocation.objects.bulk_create(
-                    Allocation(
-                        card_id=c, lease_id=decision.lease_id, start_at=decision.start, end_at=end
-                    )
-                    for c in decision.card_ids
-                )
+            if _book(request, decision, now=now):
                 result.booked.append(decision.lease_id)
                 applied.booked.append((request, decision))
             else:
@@ -279,6 +261,30 @@ def apply_decisions(
         applied.complete = False
     moves.estimates_moved(moved, now=now)  # a big move: a timeline event and a notice
     return applied
+
+
+def _book(request: Request, decision: Decision, *, now: datetime) -> bool:
+    """A reservation that starts later: the lease becomes ``scheduled`` with its cards booked
+    for its window (False: someone else moved it first)."""
+    end = decision.start + request.duration
+    if not transition(
+        decision.lease_id,
+        frm=[LeaseStatus.QUEUED],
+        to=LeaseStatus.SCHEDULED,
+        kind="booked",
+        at=now,
+        start_at=decision.start,
+        end_at=end,
+        estimated_start=None,
+        stall_reason="",
+        planned_cards=None,
+    ):
+        return False
+    Allocation.objects.bulk_create(
+        Allocation(card_id=c, lease_id=decision.lease_id, start_at=decision.start, end_at=end)
+        for c in decision.card_ids
+    )
+    return True
 
 
 def in_service_by_node(card_model_id: int) -> dict[int, int]:

@@ -20,6 +20,7 @@ from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.enqueue import enqueue
 from leasing.lifecycle import (
     change_decisions,
+    checkpoints,
     endings,
     maintenance,
     provisioning,
@@ -213,6 +214,9 @@ def sweep() -> dict:
     for lease_id in provisioning.checkpoints_unsent(now=now, older_than=stale, batch=BATCH):
         enqueue("leasing.tasks.checkpoint_lease", lease_id)
         done["recheckpointed"] += 1
+    done["checkpoints_unacknowledged"] = checkpoints.checkpoints_unacknowledged(
+        now=now, batch=BATCH
+    )
     done["preempted"] = endings.preemptions_due(now=now)
     done["drained"] = maintenance.drains_due(now=now)
     done["warnings"] = endings.warnings_send_due(now=now)

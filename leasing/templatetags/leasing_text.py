@@ -38,6 +38,10 @@ def _facts(kind: str, data: dict) -> str:
             return text
         if kind == "ended" and data.get("by_hand"):
             return _("Released by hand by an operator.")
+        if kind == "checkpoint_failed" and data.get("why") == "no_ack":
+            return _("The node's agent did not confirm delivery within %(s)s s.") % {
+                "s": data["seconds"]
+            }
         if kind == "card_replaced" and "to_card" in data:
             return _("card %(old)s → %(new)s") % {"old": data["from_card"], "new": data["to_card"]}
     except (KeyError, TypeError):

@@ -121,6 +121,10 @@ class DrainResultSerializer(serializers.Serializer):
     warned = serializers.IntegerField(help_text="Leases whose holders were warned.")
 
 
+class UndrainSerializer(StrictSerializer):
+    """No fields: an undrain takes none (any sent is named in a 400)."""
+
+
 class FaultySerializer(StrictSerializer):
     note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
@@ -166,6 +170,16 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             user=request.user, node=self.get_object(), drain_at=data.validated_data["drain_at"]
         )
         return Response({"warned": warned})
+
+    @extend_schema(request=UndrainSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def undrain(self, request, hostname=None):
+        """Operators: take the node out of draining or maintenance; it takes leases again and
+        leases its drain cut show their booked end again."""
+        UndrainSerializer(data=request.data).is_valid(raise_exception=True)
+        maintenance.node_undrain(user=request.user, node=self.get_object())
+        node = self.get_queryset().get(hostname=hostname)
+        return Response(NodeSerializer(node).data)
 
 
 class CardViewSet(viewsets.ReadOnlyModelViewSet):

@@ -93,11 +93,13 @@ def period_of(piece: UsageRecord, period: str) -> date:
     return day if period == "day" else day - timedelta(days=day.weekday())
 
 
-def lease_cost(lease: Lease, *, now: datetime) -> dict:
+def lease_cost(lease: Lease, *, now: datetime, until: datetime | None = None) -> dict:
     """What a lease has cost up to now and will have cost at its booked end, by the bill's own
     rule (``usage.usage_pieces``: the same pieces, price book and rounding as its records), for
     the lease page. A lease still waiting for cards has only the estimate (``prices.estimate``)
-    from its estimated start (yuan, as every price)."""
+    from its estimated start. *until* is the end the lease shows when it is earlier than its
+    booked one (a drain or a preemption: ``lifecycle.selectors.lease_truth``): the cost to the
+    end stops there, as the bill will."""
     rows = held(lease.pk)
     book_until = max([lease.end_at, *(r[4] for r in rows)])
     book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=book_until)
@@ -108,6 +110,8 @@ def lease_cost(lease: Lease, *, now: datetime) -> dict:
         else (),
         Decimal(0),
     )
+    if pieces and until is not None and lease.status in OPEN_STATES:
+        pieces = usage_pieces(lease, allocations=rows, before=floor_minute(until), book=book)
     if pieces:
         to_end = sum((p.cost for p in pieces), Decimal(0))
     elif lease.status in OPEN_STATES:

@@ -196,7 +196,7 @@ def lease_detail(request, pk: int):
         "position": selectors.queue_position(lease),
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
-        "cost": accrued.lease_cost(lease, now=timezone.now()),
+        "cost": accrued.lease_cost(lease, now=timezone.now(), until=lease.truth.end),
         "checkpoint": checkpoint_state(lease),
         "workbench": lease_workbench(lease, request.user),
         "family_models": (

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Node
@@ -82,6 +82,25 @@ def accrued_pieces(
         piece.card_model = piece.lease.card_model
     pieces.sort(key=lambda r: (r.start_at, r.lease_id, r.node_id))
     return pieces
+
+
+def month_usage_by_model(
+    team_id: int, *, since: datetime, until: datetime, now: datetime
+) -> dict[int, tuple[int, Decimal]]:
+    """A team's month so far per card model, as the finance report counts it: the records
+    of the month plus the accrued usage (card-minutes, cost). The team page's "used"."""
+    out: dict[int, tuple[int, Decimal]] = {}
+    for model_id, minutes, cost in (
+        UsageRecord.objects.filter(team_id=team_id, month=since.date())
+        .order_by()
+        .values_list("card_model_id")
+        .annotate(m=Sum("card_minutes"), c=Sum("cost"))
+    ):
+        out[model_id] = (minutes or 0, cost or Decimal(0))
+    for piece in accrued_pieces(since=since, until=until, now=now, team_ids=(team_id,)):
+        minutes, cost = out.get(piece.lease.card_model_id, (0, Decimal(0)))
+        out[piece.lease.card_model_id] = (minutes + piece.card_minutes, cost + piece.cost)
+    return out
 
 
 def period_of(piece: UsageRecord, period: str) -> date:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from types import SimpleNamespace
 
@@ -24,11 +24,21 @@ from inventory.models import CardModel
 from leasing.choices import Priority
 from leasing.models import OffPeakWindow, Price, TeamPrice
 from leasing.periods import Span, floor_minute, offpeak_cuts, offpeak_factor
+from portal.models import Membership
 
 
 def currency() -> str:
     """The site's currency code (``CARDPOOL_CURRENCY``), named wherever money is shown."""
     return settings.CARDPOOL_CURRENCY
+
+
+def money(amount, places: int = 2) -> str:
+    """An amount as a person reads it, in the configured currency: ``CNY 1,344.00``. The one
+    way money is written (the ``{% money %}`` tag, messages, charts); no symbol is assumed."""
+    if amount is None or amount == "":
+        return "—"
+    value = Decimal(str(amount)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    return f"{currency()} {value:,}"
 
 
 CENT = Decimal("0.01")
@@ -212,6 +222,35 @@ class PriceBooks:
         return self.cost(
             card_model_id=card_model.pk, count=count, start=start, end=end, priority=priority
         ).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def reader_team_id(user) -> int | None:
+    """The team whose prices a reader sees: their only team (with several or none, the list
+    price book). The catalogue, the model page, the inventory API and the advisor quote it."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    ids = list(Membership.objects.filter(user=user).values_list("team_id", flat=True)[:2])
+    return ids[0] if len(ids) == 1 else None
+
+
+def prices_now(card_models, *, team_id: int | None, at: datetime, priority: str = "") -> dict:
+    """The price per card-hour in force at *at* for *team_id*, per card model id: the team
+    price over the list price over the model's default, × the off-peak tariff then (× the
+    preemptible discount for that priority) — what a card-hour started then is billed."""
+    models = list(card_models)
+    books = PriceBooks(team_id=team_id or 0, until=at + timedelta(minutes=1)).preload(models)
+    discount = discount_for(priority)
+    return {m.pk: books.for_model(m.pk).price_at(at, discount) for m in models}
+
+
+def team_price_in_force(card_model, *, team_id: int | None, at: datetime) -> bool:
+    """Whether the team pays its own price for the model at *at* (a page says whose)."""
+    return (
+        team_id is not None
+        and (
+            TeamPrice.objects.filter(team_id=team_id, card_model=card_model, effective_from__lte=at)
+        ).exists()
+    )
 
 
 def tariff_at(t: datetime) -> Decimal | None:

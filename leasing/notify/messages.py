@@ -300,10 +300,17 @@ def breach_text(limit: str, p: Mapping) -> str:
             "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
             "needs %(need)s there. The budget renews on %(renew)s."
         ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "need", "renew")}}
+    # The amounts in the configured currency (billing.prices.money's form; notify reads the
+    # setting itself, as billing is its sibling).
+    code = settings.CARDPOOL_CURRENCY
     return _(
-        "%(who)s has ¥%(left)s of ¥%(limit)s left in %(month)s; this request costs ¥%(cost)s "
+        "%(who)s has %(left)s of %(limit)s left in %(month)s; this request costs %(cost)s "
         "there. The budget renews on %(renew)s."
-    ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "cost", "renew")}}
+    ) % {
+        **base,
+        **{k: f"{code} {p[k]}" for k in ("left", "limit", "cost")},
+        **{k: p[k] for k in ("month", "renew")},
+    }
 
 
 def breaches_text(breaches) -> str:

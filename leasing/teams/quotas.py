@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
 from leasing import statements
-from leasing.billing.prices import PriceBooks, estimate
+from leasing.billing.prices import PriceBooks, currency, estimate
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
 from leasing.models import Allocation, Lease, MemberLimit, Quota
 from leasing.notify.messages import breach_text, holder_zone, reader_language, render
@@ -375,7 +375,7 @@ def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
         hours, money = month_usage(team.pk, month, card_model_id=rule.card_model_id)
         for used, limit, unit in (
             (hours, rule.card_hours_per_month, "h"),
-            (money, rule.money_per_month, "¥"),
+            (money, rule.money_per_month, currency()),
         ):
             if not limit:
                 continue

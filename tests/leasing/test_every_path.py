@@ -213,7 +213,7 @@ def test_money_budget_counts_the_team_price_the_bill_uses(
     team_services.quota_set(user=ops, team=vision, card_model=None, money_per_month=Decimal(100))
     ask(alice, vision, a100, count=1, duration=hours(1))
     assert quotas.month_usage(vision.pk, quotas.month_of(T0))[1] == Decimal(40)
-    with pytest.raises(ValidationError, match="costs ¥80.00"):
+    with pytest.raises(ValidationError, match="costs CNY 80.00"):
         ask(alice, vision, a100, count=1, duration=hours(2))
     assert ask(alice, vision, a100, count=1, duration=hours(1)).pk
 

@@ -10,8 +10,8 @@ from django.db.models import QuerySet
 
 from inventory.models import CardModel
 from leasing import choices, periods
-from leasing.billing.prices import PriceBooks
 from leasing.billing.accrued import month_usage_by_model
+from leasing.billing.prices import PriceBooks
 from leasing.choices import BOOKED_STATES, HOLDING_STATES, LeaseStatus
 from leasing.models import GuaranteedShare, Lease, LeaseChange, MemberLimit, Quota
 from leasing.teams import quotas

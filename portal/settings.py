@@ -130,6 +130,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.site",
                 "leasing.context_processors.notifications_unread",
+                "leasing.context_processors.alerts_open",
                 "leasing.context_processors.broker_status",
             ],
         },

@@ -32,7 +32,6 @@ from leasing.scheduler.availability import (
     node_cards_by_domain,
     nodes_with_counts,
 )
-from portal.models import Team
 from portal.permissions import is_operator
 
 NODES_PER_PAGE = 50
@@ -220,12 +219,12 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
         for p in Precision
         for field in [PRECISION_FIELDS[p.value]]
     ]
-    team_id = prices.reader_team_id(request.user)
-    price = prices.prices_now([card_model], team_id=team_id, at=now)[card_model.pk]
-    cheap = prices.prices_now([card_model], team_id=team_id, at=now, priority=Priority.PREEMPTIBLE)[
+    team = prices.reader_team(request.user)
+    book = prices.books_now([card_model], team_id=team.pk if team else None, at=now).for_model(
         card_model.pk
-    ]
-    has_team_price = prices.team_price_in_force(card_model, team_id=team_id, at=now)
+    )
+    price = book.price_at(now)
+    cheap = book.price_at(now, prices.discount_for(Priority.PREEMPTIBLE))
     return render(
         request,
         "inventory/card_model.html",
@@ -233,7 +232,7 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "cm": card_model,
             "price": price,
             "price_preemptible": cheap,
-            "price_team": Team.objects.get(pk=team_id).name if has_team_price else "",
+            "price_team": team.name if team and book.team_price_at(now) is not None else "",
             "throughput": throughput,
             "nodes": shown[:NODES_ON_MODEL_PAGE],
             "more_nodes": len(shown) > NODES_ON_MODEL_PAGE,

@@ -142,6 +142,10 @@ class PriceBook:
                 return found
         return self.default
 
+    def team_price_at(self, t: datetime) -> Decimal | None:
+        """The team's own price in force at *t*, or None (a page says whose price it shows)."""
+        return self._at(self.team_prices, t)
+
     def tariff_at(self, t: datetime) -> Decimal | None:
         """The off-peak factor in force at *t*, or None at peak time."""
         return offpeak_factor(t, self.offpeak) if self.offpeak else None
@@ -224,13 +228,25 @@ class PriceBooks:
         ).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def reader_team_id(user) -> int | None:
+def reader_team(user):
     """The team whose prices a reader sees: their only team (with several or none, the list
     price book). The catalogue, the model page, the inventory API and the advisor quote it."""
     if user is None or not getattr(user, "is_authenticated", False):
         return None
-    ids = list(Membership.objects.filter(user=user).values_list("team_id", flat=True)[:2])
-    return ids[0] if len(ids) == 1 else None
+    teams = [m.team for m in Membership.objects.filter(user=user).select_related("team")[:2]]
+    return teams[0] if len(teams) == 1 else None
+
+
+def reader_team_id(user) -> int | None:
+    team = reader_team(user)
+    return team.pk if team is not None else None
+
+
+def books_now(card_models, *, team_id: int | None, at: datetime) -> PriceBooks:
+    """The price books of *card_models* for *team_id*, as far as *at* (three queries)."""
+    return PriceBooks(team_id=team_id or 0, until=at + timedelta(minutes=1)).preload(
+        list(card_models)
+    )
 
 
 def prices_now(card_models, *, team_id: int | None, at: datetime, priority: str = "") -> dict:
@@ -238,19 +254,9 @@ def prices_now(card_models, *, team_id: int | None, at: datetime, priority: str 
     price over the list price over the model's default, × the off-peak tariff then (× the
     preemptible discount for that priority) — what a card-hour started then is billed."""
     models = list(card_models)
-    books = PriceBooks(team_id=team_id or 0, until=at + timedelta(minutes=1)).preload(models)
+    books = books_now(models, team_id=team_id, at=at)
     discount = discount_for(priority)
     return {m.pk: books.for_model(m.pk).price_at(at, discount) for m in models}
-
-
-def team_price_in_force(card_model, *, team_id: int | None, at: datetime) -> bool:
-    """Whether the team pays its own price for the model at *at* (a page says whose)."""
-    return (
-        team_id is not None
-        and (
-            TeamPrice.objects.filter(team_id=team_id, card_model=card_model, effective_from__lte=at)
-        ).exists()
-    )
 
 
 def tariff_at(t: datetime) -> Decimal | None:

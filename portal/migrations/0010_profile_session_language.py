@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('portal', '0008_profile_stack'),
+        ('portal', '0009_directory'),
     ]
 
     operations = [

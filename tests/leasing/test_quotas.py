@@ -227,6 +227,8 @@ def test_lead_is_told_about_a_request_waiting_for_approval(
 
     lena.email = "lena@example.org"
     lena.save()
+    lena.profile.language = "en"  # her email in her language (notify.messages.person_language)
+    lena.profile.save(update_fields=["language"])
     membership = Membership.objects.get(user=alice, team=vision)
     team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=0

@@ -55,7 +55,9 @@ def _runtime_problem() -> str:
     """Why the stack cannot run here ('' when it can)."""
     for tool in ("podman", "podman-compose", "debootstrap"):
         if not shutil.which(tool):
-            return f"{tool} is not installed (apt-get install podman runc podman-compose debootstrap)"
+            return (
+                f"{tool} is not installed (apt-get install podman runc podman-compose debootstrap)"
+            )
     if os.geteuid() != 0:
         return "builds a root file system with debootstrap: needs root"
     probe = subprocess.run(

@@ -4,8 +4,8 @@ and the migrations instead of relying on health checks."""
 import socket
 
 import pytest
-from kombu import Connection
 from django.core.management import CommandError, call_command
+from kombu import Connection
 
 from portal.celery import app
 from portal.management.commands import wait_for_services

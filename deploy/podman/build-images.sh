@@ -11,8 +11,8 @@
 #   localhost/cardpool:latest             `podman build .` of the unchanged Dockerfile
 #
 # Nothing about this machine is written into the repository: the mirror and the package index
-# are read here, at build time, and go into the images only. An image whose recipe (this
-# directory, the mirror, the index, the image below it) is unchanged is kept: podman's own
+# are read here, at build time, and go into the images only. An image whose recipe (its
+# folder under images/, the mirror, the index, the image below it) is unchanged is kept: podman's own
 # storage is the cache. `--refresh` rebuilds them all (e.g. for Debian's security updates).
 #
 # Needs root, podman (with runc) and debootstrap: apt-get install podman runc debootstrap.
@@ -30,7 +30,7 @@ for arg in "$@"; do
   esac
 done
 
-log() { printf '[build-images %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+log() { printf "[build-images %s] %s\n" "$(date -u +%H:%M:%SZ)" "$*"; }
 
 { read -r mirror; read -r security; } < <(python3 "$here/sources.py" bookworm)
 # pip inside the images uses the index this machine's pip uses (only http(s) ones: a file://
@@ -44,7 +44,7 @@ pip_cert=${PIP_CERT:-$(python3 -m pip config get global.cert 2>/dev/null || true
 recipe_of() {  # recipe_of NAME EXTRA... -> a hash of what the image is built from
   local name=$1
   shift
-  { cat "$here/build-images.sh"; [ -d "$here/images/$name" ] && tar -C "$here/images/$name" -c --sort=name --mtime=@0 --owner=0 --group=0 .; printf '%s\n' "$@"; } | sha256sum | cut -c1-16
+  { [ -d "$here/images/$name" ] && tar -C "$here/images/$name" -c --sort=name --mtime=@0 --owner=0 --group=0 .; printf '%s\n' "$@"; } | sha256sum | cut -c1-16
 }
 current() {  # current IMAGE RECIPE -> 0 when IMAGE exists and was built from RECIPE
   [ "$refresh" = false ] && [ "$(podman image inspect --format '{{ index .Labels "io.cardpool.recipe" }}' "$1" 2>/dev/null)" = "$2" ]
@@ -59,24 +59,8 @@ else
   log "debootstrap bookworm from $mirror"
   work=$(mktemp -d /var/tmp/cardpool-rootfs.XXXXXX)
   trap 'rm -rf "$work"' EXIT
-  debootstrap --variant=minbase bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
-    || { tail -20 "$work/debootstrap.log"; exit 1; }
-  root=$work/rootfs
-  rm -f "$root/etc/apt/sources.list"
-  {
-    printf 'Types: deb\nURIs: %s\nSuites: bookworm bookworm-updates\nComponents: main\n' "$mirror"
-    printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n'
-    if [ -n "$security" ]; then
-      printf '\nTypes: deb\nURIs: %s\nSuites: bookworm-security\nComponents: main\n' "$security"
-      printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n'
-    fi
-  } >"$root/etc/apt/sources.list.d/debian.sources"
-  # Like Debian's own container images: no services started by package scripts, no caches kept.
-  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-  chmod +x "$root/usr/sbin/policy-rc.d"
-  printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' >"$root/etc/apt/apt.conf.d/90container"
-  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb "$root"/var/log/*.log
-  tar --numeric-owner -C "$root" -c . | podman import \
+  bash "$here/images/debian/rootfs.sh" "$work/rootfs" "$mirror" "$security"
+  tar --numeric-owner -C "$work/rootfs" -c . | podman import \
     --change 'CMD ["bash"]' --change 'ENV LANG=C.UTF-8' \
     --change "LABEL io.cardpool.recipe=$recipe" \
     --change 'LABEL org.opencontainers.image.description="Debian 12 (bookworm) minbase, debootstrapped locally"' \
@@ -114,9 +98,16 @@ build() {  # build NAME TAG [EXTRA recipe inputs...]
 }
 
 build python localhost/python:3.11-slim "$pip_index" "$([ -z "$pip_cert" ] || sha256sum <"$pip_cert")"
-build postgresql localhost/postgresql:15-bookworm
-build redis localhost/redis:7.0-bookworm
-build nginx localhost/nginx:1.22-bookworm
+
+# The services' images and the portal's depend only on what is built above: build them side by
+# side (mostly downloads and unpacking; a minute less on two cores).
+services_log=$(mktemp)
+{
+  build postgresql localhost/postgresql:15-bookworm
+  build redis localhost/redis:7.0-bookworm
+  build nginx localhost/nginx:1.22-bookworm
+} >"$services_log" 2>&1 &
+services=$!
 
 if [ "$app" = true ]; then
   log "building localhost/cardpool:latest from $repo/Dockerfile"
@@ -124,3 +115,8 @@ if [ "$app" = true ]; then
   podman build --quiet --network host --pull=never -t localhost/cardpool:latest "$repo" >/dev/null
   log "built localhost/cardpool:latest ($(podman image inspect --format '{{.Size}}' localhost/cardpool:latest) bytes)"
 fi
+status=0
+wait "$services" || status=$?
+cat "$services_log"
+rm -f "$services_log"
+exit "$status"

@@ -27,13 +27,16 @@ if [ "$1" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "  (or set POSTGRES_HOST_AUTH_METHOD=trust to allow logins without one)" >&2
     exit 1
   fi
+  pwfile=$(mktemp)
+  printf '%s\n' "${POSTGRES_PASSWORD:-}" >"$pwfile"
   pwargs=()
   if [ -n "${POSTGRES_PASSWORD:-}" ]; then
-    pwargs=(--pwfile=<(printf '%s\n' "$POSTGRES_PASSWORD"))
+    pwargs=(--pwfile="$pwfile")
   fi
   # shellcheck disable=SC2086  # POSTGRES_INITDB_ARGS is a list of words, as in the official image
   initdb --username="$POSTGRES_USER" "${pwargs[@]}" -D "$PGDATA" --encoding=UTF8 \
     --locale=C.UTF-8 ${POSTGRES_INITDB_ARGS:-} >/dev/null
+  rm -f "$pwfile"
   printf "\nlisten_addresses = '*'\n" >>"$PGDATA/postgresql.conf"
   printf '\nhost all all all %s\n' "$auth" >>"$PGDATA/pg_hba.conf"
   pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null

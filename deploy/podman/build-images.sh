@@ -49,7 +49,12 @@ recipe_of() {  # recipe_of NAME EXTRA... -> a hash of what the image is built fr
 current() {  # current IMAGE RECIPE -> 0 when IMAGE exists and was built from RECIPE
   [ "$refresh" = false ] && [ "$(podman image inspect --format '{{ index .Labels "io.cardpool.recipe" }}' "$1" 2>/dev/null)" = "$2" ]
 }
-image_id() { podman image inspect --format '{{.Id}}' "$1"; }
+image_id() { podman image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+drop_replaced() {  # drop_replaced TAG OLD_ID: remove the image TAG pointed at before (if unused)
+  local new
+  new=$(image_id "$1")
+  if [ -n "$2" ] && [ "$2" != "$new" ]; then podman rmi "$2" >/dev/null 2>&1 || true; fi
+}
 
 base=localhost/debian:bookworm
 recipe=$(recipe_of debian "$mirror" "$security")
@@ -57,6 +62,7 @@ if current "$base" "$recipe"; then
   log "$base is current"
 else
   log "debootstrap bookworm from $mirror"
+  old=$(image_id "$base")
   work=$(mktemp -d /var/tmp/cardpool-rootfs.XXXXXX)
   trap 'rm -rf "$work"' EXIT
   bash "$here/images/debian/rootfs.sh" "$work/rootfs" "$mirror" "$security"
@@ -65,6 +71,7 @@ else
     --change "LABEL io.cardpool.recipe=$recipe" \
     --change 'LABEL org.opencontainers.image.description="Debian 12 (bookworm) minbase, debootstrapped locally"' \
     - "$base" >/dev/null
+  drop_replaced "$base" "$old"
   rm -rf "$work"
   trap - EXIT
   log "built $base"
@@ -73,7 +80,7 @@ fi
 build() {  # build NAME TAG [EXTRA recipe inputs...]
   local name=$1 tag=$2
   shift 2
-  local recipe ctx
+  local recipe ctx old
   recipe=$(recipe_of "$name" "$(image_id "$base")" "$@")
   if current "$tag" "$recipe"; then
     log "$tag is current"
@@ -91,9 +98,11 @@ build() {  # build NAME TAG [EXTRA recipe inputs...]
     [ -z "$pip_cert" ] || cp "$pip_cert" "$ctx/pip-ca.pem"
   fi
   log "building $tag"
+  old=$(image_id "$tag")
   podman build --quiet --network host --pull=never --build-arg "BASE=$base" \
     --label "io.cardpool.recipe=$recipe" -t "$tag" "$ctx" >/dev/null
   rm -rf "$ctx"
+  drop_replaced "$tag" "$old"
   log "built $tag"
 }
 
@@ -112,7 +121,9 @@ services=$!
 if [ "$app" = true ]; then
   log "building localhost/cardpool:latest from $repo/Dockerfile"
   # podman's layer cache reuses every step whose inputs are unchanged.
+  old=$(image_id localhost/cardpool:latest)
   podman build --quiet --network host --pull=never -t localhost/cardpool:latest "$repo" >/dev/null
+  drop_replaced localhost/cardpool:latest "$old"
   log "built localhost/cardpool:latest ($(podman image inspect --format '{{.Size}}' localhost/cardpool:latest) bytes)"
 fi
 status=0

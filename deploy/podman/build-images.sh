@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds, without any registry, the images that Dockerfile and docker-compose.yml start from,
-# then the portal's image (docs/operations.md, "Containers without a registry"):
+# then the portal's image (docs/operations.md, "Containers", "Without a registry"):
 #
 #   localhost/debian:bookworm             debootstrap --variant=minbase, from this machine's apt mirror
 #   localhost/python:3.11-slim            Debian's Python 3.11 in a venv on PATH, pip set to this

@@ -4,7 +4,7 @@ plain-HTTP loopback override) and driven through the session proxy's published p
 person would: sign in, lease, watch a 1-minute lease expire and be reclaimed, export a report;
 then `down` and `up` again with the volumes kept, and nothing is lost or booked twice.
 
-The commands are those of docs/operations.md, "Containers without a registry". Skipped, with
+The commands are those of docs/operations.md, "Containers", "Without a registry". Skipped, with
 the reason, only where podman, podman-compose or debootstrap is missing or no container can
 start on this machine. It takes minutes (a lease has to run out): `.ci/run` runs it.
 """

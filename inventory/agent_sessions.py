@@ -19,21 +19,92 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
+import re
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 from urllib.request import Request, urlopen
 
 MARK = "cardpool-lease-"
 PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def _home(user: str) -> Path:
-    return Path(pwd.getpwnam(user).pw_dir)
+# The names of the accounts the agent may create itself (``ACCOUNTS = "managed"``).
+MANAGED = re.compile(r"^cardpool-[a-z0-9][a-z0-9_-]{0,22}$")
+
+
+class Account(NamedTuple):
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+
+class AccountError(Exception):
+    """No Unix account to run as; the message says what the operator can do."""
+
+
+class Accounts:
+    """This node's Unix accounts, read with ``getent passwd`` and changed with ``useradd`` /
+    ``usermod`` (never through Python's ``pwd``), each run after *prefix*: tests give
+    ``nsenter`` into a mount namespace whose /etc is a throwaway overlay, so the accounts they
+    create never reach the machine's own passwd."""
+
+    def __init__(self, prefix: Sequence[str] = ()):
+        self.prefix = list(prefix)
+
+    def run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(  # noqa: S603 - fixed argv
+            [*self.prefix, *argv], capture_output=True, text=True, timeout=60, check=False, **kwargs
+        )
+
+    def lookup(self, name: str) -> Account | None:
+        done = self.run(["getent", "passwd", name])
+        if done.returncode != 0 or not done.stdout.strip():
+            return None
+        fields = done.stdout.strip().split("\n")[0].split(":")
+        return Account(fields[0], int(fields[2]), int(fields[3]), Path(fields[5]))
+
+    def get(self, item: dict) -> Account:
+        """The account *item* (a session or key from the work) runs as: looked up, or created
+        when the portal says the agent manages it. Never root."""
+        name = str(item["user"])
+        account = self.lookup(name)
+        if account is None and item.get("create"):
+            account = self.create(name, home=Path(str(item.get("home") or f"/home/{name}")))
+        if account is None:
+            raise AccountError(f"no Unix account {name} on this node")
+        if account.uid == 0:
+            raise AccountError("sessions never run as root")
+        return account
+
+    def create(self, name: str, *, home: Path) -> Account:
+        """``cardpool-<name>``: no password (locked), its own group, home *home*."""
+        if not MANAGED.match(name):
+            raise AccountError(f"the agent creates only cardpool-<name> accounts, not {name}")
+        if os.geteuid() != 0:
+            raise AccountError(f"the agent must run as root to create the account {name}")
+        home.parent.mkdir(parents=True, exist_ok=True)
+        done = self.run(
+            ["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+             "--user-group", "--comment", "cardpool managed account", name]
+        )  # fmt: skip
+        account = self.lookup(name)
+        if account is None:
+            raise AccountError(f"useradd {name} failed: {done.stderr.strip()[:300]}")
+        return account
+
+    def lock(self, name: str) -> bool:
+        """A leaver's managed account: locked, expired, its processes ended; files kept."""
+        if not MANAGED.match(name) or self.lookup(name) is None:
+            return False
+        self.run(["usermod", "--lock", "--expiredate", "1", "--shell", "/usr/sbin/nologin", name])
+        self.run(["pkill", "-KILL", "-u", name])
+        return True
 
 
 def _alive(pid: int) -> bool:
@@ -69,13 +140,13 @@ class SessionKeeper:
         state_dir: str | Path,
         *,
         address: str = "127.0.0.1",
-        home_of: Callable[[str], Path] = _home,
+        accounts: Accounts | None = None,
         log: Callable[[str], None] = print,
     ):
         self.state = Path(state_dir)
         self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.address = address
-        self.home_of = home_of
+        self.accounts = accounts or Accounts()
         self.log = log
 
     # --- sessions ------------------------------------------------------------------------
@@ -96,17 +167,19 @@ class SessionKeeper:
         return found
 
     def start(self, item: dict) -> int:
-        user = str(item["user"])
-        if pwd.getpwnam(user).pw_uid == 0:
-            raise PermissionError("sessions never run as root")
+        account = self.accounts.get(item)
+        user = account.name
         session_id = int(item["id"])
         env = [f"PATH={PATH}", "LANG=C.UTF-8", f"CARDPOOL_SESSION_IP={self.address}"]
         if os.geteuid() == 0:
-            argv = ["runuser", "-u", user, "--", "env", "-i", *env, "/bin/bash", "-s"]
-        elif pwd.getpwuid(os.geteuid()).pw_name == user:
+            argv = [
+                *self.accounts.prefix,
+                *["runuser", "-u", user, "--", "env", "-i", *env, "/bin/bash", "-s"],
+            ]
+        elif os.geteuid() == account.uid:
             argv = ["env", "-i", *env, "/bin/bash", "-s"]
         else:
-            raise PermissionError(f"the agent must run as root to start sessions as {user}")
+            raise AccountError(f"the agent must run as root to start sessions as {user}")
         log_path = self.state / f"session-{session_id}.log"
         with open(log_path, "ab") as out:
             os.chmod(log_path, 0o600)
@@ -172,7 +245,7 @@ class SessionKeeper:
                     continue
                 try:
                     self.start(item)
-                except (OSError, KeyError, PermissionError) as exc:
+                except (OSError, KeyError, AccountError) as exc:
                     failed.write_text(str(exc))
                     reports.append({"id": session_id, "state": "failed", "message": str(exc)})
                 continue
@@ -185,8 +258,10 @@ class SessionKeeper:
     def reconcile_keys(self, wanted: list[dict]) -> int:
         """Rewrite the marked lines of each user's authorized_keys; returns files changed."""
         lines: dict[str, set[str]] = {}
+        items: dict[str, dict] = {}
         for item in wanted:
             lines.setdefault(str(item["user"]), set()).update(item.get("lines") or [])
+            items[str(item["user"])] = item
         seen_file = self.state / "key-users.json"
         try:
             before = set(json.loads(seen_file.read_text()))
@@ -195,14 +270,15 @@ class SessionKeeper:
         changed = 0
         for user in sorted(before | set(lines)):
             try:
-                changed += self._write_keys(user, sorted(lines.get(user, ())))
-            except (KeyError, OSError) as exc:
+                account = self.accounts.get(items.get(user, {"user": user}))
+                changed += self._write_keys(account, sorted(lines.get(user, ())))
+            except (KeyError, OSError, AccountError) as exc:
                 self.log(f"cardpool-agent: keys of {user}: {exc}")
         seen_file.write_text(json.dumps(sorted(set(lines))))
         return changed
 
-    def _write_keys(self, user: str, marked: list[str]) -> int:
-        ssh = self.home_of(user) / ".ssh"
+    def _write_keys(self, account: Account, marked: list[str]) -> int:
+        ssh = account.home / ".ssh"
         path = ssh / "authorized_keys"
         try:
             old = path.read_text().splitlines()
@@ -216,9 +292,8 @@ class SessionKeeper:
         tmp.write_text("\n".join(new) + ("\n" if new else ""))
         os.chmod(tmp, 0o600)
         if os.geteuid() == 0:
-            owner = pwd.getpwnam(user)
             for target in (ssh, tmp):
-                os.chown(target, owner.pw_uid, owner.pw_gid)
+                os.chown(target, account.uid, account.gid)
         os.replace(tmp, path)
         return 1
 

@@ -143,8 +143,14 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
 
     homes = tmp_path / "homes"
     (homes / "alice").mkdir(parents=True)
+
+    class HomesHere(agent_sessions.Accounts):
+        def lookup(self, name):
+            found = super().lookup(name)
+            return found and found._replace(home=homes / name)
+
     keeper = agent_sessions.SessionKeeper(
-        tmp_path / "agent", address="127.0.0.1", home_of=lambda user: homes / user
+        tmp_path / "agent", address="127.0.0.1", accounts=HomesHere()
     )
     try:
         _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, homes)

@@ -191,6 +191,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def let_everyone_through(path: Path) -> list[Path]:
+    """Give others search (o+x, not read) on *path* and each directory above it that lacks
+    it; the directories changed."""
+    changed = []
+    for directory in [path.resolve(), *path.resolve().parents]:
+        mode = directory.stat().st_mode
+        if not mode & 0o001:
+            directory.chmod(mode | 0o001)
+            changed.append(directory)
+    return changed
+
+
 def demo_sessions(env: dict, var_dir: Path, host: str, port: str) -> tuple[str, list]:
     """When nginx and JupyterLab are here: this machine becomes a node whose cardpool-agent
     runs the sessions, and nginx (the session proxy) listens on the demo's port in front of
@@ -208,6 +220,13 @@ def demo_sessions(env: dict, var_dir: Path, host: str, port: str) -> tuple[str, 
         (workspaces / sub).chmod(0o1777)
     env["CARDPOOL_SESSION_JUPYTER"] = str(jupyter)
     env.setdefault("CARDPOOL_WORKSPACE_ROOT", str(workspaces))
+    if os.geteuid() == 0:
+        # As root the agent creates each person's account (cardpool-bob, no password, home
+        # under the workspaces); they run JupyterLab from this venv, so must reach it.
+        env.setdefault("CARDPOOL_SESSION_ACCOUNTS", "managed")
+        for path in (VENV, workspaces):
+            for opened in let_everyone_through(path):
+                say(f"made {opened} traversable (o+x) so the session accounts reach {path}")
     token_file = var_dir / "agent-token"
     run(*manage, "demo_this_machine", "--token-file", str(token_file), env=env)
     inner = f"127.0.0.1:{_free_port()}"
@@ -307,8 +326,8 @@ def demo() -> int:
         if session_children:
             say("this machine is a node too: lease a 'Demo card (this machine)' and open")
             say("JupyterLab from the lease page (nginx and cardpool-agent run alongside;")
-            say("bob has room in his quota; sessions run as the Unix user of the same name,")
-            say("or as you when the demo does not run as root);")
+            say("bob has room in his quota; as root the agent runs each person's sessions as")
+            say("an account it creates (cardpool-bob), else they run as you);")
         say("press Ctrl-C to stop everything")
         while True:
             supervisor.step()

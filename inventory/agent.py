@@ -739,7 +739,7 @@ def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
     address = args.session_address or socket.gethostbyname(socket.gethostname())
     keeper = agent_sessions.SessionKeeper(args.state_dir, address=address, log=log)
     api = args.api or args.url.rsplit("telemetry/", 1)[0]
-    next_post = 0.0
+    next_post = next_accounts = 0.0
     while True:
         if not args.no_telemetry and time.monotonic() >= next_post:
             next_post = time.monotonic() + args.interval
@@ -747,8 +747,13 @@ def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
                 run_once(args, token, log=log, **extra)
             except (AgentError, ValueError, OSError) as exc:
                 log(f"cardpool-agent: {exc}")
+        leavers_due = time.monotonic() >= next_accounts
+        if leavers_due:
+            next_accounts = time.monotonic() + agent_sessions.ACCOUNTS_EVERY
         try:
-            agent_sessions.sessions_round(api, token, keeper, timeout=args.timeout)
+            agent_sessions.sessions_round(
+                api, token, keeper, leavers_due=leavers_due, timeout=args.timeout
+            )
         except (OSError, ValueError) as exc:
             log(f"cardpool-agent: sessions: {exc}")
             if args.once:

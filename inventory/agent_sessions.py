@@ -124,6 +124,25 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
 
 
+def descendants(pid: int, *, proc: Path = Path("/proc")) -> list[int]:
+    """Every process under *pid* (children, theirs, …), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def port_open(address: str, port: int) -> bool:
     try:
         socket.create_connection((address, port), timeout=0.5).close()
@@ -149,6 +168,37 @@ class SessionKeeper:
         self.accounts = accounts or Accounts()
         self.log = log
 
+    # --- accounts ------------------------------------------------------------------------
+
+    def account(self, item: dict) -> Account:
+        """The account to run *item* as; one the agent may create is remembered, so that it
+        can be locked when its person leaves."""
+        account = self.accounts.get(item)
+        if item.get("create") and account.name not in self.managed():
+            self._managed_file.write_text(json.dumps(sorted({*self.managed(), account.name})))
+        return account
+
+    @property
+    def _managed_file(self) -> Path:
+        return self.state / "managed-accounts.json"
+
+    def managed(self) -> list[str]:
+        """The accounts this agent created (and has not locked)."""
+        try:
+            return sorted(json.loads(self._managed_file.read_text()))
+        except (OSError, ValueError):
+            return []
+
+    def lock_leavers(self, leavers: list[str]) -> int:
+        """Lock the managed accounts of people who left (their files stay)."""
+        managed = self.managed()
+        locked = [name for name in leavers if name in managed and self.accounts.lock(name)]
+        for name in locked:
+            self.log(f"cardpool-agent: account {name} locked: its person left the portal")
+        rest = sorted(set(managed) - set(leavers))
+        self._managed_file.write_text(json.dumps(rest))
+        return len(locked)
+
     # --- sessions ------------------------------------------------------------------------
 
     def _pidfile(self, session_id: int) -> Path:
@@ -167,7 +217,7 @@ class SessionKeeper:
         return found
 
     def start(self, item: dict) -> int:
-        account = self.accounts.get(item)
+        account = self.account(item)
         user = account.name
         session_id = int(item["id"])
         env = [f"PATH={PATH}", "LANG=C.UTF-8", f"CARDPOOL_SESSION_IP={self.address}"]
@@ -198,16 +248,20 @@ class SessionKeeper:
         return proc.pid
 
     def stop(self, session_id: int, pid: int) -> None:
-        """End the session's whole process group: TERM, then KILL after 5 s."""
+        """End the session's process group and every process under it (JupyterLab starts its
+        kernels and terminals in sessions of their own): TERM, then KILL after 5 s."""
+        tree = [pid, *descendants(pid)]
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                break
+            tree += [p for p in descendants(pid) if p not in tree]
+            for target in tree:
+                try:
+                    os.killpg(target, sig) if target == pid else os.kill(target, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and _alive(pid):
+            while time.monotonic() < deadline and any(_alive(p) for p in tree):
                 time.sleep(0.1)
-            if not _alive(pid):
+            if not any(_alive(p) for p in tree):
                 break
         self._pidfile(session_id).unlink(missing_ok=True)
         self.log(f"cardpool-agent: session {session_id} stopped")
@@ -270,7 +324,7 @@ class SessionKeeper:
         changed = 0
         for user in sorted(before | set(lines)):
             try:
-                account = self.accounts.get(items.get(user, {"user": user}))
+                account = self.account(items.get(user, {"user": user}))
                 changed += self._write_keys(account, sorted(lines.get(user, ())))
             except (KeyError, OSError, AccountError) as exc:
                 self.log(f"cardpool-agent: keys of {user}: {exc}")
@@ -314,13 +368,29 @@ def _call(url: str, token: str, *, body: dict | None = None, timeout: float = 10
         return json.loads(response.read() or b"{}")
 
 
-def sessions_round(api_base: str, token: str, keeper: SessionKeeper, **kwargs) -> dict:
-    """One round: fetch the work, converge sessions and keys, report. *api_base* is the
-    portal's ``…/api/v1/``."""
+ACCOUNTS_EVERY = 300.0  # seconds between two questions about the managed accounts' people
+
+
+def sessions_round(
+    api_base: str, token: str, keeper: SessionKeeper, *, leavers_due: bool = False, **kwargs
+) -> dict:
+    """One round: fetch the work, converge sessions and keys, report; with *leavers_due*, ask
+    which managed accounts' people left and lock those. *api_base* is ``…/api/v1/``."""
     base = api_base.rstrip("/") + "/"
     work = _call(base + "agent/work/", token, **kwargs)
     reports = keeper.reconcile_sessions(work.get("sessions", []))
     keys = keeper.reconcile_keys(work.get("keys", []))
     if reports:
         _call(base + "agent/sessions/", token, body={"sessions": reports}, **kwargs)
-    return {"sessions": len(work.get("sessions", [])), "reports": reports, "keys_changed": keys}
+    locked = 0
+    if leavers_due and keeper.managed():
+        answer = _call(
+            base + "agent/accounts/", token, body={"accounts": keeper.managed()}, **kwargs
+        )
+        locked = keeper.lock_leavers(list(answer.get("leavers", [])))
+    return {
+        "sessions": len(work.get("sessions", [])),
+        "reports": reports,
+        "keys_changed": keys,
+        "locked": locked,
+    }

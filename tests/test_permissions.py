@@ -444,6 +444,8 @@ ROWS = [
     r("api-agent-work", "GET", "/api/v1/agent/work/", (401,) * 6),
     r("api-agent-sessions", "POST", "/api/v1/agent/sessions/", (401,) * 6,
       data={"sessions": []}, api=True),
+    r("api-agent-accounts", "POST", "/api/v1/agent/accounts/", (401,) * 6,
+      data={"accounts": []}, api=True),
 ]  # fmt: skip
 
 # Database state a write may change, read before and after the request.

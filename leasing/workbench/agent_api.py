@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from inventory.api_telemetry import IsNodeAgent, NodeRateThrottle, NodeTokenAuthentication
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session, SessionStatus, SshKey
-from leasing.workbench import keys, sessions
+from leasing.workbench import accounts, keys, sessions
 from portal.input import StrictSerializer
 
 
@@ -55,7 +55,7 @@ def node_work(node) -> dict:
         work_sessions.append(
             {
                 "id": session.pk,
-                "user": _unix_user(lease),
+                **accounts.account_item(lease.user),
                 "port": session.port,
                 "state": session.status,
                 "script": sessions.session_script(session, lease, devices),
@@ -66,7 +66,7 @@ def node_work(node) -> dict:
         user_keys.setdefault(key.user_id, []).append(key.public_key)
     work_keys = [
         {
-            "user": _unix_user(lease),
+            **accounts.account_item(lease.user),
             "lease": lease.pk,
             "lines": [
                 keys.authorized_line(k, lease_id=lease.pk, until=lease.end_at)
@@ -78,11 +78,6 @@ def node_work(node) -> dict:
     return {"node": node.hostname, "sessions": work_sessions, "keys": work_keys}
 
 
-def _unix_user(lease: Lease) -> str:
-    profile = getattr(lease.user, "profile", None)
-    return (getattr(profile, "slurm_user", "") or lease.user.get_username()).strip()
-
-
 class ReportItem(StrictSerializer):
     id = serializers.IntegerField()
     state = serializers.ChoiceField(choices=["running", "failed"])
@@ -92,6 +87,26 @@ class ReportItem(StrictSerializer):
 
 class ReportSerializer(StrictSerializer):
     sessions = ReportItem(many=True)
+
+
+class AccountsSerializer(StrictSerializer):
+    accounts = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=10000, allow_empty=True
+    )
+
+
+class AgentAccountsView(APIView):
+    """The agent names the accounts it created; the answer: those whose person has left."""
+
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [NodeRateThrottle]
+
+    @extend_schema(operation_id="agent_accounts", request=AccountsSerializer, responses={200: dict})
+    def post(self, request):
+        serializer = AccountsSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response({"leavers": accounts.leavers(serializer.validated_data["accounts"])})
 
 
 class AgentWorkView(APIView):
@@ -138,4 +153,5 @@ class AgentSessionsView(APIView):
 urlpatterns = [
     path("agent/work/", AgentWorkView.as_view(), name="api-agent-work"),
     path("agent/sessions/", AgentSessionsView.as_view(), name="api-agent-sessions"),
+    path("agent/accounts/", AgentAccountsView.as_view(), name="api-agent-accounts"),
 ]

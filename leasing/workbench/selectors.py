@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session
-from leasing.workbench import environments, workspace
+from leasing.workbench import accounts, environments, workspace
 
 
 @dataclass
@@ -26,8 +26,10 @@ def lease_workbench(lease: Lease, user) -> Workbench:
     session = Session.objects.filter(lease=lease).order_by("-pk").first()
     commands = []
     if lease.status == LeaseStatus.ACTIVE:
-        unix = (getattr(getattr(lease.user, "profile", None), "slurm_user", "") or "").strip()
-        unix = unix or lease.user.get_username()
+        unix = (
+            lease.access.get("slurm_user") if (lease.access or {}).get("backend") == "slurm" else ""
+        )
+        unix = unix or accounts.account_name(lease.user)
         for node in (lease.access or {}).get("nodes", []):
             env = " ".join(f"{k}={v}" for k, v in sorted((node.get("env") or {}).items()))
             if node.get("job_id"):

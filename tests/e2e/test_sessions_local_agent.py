@@ -1,20 +1,25 @@
 """The session flow with the local backend, without a browser: the node's cardpool-agent
-starts JupyterLab as the holder, the portal's proxy lets only the holder reach it (a kernel
-over a websocket prints the visibility variable and ``whoami``), the holder's SSH key is
-allowed for the lease's time, and the release stops the process and takes the key off.
+creates the holder's managed account (``cardpool-alice``, in a throwaway passwd), starts
+JupyterLab as it, the portal's proxy lets only the holder reach it (a kernel over a websocket
+prints the visibility variable and ``whoami``), the holder's SSH key is allowed for the lease's
+time, the release stops the process and takes the key off, and the account is locked when
+alice leaves the portal.
 
-Needs nginx, JupyterLab runnable by Unix users alice and bob, and root (``runuser``);
-skips with the reason otherwise.
+Needs nginx, JupyterLab runnable by every user, and root (``runuser``, the throwaway
+/etc overlay); skips with the reason otherwise. Creates no Unix user on the machine.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -27,8 +32,9 @@ from leasing.workbench import keys, sessions
 from tests.e2e.session_proxy import JUPYTER, nginx_in_front, session_missing
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask
+from tests.throwaway_accounts import throwaway_accounts, why_not
 
-WHY_NOT = session_missing(("alice", "bob"))
+WHY_NOT = session_missing(()) or why_not()
 pytestmark = [
     pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-"),
     pytest.mark.django_db(transaction=True),
@@ -118,11 +124,24 @@ def _rounds(api: str, token: str, keeper, until, seconds: float = 90):
     pytest.fail(f"not reached in {seconds} s; log: {keeper.log_tail(0)}")
 
 
+@pytest.fixture
+def open_root():
+    """A workspace root every account can reach (pytest's tmp_path sits under a 0700 one)."""
+    root = Path(tempfile.mkdtemp(prefix="cardpool-ws-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
-    settings, live_server, alice, bob, vision, tmp_path
+    settings, live_server, alice, bob, vision, tmp_path, open_root
 ):
-    settings.CARDPOOL_SESSIONS = {**settings.CARDPOOL_SESSIONS, "JUPYTER": JUPYTER}
-    tmp_path.chmod(0o755)
+    settings.CARDPOOL_SESSIONS = {
+        **settings.CARDPOOL_SESSIONS,
+        "JUPYTER": JUPYTER,
+        "ACCOUNTS": "managed",
+        "WORKSPACE_ROOT": str(open_root),
+    }
     model = CardModelFactory(slug="agent-a10", name="A10", vendor="nvidia")
     node = make_node(model, cards=4, hostname="agent-node")
     token = node_token_issue(node=node)
@@ -141,31 +160,29 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
     keys.ssh_key_add(user=alice, public_key=KEY)
     session = sessions.session_open(lease=lease, user=alice)
 
-    homes = tmp_path / "homes"
-    (homes / "alice").mkdir(parents=True)
-
-    class HomesHere(agent_sessions.Accounts):
-        def lookup(self, name):
-            found = super().lookup(name)
-            return found and found._replace(home=homes / name)
-
-    keeper = agent_sessions.SessionKeeper(
-        tmp_path / "agent", address="127.0.0.1", accounts=HomesHere()
-    )
-    try:
-        _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, homes)
-    finally:  # a failed run must not leave JupyterLab behind
-        for session_id, pid in keeper.running().items():
-            keeper.stop(session_id, pid)
+    with throwaway_accounts() as accounts:
+        keeper = agent_sessions.SessionKeeper(
+            tmp_path / "agent", address="127.0.0.1", accounts=accounts
+        )
+        try:
+            _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, open_root)
+        finally:  # a failed run must not leave JupyterLab behind
+            for session_id, pid in keeper.running().items():
+                keeper.stop(session_id, pid)
 
 
-def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, homes):
+def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root):
+    home = root / "homes" / "cardpool-alice"
     devices = lease.access["nodes"][0]["env"]["CUDA_VISIBLE_DEVICES"]
     api = f"{live_server.url}/api/v1/"
     running = lambda: Session.objects.get(pk=session.pk).status == "running"  # noqa: E731
     _rounds(api, token, keeper, running)
 
-    authorized = (homes / "alice" / ".ssh" / "authorized_keys").read_text()
+    account = keeper.accounts.lookup("cardpool-alice")
+    assert account is not None and account.home == home and account.uid != 0
+    assert keeper.managed() == ["cardpool-alice"]
+    authorized = (home / ".ssh" / "authorized_keys").read_text()
+    assert (home / ".ssh" / "authorized_keys").stat().st_uid == account.uid
     assert KEY.rsplit(" ", 1)[0] in authorized
     assert f"cardpool-lease-{lease.pk}" in authorized and 'expiry-time="' in authorized
     pid = keeper.running()[session.pk]
@@ -180,7 +197,7 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, home
             "print('WHO=' + subprocess.check_output(['whoami'], text=True).strip())"
         )
         out = _run_in_kernel(base, session.pk, alice_cookie, code)
-        assert f"VIS={devices}" in out and "WHO=alice" in out, out
+        assert f"VIS={devices}" in out and "WHO=cardpool-alice" in out, out
         assert _get(f"{base}/sessions/{session.pk}/lab", bob_cookie)[0] == 404
         assert _get(f"{base}/sessions/{session.pk}/api/status", bob_cookie)[0] == 404
 
@@ -191,6 +208,18 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, home
 
     _rounds(api, token, keeper, lambda: session.pk not in keeper.running(), seconds=20)
     assert not agent_sessions._alive(pid)
-    authorized = (homes / "alice" / ".ssh" / "authorized_keys").read_text()
+    authorized = (home / ".ssh" / "authorized_keys").read_text()
     assert "cardpool-lease-" not in authorized
     assert Session.objects.get(pk=session.pk).end_reason == "lease_ended"
+    ps = keeper.accounts.run(["ps", "-o", "stat=,pid=,args=", "-u", "cardpool-alice"]).stdout
+    left = [line for line in ps.splitlines() if not line.startswith("Z")]  # zombies: PID 1's
+    assert left == [], ps  # no process left
+
+    # alice leaves: the agent locks her account (password and expiry), her files stay.
+    agent_sessions.sessions_round(api, token, keeper, leavers_due=True)
+    assert keeper.managed() == ["cardpool-alice"]  # still with us
+    alice.is_active = False
+    alice.save(update_fields=["is_active"])
+    assert agent_sessions.sessions_round(api, token, keeper, leavers_due=True)["locked"] == 1
+    status = keeper.accounts.run(["passwd", "--status", "cardpool-alice"]).stdout.split()
+    assert status[1] == "L" and keeper.managed() == [] and home.exists()

@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import urlencode
 from urllib.request import Request, urlopen
 
 MARK = "cardpool-lease-"
@@ -45,7 +48,12 @@ class Account(NamedTuple):
 
 
 class AccountError(Exception):
-    """No Unix account to run as; the message says what the operator can do."""
+    """No Unix account to run as; the message says what the operator can do. *kind* is how
+    the portal tells the holder (sessions.FAILURES)."""
+
+    def __init__(self, message: str, *, kind: str = "no_account"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class Accounts:
@@ -87,7 +95,9 @@ class Accounts:
         if not MANAGED.match(name):
             raise AccountError(f"the agent creates only cardpool-<name> accounts, not {name}")
         if os.geteuid() != 0:
-            raise AccountError(f"the agent must run as root to create the account {name}")
+            raise AccountError(
+                f"the agent must run as root to create the account {name}", kind="agent_not_root"
+            )
         home.parent.mkdir(parents=True, exist_ok=True)
         done = self.run(
             ["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash",
@@ -151,6 +161,41 @@ def port_open(address: str, port: int) -> bool:
     return True
 
 
+NOVNC = Path("/usr/share/novnc")
+EGL_VENDORS = Path("/usr/share/glvnd/egl_vendor.d")
+
+
+def node_can(jupyter: str = "", *, root: bool | None = None) -> tuple[list[str], str]:
+    """What this node can run for the portal to offer — ``jupyterlab`` and ``terminal`` (a
+    jupyter to run), ``desktop`` (Xvnc, websockify, noVNC), ``keys`` (an SSH server, and an
+    agent that may write other users' keys), ``fence`` (bubblewrap) — and what OpenGL draws
+    with (``llvmpipe``, or the vendor of an EGL driver: ``nvidia``)."""
+    root = os.geteuid() == 0 if root is None else root
+    can = []
+    jupyter = (
+        jupyter
+        or os.environ.get("CARDPOOL_SESSION_JUPYTER", "")
+        or shutil.which("jupyter")
+        or str(Path(sys.prefix) / "bin" / "jupyter")
+    )
+    if Path(jupyter).exists():
+        can += ["jupyterlab", "terminal"]
+    vnc = shutil.which("Xvnc") or shutil.which("Xtigervnc")
+    if vnc and shutil.which("websockify") and (NOVNC / "vnc.html").exists():
+        can.append("desktop")
+    if root and (shutil.which("sshd") or Path("/usr/sbin/sshd").exists()):
+        can.append("keys")
+    if shutil.which("bwrap"):
+        can.append("fence")
+    gl = "llvmpipe"
+    vendors = sorted(p.name for p in EGL_VENDORS.glob("*.json")) if EGL_VENDORS.is_dir() else []
+    for name in vendors:
+        if "mesa" not in name:
+            gl = name.split("_", 1)[-1].removesuffix(".json")
+            break
+    return can, gl
+
+
 class SessionKeeper:
     """The sessions and keys of one node; its state (pid files, logs) under *state_dir*."""
 
@@ -167,6 +212,7 @@ class SessionKeeper:
         self.address = address
         self.accounts = accounts or Accounts()
         self.log = log
+        self.can, self.gl = node_can()
 
     # --- accounts ------------------------------------------------------------------------
 
@@ -229,7 +275,9 @@ class SessionKeeper:
         elif os.geteuid() == account.uid:
             argv = ["env", "-i", *env, "/bin/bash", "-s"]
         else:
-            raise AccountError(f"the agent must run as root to start sessions as {user}")
+            raise AccountError(
+                f"the agent must run as root to start sessions as {user}", kind="agent_not_root"
+            )
         log_path = self.state / f"session-{session_id}.log"
         with open(log_path, "ab") as out:
             os.chmod(log_path, 0o600)
@@ -291,7 +339,12 @@ class SessionKeeper:
                 self._pidfile(session_id).unlink(missing_ok=True)
                 failed.write_text("exited")
                 reports.append(
-                    {"id": session_id, "state": "failed", "message": self.log_tail(session_id)}
+                    {
+                        "id": session_id,
+                        "state": "failed",
+                        "kind": "exited",
+                        "message": self.log_tail(session_id),
+                    }
                 )
                 continue
             if pid is None:
@@ -301,7 +354,10 @@ class SessionKeeper:
                     self.start(item)
                 except (OSError, KeyError, AccountError) as exc:
                     failed.write_text(str(exc))
-                    reports.append({"id": session_id, "state": "failed", "message": str(exc)})
+                    kind = exc.kind if isinstance(exc, AccountError) else "backend"
+                    reports.append(
+                        {"id": session_id, "state": "failed", "kind": kind, "message": str(exc)}
+                    )
                 continue
             if item.get("state") == "starting" and port_open(self.address, int(item["port"])):
                 reports.append({"id": session_id, "state": "running", "address": self.address})
@@ -377,7 +433,8 @@ def sessions_round(
     """One round: fetch the work, converge sessions and keys, report; with *leavers_due*, ask
     which managed accounts' people left and lock those. *api_base* is ``…/api/v1/``."""
     base = api_base.rstrip("/") + "/"
-    work = _call(base + "agent/work/", token, **kwargs)
+    said = urlencode({"can": ",".join(keeper.can), "gl": keeper.gl})
+    work = _call(f"{base}agent/work/?{said}", token, **kwargs)
     reports = keeper.reconcile_sessions(work.get("sessions", []))
     keys = keeper.reconcile_keys(work.get("keys", []))
     if reports:

@@ -438,6 +438,8 @@ ROWS = [
       (401, 404, 200, 404, 404, 200)),
     r("api-lease-session", "POST", "/api/v1/leases/{alice_lease}/session/",
       (401, 404, 202, 404, 404, 404), api=True, probe="sessions"),
+    r("api-lease-session-offers", "GET", "/api/v1/leases/{alice_lease}/session/offers/",
+      (401, 404, 200, 404, 404, 200)),
     r("api-lease-session", "DELETE", "/api/v1/leases/{alice_lease}/session/",
       (401, 404, 204, 404, 404, 204), api=True, probe="sessions", writes="alice ops"),
     # Node agents only (Authorization: Node <token>).

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from inventory.api_telemetry import IsNodeAgent, NodeRateThrottle, NodeTokenAuthentication
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session, SessionStatus, SshKey
-from leasing.workbench import accounts, keys, sessions
+from leasing.workbench import accounts, keys, offers, sessions
 from portal.input import StrictSerializer
 
 
@@ -81,6 +81,7 @@ def node_work(node) -> dict:
 class ReportItem(StrictSerializer):
     id = serializers.IntegerField()
     state = serializers.ChoiceField(choices=["running", "failed"])
+    kind = serializers.ChoiceField(choices=list(sessions.FAILURES), required=False)
     address = serializers.CharField(max_length=64, required=False, allow_blank=True)
     message = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
@@ -118,6 +119,11 @@ class AgentWorkView(APIView):
 
     @extend_schema(operation_id="agent_work", responses={200: dict})
     def get(self, request):
+        """``?can=jupyterlab,terminal,desktop,keys,fence&gl=llvmpipe``: what the node can
+        run (offers.record); an agent that says nothing changes nothing."""
+        if "can" in request.query_params:
+            can = [c for c in request.query_params["can"].split(",") if c][:20]
+            offers.record(request.auth, can=can, gl=request.query_params.get("gl", ""))
         return Response(node_work(request.auth))
 
 
@@ -146,7 +152,9 @@ class AgentSessionsView(APIView):
                 )
             else:
                 reason = item.get("message") or str(_("The session did not start."))
-                changed += sessions.session_failed(session_id=item["id"], reason=reason)
+                changed += sessions.session_failed(
+                    session_id=item["id"], reason=reason, kind=item.get("kind") or "exited"
+                )
         return Response({"changed": changed})
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session
-from leasing.workbench import accounts, environments, workspace
+from leasing.workbench import accounts, environments, offers, sessions, workspace
 
 
 @dataclass
@@ -17,6 +17,8 @@ class Workbench:
     workspaces: list = field(default_factory=list)
     is_holder: bool = False
     keys: int = 0
+    offers: dict = field(default_factory=dict)
+    failure: str = ""
 
 
 def lease_workbench(lease: Lease, user) -> Workbench:
@@ -44,4 +46,6 @@ def lease_workbench(lease: Lease, user) -> Workbench:
         workspaces=workspace.workspace_usage(user=lease.user, team=lease.team),
         is_holder=is_holder,
         keys=lease.user.ssh_keys.count(),
+        offers=offers.lease_offers(lease) if is_holder else {},
+        failure=sessions.failure_message(session) if session else "",
     )

@@ -21,12 +21,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from leasing.choices import LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Environment, Lease, Session, SessionStatus
 from leasing.transitions import event_record
-from leasing.workbench import workspace
+from leasing.workbench import offers, workspace
 
 # Where a session opens, under its base URL.
 JUPYTERLAB_PATH = "lab"
@@ -42,14 +43,18 @@ def _pick_port() -> int:
     return low + secrets.randbelow(high - low + 1)
 
 
-def session_open(*, lease: Lease, user, now: datetime | None = None) -> Session:
+def session_open(*, lease: Lease, user, want: str = "lab", now: datetime | None = None) -> Session:
     """The holder's running or starting session on *lease*, else a new one (started by the
-    worker after commit). Only the holder may open one, only while the lease is active."""
+    worker after commit). Only the holder may open one, only while the lease is active, and
+    only what the node offers (*want*: lab, terminal or desktop; offers.lease_offers)."""
     now = now or timezone.now()
     if lease.user_id != user.pk:
         raise PermissionDenied(_("Only the holder of a lease may open a session on it."))
     if lease.status != LeaseStatus.ACTIVE:
         raise ValidationError(_("Sessions can be opened only while the lease is active."))
+    offer = offers.lease_offers(lease).get(want)
+    if offer is None or not offer.ok:
+        raise ValidationError(offer.reason if offer else _("Unknown session kind."))
     live = Session.objects.live().filter(lease=lease).first()
     if live is not None:
         return live
@@ -118,8 +123,48 @@ def session_running(*, session_id: int, address: str, now: datetime | None = Non
     return bool(done)
 
 
-def session_failed(*, session_id: int, reason: str, now: datetime | None = None) -> bool:
-    """The program could not be started (or died): the holder sees why on the lease page."""
+# Why a session failed, as the holder reads it (what happened, and what to do).
+FAILURES = {
+    "no_account": gettext_lazy(
+        "%(node)s has no Unix account for you. Ask an operator to create it, or to let the "
+        "agent make accounts (CARDPOOL_SESSION_ACCOUNTS=managed)."
+    ),
+    "agent_not_root": gettext_lazy(
+        "The agent on %(node)s cannot start sessions as you (it does not run as root). Ask an "
+        "operator."
+    ),
+    "fence": gettext_lazy(
+        "%(node)s cannot fence the cards (bubblewrap is missing or not allowed there), so the "
+        "session was not started. Ask an operator."
+    ),
+    "exited": gettext_lazy(
+        "The session stopped while starting. Try again; if it stops again, choose another "
+        "environment or ask an operator (the node's log is kept for them)."
+    ),
+    "no_answer": gettext_lazy(
+        "The session did not answer in time: the agent on %(node)s may be down. Try again in a "
+        "minute, or ask an operator to check cardpool-agent there."
+    ),
+    "backend": gettext_lazy(
+        "%(node)s refused to start the session. Try again; if it keeps failing, ask an operator."
+    ),
+}
+
+
+def failure_message(session: Session) -> str:
+    """Why *session* failed, in the reader's language ("" unless it failed)."""
+    if session.status != SessionStatus.FAILED:
+        return ""
+    text = FAILURES.get(session.failure_kind) or FAILURES["backend"]
+    return str(text) % {"node": session.host}
+
+
+def session_failed(
+    *, session_id: int, reason: str, kind: str = "backend", now: datetime | None = None
+) -> bool:
+    """The program could not be started (or died): the holder sees why on the lease page
+    (*kind*, a key of FAILURES, in their language; *reason*, the node's words, is kept for
+    the operator)."""
     now = now or timezone.now()
     with transaction.atomic():
         done = (
@@ -129,6 +174,7 @@ def session_failed(*, session_id: int, reason: str, now: datetime | None = None)
                 status=SessionStatus.FAILED,
                 ended_at=now,
                 end_reason="failed",
+                failure_kind=kind if kind in FAILURES else "backend",
                 failure_reason=reason[:2000],
             )
         )
@@ -138,8 +184,7 @@ def session_failed(*, session_id: int, reason: str, now: datetime | None = None)
                 lease_id,
                 kind="session_failed",
                 at=now,
-                message=reason[:500],
-                data={"session": session_id},
+                data={"session": session_id, "why": kind},
             )
     return bool(done)
 

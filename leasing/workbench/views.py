@@ -80,9 +80,10 @@ def session_open(request, pk: int):
     """The lease page's "Open JupyterLab" / "Open terminal": start the session if none
     runs, then go where it opens (``session_go``)."""
     lease = visible_lease(request, pk)
-    target = "terminal" if request.POST.get("target") == "terminal" else "lab"
+    target = request.POST.get("target")
+    target = target if target in ("terminal", "desktop") else "lab"
     try:
-        sessions.session_open(lease=lease, user=request.user)
+        sessions.session_open(lease=lease, user=request.user, want=target)
     except (ValidationError, PermissionDenied) as exc:
         for message in getattr(exc, "messages", [str(exc)]):
             messages.error(request, message)

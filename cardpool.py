@@ -18,6 +18,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -224,6 +225,16 @@ def demo_sessions(env: dict, var_dir: Path, host: str, port: str) -> tuple[str, 
         # As root the agent creates each person's account (cardpool-bob, no password, home
         # under the workspaces); they run JupyterLab from this venv, so must reach it.
         env.setdefault("CARDPOOL_SESSION_ACCOUNTS", "managed")
+        # The demo cards' stand-in device nodes (like /dev/null): a session's private /dev
+        # (bubblewrap) holds only the leased one's, as a real card's would.
+        devices = var_dir / "demo-dev"
+        devices.mkdir(exist_ok=True)
+        for index in range(2):
+            node = devices / f"card{index}"
+            if not node.exists():
+                os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            node.chmod(0o666)
+        env.setdefault("CARDPOOL_AGENT_DEV_ROOT", str(devices))
         for path in (VENV, workspaces):
             for opened in let_everyone_through(path):
                 say(f"made {opened} traversable (o+x) so the session accounts reach {path}")

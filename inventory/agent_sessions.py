@@ -47,13 +47,20 @@ class Account(NamedTuple):
     home: Path
 
 
-class AccountError(Exception):
-    """No Unix account to run as; the message says what the operator can do. *kind* is how
-    the portal tells the holder (sessions.FAILURES)."""
+class StartError(ValueError):
+    """A session cannot start here; the message says what the operator can do. *kind* is
+    how the portal tells the holder (sessions.FAILURES)."""
 
-    def __init__(self, message: str, *, kind: str = "no_account"):
+    def __init__(self, message: str, *, kind: str = "backend"):
         super().__init__(message)
         self.kind = kind
+
+
+class AccountError(StartError):
+    """No Unix account to run as."""
+
+    def __init__(self, message: str, *, kind: str = "no_account"):
+        super().__init__(message, kind=kind)
 
 
 class Accounts:
@@ -161,6 +168,108 @@ def port_open(address: str, port: int) -> bool:
     return True
 
 
+# --- fences -----------------------------------------------------------------------------
+
+# The device files of card *i* per vendor, and those every process using such a card needs.
+VENDOR_DEVICES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "nvidia": (
+        ("nvidia{i}",),
+        ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"),
+    ),
+    "huawei": (("davinci{i}",), ("davinci_manager", "devmm_svm", "hisi_hdc")),
+    "amd": (("dri/renderD{r}",), ("kfd",)),
+    "other": (("card{i}",), ()),
+}
+
+
+class Fence:
+    """What a fenced process sees of /dev: a private one (bubblewrap) holding only the leased
+    cards' device files (and their vendor's shared control files), read-only apart from its
+    own /dev/shm, in its own PID namespace (it dies with whoever started it, and cannot see
+    the node's other processes). The rest of the filesystem is the node's. *dev_root* is
+    where the real device files are (tests give stand-in nodes made with mknod)."""
+
+    def __init__(self, *, bwrap: str | None = None, dev_root: str | Path = "/dev"):
+        """*bwrap*: its path; None finds it on PATH, "" means no fence."""
+        self.bwrap = (shutil.which("bwrap") or "") if bwrap is None else bwrap
+        self.dev_root = Path(dev_root)
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.bwrap)
+
+    def device_files(self, spec: dict) -> list[str]:
+        """The files under /dev that the lease's cards need (those present on this node)."""
+        per_card, shared = VENDOR_DEVICES.get(str(spec.get("vendor")), VENDOR_DEVICES["other"])
+        names = []
+        for index in spec.get("devices") or []:
+            i = int(index)
+            names += [pattern.format(i=i, r=128 + i) for pattern in per_card]
+        names += shared
+        return [name for name in names if (self.dev_root / name).exists()]
+
+    def argv(self, spec: dict) -> list[str]:
+        """The bwrap command line to prefix a command with."""
+        argv = [self.bwrap, "--bind", "/", "/", "--dev", "/dev"]
+        for name in self.device_files(spec):
+            argv += ["--dev-bind", str(self.dev_root / name), f"/dev/{name}"]
+        argv += ["--remount-ro", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+        argv += ["--unshare-pid", "--die-with-parent", "--"]
+        return argv
+
+    def spec_file(self, spec_dir: Path, lease_id: int, spec: dict) -> Path:
+        """The fence of a lease as a file the forced command of its SSH keys reads (readable
+        by the holder: device paths only, nothing secret)."""
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        spec_dir.chmod(0o755)
+        path = spec_dir / f"lease-{int(lease_id)}.json"
+        body = json.dumps({"argv": self.argv(spec)})
+        if not path.exists() or path.read_text() != body:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(body)
+            tmp.chmod(0o644)
+            os.replace(tmp, path)
+        return path
+
+
+def forced_command(spec_path: Path) -> str:
+    """The ``command=`` of a fenced key: this file, run by the node's python3 in isolated
+    mode, puts the login (or the command the client asked for) into the lease's fence."""
+    here = Path(__file__).resolve()
+    return f"{sys.executable} -I {here} fence {spec_path}"
+
+
+def fence_login(spec_path: str, environ=os.environ) -> int:
+    """Run by sshd as the holder (``command=``): exec the login shell, or the command the
+    client asked for (``SSH_ORIGINAL_COMMAND``), inside the lease's fence."""
+    argv = json.loads(Path(spec_path).read_text())["argv"]
+    shell = environ.get("SHELL") or "/bin/bash"
+    asked = environ.get("SSH_ORIGINAL_COMMAND")
+    command = [shell, "-c", asked] if asked else [shell, "-l"]
+    os.execv(argv[0], [*argv, *command])
+    return 1  # not reached
+
+
+def fenced_key_line(line: str, command: str) -> str:
+    """*line* (``expiry-time="…" ssh-… KEY comment``) with its login forced into the fence:
+    ``restrict`` (no forwarding of ports, agents or X11), ``pty`` (an interactive shell may
+    have a terminal) and ``command=``."""
+    quoted = command.replace('"', '\\"')  # sshd unescapes only \"
+    return f'restrict,pty,command="{quoted}",{line}'
+
+
+def checkpoint_wrap(item: dict, *, accounts: Accounts, fence: Fence) -> list[str]:
+    """The argv prefix a checkpoint command runs under: as the lease holder's account (never
+    root; the agent as root uses runuser) inside the lease's fence where bwrap is here."""
+    account = accounts.get(item)
+    fenced = fence.argv(item["fence"]) if fence.usable and item.get("fence") else []
+    if os.geteuid() == 0:
+        return [*accounts.prefix, "runuser", "-u", account.name, "--", *fenced]
+    if os.geteuid() != account.uid:
+        raise AccountError(f"the agent must run as root to act as {account.name}")
+    return fenced
+
+
 NOVNC = Path("/usr/share/novnc")
 EGL_VENDORS = Path("/usr/share/glvnd/egl_vendor.d")
 
@@ -205,14 +314,23 @@ class SessionKeeper:
         *,
         address: str = "127.0.0.1",
         accounts: Accounts | None = None,
+        fence: Fence | None = None,
+        require_fence: bool = False,
         log: Callable[[str], None] = print,
     ):
         self.state = Path(state_dir)
-        self.state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # 0711: others may not list it, but a holder's fenced key login reads its lease's
+        # fence under fences/ (the session logs in it are 0600).
+        self.state.mkdir(parents=True, exist_ok=True, mode=0o711)
+        self.state.chmod(0o711)
         self.address = address
         self.accounts = accounts or Accounts()
+        self.fence = fence or Fence()
+        self.require_fence = require_fence
         self.log = log
         self.can, self.gl = node_can()
+        if not self.fence.usable:
+            self.can = [c for c in self.can if c != "fence"]
 
     # --- accounts ------------------------------------------------------------------------
 
@@ -267,13 +385,18 @@ class SessionKeeper:
         user = account.name
         session_id = int(item["id"])
         env = [f"PATH={PATH}", "LANG=C.UTF-8", f"CARDPOOL_SESSION_IP={self.address}"]
+        fence: list[str] = []
+        if self.fence.usable and item.get("fence") is not None:
+            fence = self.fence.argv(item["fence"])
+        elif self.require_fence:
+            raise StartError("bubblewrap (bwrap) is needed to fence the cards", kind="fence")
         if os.geteuid() == 0:
             argv = [
                 *self.accounts.prefix,
-                *["runuser", "-u", user, "--", "env", "-i", *env, "/bin/bash", "-s"],
+                *["runuser", "-u", user, "--", "env", "-i", *env, *fence, "/bin/bash", "-s"],
             ]
         elif os.geteuid() == account.uid:
-            argv = ["env", "-i", *env, "/bin/bash", "-s"]
+            argv = ["env", "-i", *env, *fence, "/bin/bash", "-s"]
         else:
             raise AccountError(
                 f"the agent must run as root to start sessions as {user}", kind="agent_not_root"
@@ -352,9 +475,9 @@ class SessionKeeper:
                     continue
                 try:
                     self.start(item)
-                except (OSError, KeyError, AccountError) as exc:
+                except (OSError, KeyError, StartError) as exc:
                     failed.write_text(str(exc))
-                    kind = exc.kind if isinstance(exc, AccountError) else "backend"
+                    kind = exc.kind if isinstance(exc, StartError) else "backend"
                     reports.append(
                         {"id": session_id, "state": "failed", "kind": kind, "message": str(exc)}
                     )
@@ -369,9 +492,19 @@ class SessionKeeper:
         """Rewrite the marked lines of each user's authorized_keys; returns files changed."""
         lines: dict[str, set[str]] = {}
         items: dict[str, dict] = {}
+        fences = self.state / "fences"
+        kept = set()
         for item in wanted:
-            lines.setdefault(str(item["user"]), set()).update(item.get("lines") or [])
+            marked = list(item.get("lines") or [])
+            if self.fence.usable and item.get("fence") is not None and "lease" in item:
+                spec = self.fence.spec_file(fences, int(item["lease"]), item["fence"])
+                kept.add(spec.name)
+                marked = [fenced_key_line(line, forced_command(spec)) for line in marked]
+            lines.setdefault(str(item["user"]), set()).update(marked)
             items[str(item["user"])] = item
+        for stale in fences.glob("lease-*.json") if fences.is_dir() else ():
+            if stale.name not in kept:
+                stale.unlink(missing_ok=True)
         seen_file = self.state / "key-users.json"
         try:
             before = set(json.loads(seen_file.read_text()))
@@ -451,3 +584,9 @@ def sessions_round(
         "keys_changed": keys,
         "locked": locked,
     }
+
+
+if __name__ == "__main__":  # the forced command of a fenced key: agent_sessions.py fence SPEC
+    if len(sys.argv) == 3 and sys.argv[1] == "fence":
+        sys.exit(fence_login(sys.argv[2]))
+    sys.exit("usage: agent_sessions.py fence SPEC")

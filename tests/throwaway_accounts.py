@@ -40,6 +40,21 @@ def why_not() -> str:
 
 
 @contextmanager
+def stand_in_devices(names=("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl")):
+    """A directory anyone can read holding stand-in device nodes (char 1:3, like /dev/null)
+    for the cards: what a fence binds instead of real ones (needs root: mknod)."""
+    root = Path(tempfile.mkdtemp(prefix="cardpool-dev-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        for name in names:
+            os.mknod(root / name, 0o666 | 0o020000, os.makedev(1, 3))  # S_IFCHR
+            (root / name).chmod(0o666)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
 def throwaway_accounts():
     """Yields an ``agent_sessions.Accounts`` whose changes stay in a throwaway /etc."""
     with tempfile.TemporaryDirectory(prefix="cardpool-etc-") as tmp:

@@ -31,7 +31,7 @@ def node_work(node) -> dict:
         lease
         for lease in Lease.objects.filter(status=LeaseStatus.ACTIVE)
         .filter(allocations__card__node=node)
-        .select_related("user", "team", "user__profile", "environment")
+        .select_related("user", "team", "user__profile", "environment", "card_model")
         .distinct()
         if (lease.access or {}).get("backend") == "local"
     ]
@@ -44,14 +44,8 @@ def node_work(node) -> dict:
         .order_by("pk")
     ):
         lease = by_id[session.lease_id]
-        devices = next(
-            (
-                n.get("env", {})
-                for n in lease.access.get("nodes", [])
-                if n.get("host") == node.hostname
-            ),
-            {},
-        )
+        here = _on(lease, node)
+        devices = here.get("env", {})
         work_sessions.append(
             {
                 "id": session.pk,
@@ -59,6 +53,7 @@ def node_work(node) -> dict:
                 "port": session.port,
                 "state": session.status,
                 "script": sessions.session_script(session, lease, devices),
+                "fence": _fence(lease, here),
             }
         )
     user_keys: dict[int, list[str]] = {}
@@ -68,6 +63,7 @@ def node_work(node) -> dict:
         {
             **accounts.account_item(lease.user),
             "lease": lease.pk,
+            "fence": _fence(lease, _on(lease, node)),
             "lines": [
                 keys.authorized_line(k, lease_id=lease.pk, until=lease.end_at)
                 for k in user_keys.get(lease.user_id, [])
@@ -76,6 +72,19 @@ def node_work(node) -> dict:
         for lease in leases
     ]
     return {"node": node.hostname, "sessions": work_sessions, "keys": work_keys}
+
+
+def _on(lease: Lease, node) -> dict:
+    """The lease's access details on *node*."""
+    return next(
+        (n for n in (lease.access or {}).get("nodes", []) if n.get("host") == node.hostname), {}
+    )
+
+
+def _fence(lease: Lease, here: dict) -> dict:
+    """What the agent fences a session, a key's login or a checkpoint into: the leased
+    cards' indices on this node and their vendor (the agent knows their device files)."""
+    return {"vendor": lease.card_model.vendor, "devices": list(here.get("devices") or [])}
 
 
 class ReportItem(StrictSerializer):

@@ -31,10 +31,11 @@ from leasing.models import Environment, Session
 from leasing.workbench import keys, sessions
 from tests.e2e.session_proxy import JUPYTER, nginx_in_front, session_missing
 from tests.factories import CardModelFactory, make_node
+from tests.inventory.test_fence import WHY_NOT as NO_FENCE
 from tests.leasing.conftest import ask
-from tests.throwaway_accounts import throwaway_accounts, why_not
+from tests.throwaway_accounts import stand_in_devices, throwaway_accounts, why_not
 
-WHY_NOT = session_missing(()) or why_not()
+WHY_NOT = session_missing(()) or why_not() or NO_FENCE
 pytestmark = [
     pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-"),
     pytest.mark.django_db(transaction=True),
@@ -125,6 +126,12 @@ def _rounds(api: str, token: str, keeper, until, seconds: float = 90):
 
 
 @pytest.fixture
+def stand_ins():
+    with stand_in_devices() as root:
+        yield root
+
+
+@pytest.fixture
 def open_root():
     """A workspace root every account can reach (pytest's tmp_path sits under a 0700 one)."""
     root = Path(tempfile.mkdtemp(prefix="cardpool-ws-", dir="/tmp"))
@@ -134,7 +141,7 @@ def open_root():
 
 
 def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
-    settings, live_server, alice, bob, vision, tmp_path, open_root
+    settings, live_server, alice, bob, vision, tmp_path, open_root, stand_ins
 ):
     settings.CARDPOOL_SESSIONS = {
         **settings.CARDPOOL_SESSIONS,
@@ -162,7 +169,11 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
 
     with throwaway_accounts() as accounts:
         keeper = agent_sessions.SessionKeeper(
-            tmp_path / "agent", address="127.0.0.1", accounts=accounts
+            tmp_path / "agent",
+            address="127.0.0.1",
+            accounts=accounts,
+            fence=agent_sessions.Fence(dev_root=stand_ins),
+            require_fence=True,
         )
         try:
             _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, open_root)
@@ -194,10 +205,21 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root
         code = (
             "import os, subprocess\n"
             "print('VIS=' + os.environ.get('CUDA_VISIBLE_DEVICES', 'unset'))\n"
-            "print('WHO=' + subprocess.check_output(['whoami'], text=True).strip())"
+            "print('WHO=' + subprocess.check_output(['whoami'], text=True).strip())\n"
+            "print('DEV=' + ','.join(sorted(n for n in os.listdir('/dev') if 'nvidia' in n)))\n"
+            "for n in range(4):\n"
+            "    try:\n"
+            "        os.close(os.open(f'/dev/nvidia{n}', os.O_RDWR)); print(f'OPENED{n}')\n"
+            "    except OSError as e:\n"
+            "        print(f'REFUSED{n}', type(e).__name__)\n"
         )
         out = _run_in_kernel(base, session.pk, alice_cookie, code)
         assert f"VIS={devices}" in out and "WHO=cardpool-alice" in out, out
+        leased = [int(d) for d in devices.split(",")]
+        fenced = sorted([f"nvidia{d}" for d in leased] + ["nvidiactl"])
+        assert f"DEV={','.join(fenced)}" in out, out  # a private /dev: only the leased cards
+        for n in range(4):
+            assert (f"OPENED{n}" if n in leased else f"REFUSED{n} FileNotFoundError") in out
         assert _get(f"{base}/sessions/{session.pk}/lab", bob_cookie)[0] == 404
         assert _get(f"{base}/sessions/{session.pk}/api/status", bob_cookie)[0] == 404
 

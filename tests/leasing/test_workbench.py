@@ -220,7 +220,11 @@ def test_the_agent_installs_the_holders_keys_for_the_lease_and_removes_them_afte
     keys.ssh_key_add(user=alice, public_key=f"{ED25519} me@laptop")
     lease = _active(alice, vision, a10)
     node = lease.allocations.get().card.node
-    keeper = agent_sessions.SessionKeeper(tmp_path / "state", accounts=HomesUnder(tmp_path))
+    keeper = agent_sessions.SessionKeeper(
+        tmp_path / "state",
+        accounts=HomesUnder(tmp_path),
+        fence=agent_sessions.Fence(bwrap=""),  # unfenced: tests/inventory/test_fence.py
+    )
     client = Client(HTTP_AUTHORIZATION=f"Node {node_token_issue(node=node)}")
 
     work = client.get("/api/v1/agent/work/").json()

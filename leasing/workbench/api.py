@@ -94,6 +94,7 @@ class SshKeyViewSet(
 class SessionSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     terminal_url = serializers.SerializerMethodField()
+    desktop_url = serializers.SerializerMethodField()
     failure = serializers.SerializerMethodField()
 
     class Meta:
@@ -104,6 +105,7 @@ class SessionSerializer(serializers.ModelSerializer):
             "host",
             "url",
             "terminal_url",
+            "desktop_url",
             "created_at",
             "started_at",
             "ended_at",
@@ -111,6 +113,14 @@ class SessionSerializer(serializers.ModelSerializer):
             "failure_kind",
             "failure",
         ]
+
+    def get_desktop_url(self, obj) -> str:
+        # "" where the lease's node does not offer one (offers: why not).
+        if not offers.lease_offers(obj.lease)["desktop"].ok:
+            return ""
+        return self.context["request"].build_absolute_uri(
+            f"/leases/{obj.lease_id}/session/go/?target=desktop"
+        )
 
     def get_failure(self, obj) -> str:
         """Why it failed and what to do, in the reader's language (the node's own words stay

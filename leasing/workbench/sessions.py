@@ -31,6 +31,53 @@ from leasing.workbench import offers, workspace
 
 # Where a session opens, under its base URL.
 JUPYTERLAB_PATH = "lab"
+# The desktop (noVNC through websockify, on the session's port + 1), under its base URL.
+DESKTOP_PREFIX = "desktop/"
+
+
+def desktop_path(session: Session) -> str:
+    """noVNC's page, told to connect back through the same gate and to size the desktop
+    to the window."""
+    base = session.base_url.lstrip("/")
+    return (
+        f"{DESKTOP_PREFIX}vnc.html?path={base}{DESKTOP_PREFIX}websockify"
+        "&autoconnect=1&resize=remote&reconnect=1"
+    )
+
+
+# Run in the session (before JupyterLab) when the lease's node offers the desktop: Xvnc on a
+# Unix socket in a 0700 directory of the holder's, websockify on port + 1 serving noVNC and
+# admitting only requests carrying the session's token (the proxy adds it after the portal's
+# gate said yes), and a terminal on the display. A desktop that cannot start leaves the lab.
+DESKTOP = r"""
+cardpool_desktop() {
+  local dir vnc display=$(( 100 + SESSION_ID % 5000 ))
+  vnc=$(command -v Xvnc || command -v Xtigervnc) || return 0
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/cardpool-desktop-XXXXXX") || return 0
+  (umask 077; printf '%s' "$JUPYTER_TOKEN" > "$dir/token")
+  cat > "$dir/cardpool_desktop_auth.py" <<'PY'
+import hmac
+from websockify.auth_plugins import AuthenticationError
+class Token:
+    def __init__(self, src=None):
+        with open(src) as f:
+            self.expected = ("token " + f.read().strip()).encode()
+    def authenticate(self, headers, target_host, target_port):
+        if not hmac.compare_digest((headers.get("Authorization") or "").encode(), self.expected):
+            raise AuthenticationError(response_code=403, response_msg="Forbidden")
+PY
+  mkdir -p "$dir/web/sessions/SESSION_ID"
+  ln -s /usr/share/novnc "$dir/web/sessions/SESSION_ID/desktop"
+  "$vnc" ":$display" -rfbport -1 -rfbunixpath "$dir/vnc.sock" -SecurityTypes None     -geometry 1600x900 -depth 24 -nolisten tcp -desktop "Cardpool" >"$dir/xvnc.log" 2>&1 &
+  PYTHONPATH="$dir" websockify --web "$dir/web" --web-auth     --auth-plugin cardpool_desktop_auth.Token --auth-source "$dir/token"     --unix-target "$dir/vnc.sock" "$CARDPOOL_SESSION_IP:DESKTOP_PORT" >"$dir/websockify.log" 2>&1 &
+  (for _ in $(seq 100); do [ -S "$dir/vnc.sock" ] && break; sleep 0.1; done
+   export DISPLAY=":$display"
+   for app in xterm x-terminal-emulator; do
+     if command -v "$app" >/dev/null; then "$app" >/dev/null 2>&1 & break; fi
+   done) &
+}
+cardpool_desktop || true
+"""
 
 
 def port_range() -> tuple[int, int]:
@@ -39,8 +86,9 @@ def port_range() -> tuple[int, int]:
 
 
 def _pick_port() -> int:
+    """A port in the range whose next one (the desktop's) is in it too."""
     low, high = port_range()
-    return low + secrets.randbelow(high - low + 1)
+    return low + secrets.randbelow(max(1, high - low))
 
 
 def session_open(*, lease: Lease, user, want: str = "lab", now: datetime | None = None) -> Session:
@@ -274,6 +322,12 @@ def session_script(session: Session, lease: Lease, devices: dict[str, str]) -> s
         )
     enter, prefix = _enter(session.environment)
     lines += enter
+    if offers.lease_offers(lease)["desktop"].ok:
+        lines.append(
+            DESKTOP.replace("SESSION_ID", str(int(session.pk))).replace(
+                "DESKTOP_PORT", str(int(session.port) + 1)
+            )
+        )
     fallback = shlex.quote(settings.CARDPOOL_SESSIONS["JUPYTER"])
     lines.append(f"JUPYTER=$(command -v jupyter || echo {fallback})")
     lines.append(

@@ -245,3 +245,94 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root
     assert agent_sessions.sessions_round(api, token, keeper, leavers_due=True)["locked"] == 1
     status = keeper.accounts.run(["passwd", "--status", "cardpool-alice"]).stdout.split()
     assert status[1] == "L" and keeper.managed() == [] and home.exists()
+
+
+def _desktop_missing() -> str:
+    if not (shutil.which("Xvnc") or shutil.which("Xtigervnc")) or not shutil.which("websockify"):
+        return (
+            "needs TigerVNC and websockify (apt-get install tigervnc-standalone-server websockify)"
+        )
+    if not Path("/usr/share/novnc/vnc.html").exists():
+        return "needs noVNC (apt-get install novnc)"
+    return ""
+
+
+NO_DESKTOP = _desktop_missing()
+
+
+def _rfb_banner(base: str, session_id: int, cookie: str) -> bytes:
+    """Open the desktop's websocket through the proxy; the VNC server's first words."""
+    from tornado import httpclient, ioloop, websocket
+
+    async def run() -> bytes:
+        conn = await websocket.websocket_connect(
+            httpclient.HTTPRequest(
+                base.replace("http://", "ws://") + f"/sessions/{session_id}/desktop/websockify",
+                headers={"Cookie": cookie},
+                connect_timeout=30,
+            ),
+            subprotocols=["binary"],
+        )
+        banner = await conn.read_message()
+        conn.close()
+        return banner
+
+    return ioloop.IOLoop.current().run_sync(run, timeout=60)
+
+
+@pytest.mark.skipif(bool(NO_DESKTOP), reason=NO_DESKTOP or "-")
+def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
+    settings, live_server, alice, bob, vision, tmp_path, open_root, stand_ins
+):
+    settings.CARDPOOL_SESSIONS = {
+        **settings.CARDPOOL_SESSIONS,
+        "JUPYTER": JUPYTER,
+        "ACCOUNTS": "managed",
+        "WORKSPACE_ROOT": str(open_root),
+    }
+    model = CardModelFactory(slug="desk-l40", name="L40S", vendor="nvidia", graphics=True)
+    node = make_node(model, cards=2, hostname="desk-node")
+    token = node_token_issue(node=node)
+    lease = ask(alice, vision, model)
+    assert provisioning.provision_step(lease_id=lease.pk)
+    lease.refresh_from_db()
+    session = sessions.session_open(lease=lease, user=alice, want="desktop")
+    api = f"{live_server.url}/api/v1/"
+    with throwaway_accounts() as accounts:
+        keeper = agent_sessions.SessionKeeper(
+            tmp_path / "agent",
+            address="127.0.0.1",
+            accounts=accounts,
+            fence=agent_sessions.Fence(dev_root=stand_ins),
+            require_fence=True,
+        )
+        try:
+            running = lambda: Session.objects.get(pk=session.pk).status == "running"  # noqa: E731
+            _rounds(api, token, keeper, running)
+            as_alice = Client()
+            as_alice.force_login(alice)
+            go = as_alice.get(f"/leases/{lease.pk}/session/go/?target=desktop")
+            assert go.status_code == 302 and "/desktop/vnc.html?path=" in go["Location"]
+            with nginx_in_front(live_server.url, tmp_path) as base:
+                alice_cookie, bob_cookie = _cookie(alice), _cookie(bob)
+                page = f"{base}/sessions/{session.pk}/desktop/vnc.html"
+                deadline = time.monotonic() + 30
+                while _get(page, alice_cookie)[0] != 200 and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                status, body = _get(page, alice_cookie)
+                assert status == 200 and b"noVNC" in body, body[:300]
+                assert _get(page, bob_cookie)[0] == 404
+                direct = (
+                    f"http://127.0.0.1:{session.port + 1}/sessions/{session.pk}/desktop/vnc.html"
+                )
+                assert _get(direct, "")[0] == 403  # the node's port wants the session's token
+                assert _rfb_banner(base, session.pk, alice_cookie).startswith(b"RFB 003.")
+                changes.lease_release(lease=lease, user=alice)
+                assert provisioning.release_step(lease_id=lease.pk)
+                assert _get(page, alice_cookie)[0] == 410
+            _rounds(api, token, keeper, lambda: session.pk not in keeper.running(), seconds=20)
+        finally:
+            for session_id, pid in keeper.running().items():
+                keeper.stop(session_id, pid)
+        ps = keeper.accounts.run(["ps", "-o", "stat=,pid=,args=", "-u", "cardpool-alice"]).stdout
+        assert [line for line in ps.splitlines() if not line.startswith("Z")] == [], ps

@@ -68,8 +68,11 @@ class Token:
 PY
   mkdir -p "$dir/web/sessions/SESSION_ID"
   ln -s /usr/share/novnc "$dir/web/sessions/SESSION_ID/desktop"
-  "$vnc" ":$display" -rfbport -1 -rfbunixpath "$dir/vnc.sock" -SecurityTypes None     -geometry 1600x900 -depth 24 -nolisten tcp -desktop "Cardpool" >"$dir/xvnc.log" 2>&1 &
-  PYTHONPATH="$dir" websockify --web "$dir/web" --web-auth     --auth-plugin cardpool_desktop_auth.Token --auth-source "$dir/token"     --unix-target "$dir/vnc.sock" "$CARDPOOL_SESSION_IP:DESKTOP_PORT" >"$dir/websockify.log" 2>&1 &
+  "$vnc" ":$display" -rfbport -1 -rfbunixpath "$dir/vnc.sock" -SecurityTypes None \
+    -geometry 1600x900 -depth 24 -nolisten tcp -nolock -desktop "Cardpool" >"$dir/xvnc.log" 2>&1 &
+  PYTHONPATH="$dir" websockify --web "$dir/web" --web-auth \
+    --auth-plugin cardpool_desktop_auth.Token --auth-source "$dir/token" \
+    --unix-target "$dir/vnc.sock" "$CARDPOOL_SESSION_IP:DESKTOP_PORT" >"$dir/websockify.log" 2>&1 &
   (for _ in $(seq 100); do [ -S "$dir/vnc.sock" ] && break; sleep 0.1; done
    export DISPLAY=":$display"
    for app in xterm x-terminal-emulator; do

@@ -336,7 +336,8 @@ def demo() -> int:
         say("a Celery worker and beat run alongside (restarted if they stop);")
         if session_children:
             say("this machine is a node too: lease a 'Demo card (this machine)' and open")
-            say("JupyterLab from the lease page (nginx and cardpool-agent run alongside;")
+            say("JupyterLab, a terminal or a desktop from the lease page (nginx and")
+            say("cardpool-agent run alongside; with bubblewrap a session sees only its card;")
             say("bob has room in his quota; as root the agent runs each person's sessions as")
             say("an account it creates (cardpool-bob), else they run as you);")
         say("press Ctrl-C to stop everything")

@@ -1,18 +1,27 @@
 """cardpool-agent's sessions and SSH keys (``cardpool-agent --sessions``): make the node match
 what the portal says its active local leases need.
 
-Each round asks ``GET /api/v1/agent/work/`` and then:
+Each round asks ``GET /api/v1/agent/work/`` (saying what this node can run: ``?can=…&gl=…``,
+``node_can``) and then:
 
-* starts every listed session that is not running (as its holder's Unix user, through
-  ``runuser``; the script comes on stdin, so Jupyter's token never shows in ``ps``), stops
-  (its whole process group) every running one no longer listed — a stopped session or an
-  ended lease — and reports which answer on their port, or died, to
-  ``POST /api/v1/agent/sessions/``;
+* starts every listed session that is not running, as its holder's Unix account (``Accounts``:
+  looked up with getent, or made by ``useradd`` when the portal manages accounts,
+  ``cardpool-<name>``), through ``runuser``, inside the lease's ``Fence`` (bubblewrap: a
+  private /dev holding only the leased cards' device files); the script comes on stdin, so
+  Jupyter's token never shows in ``ps``. It stops (the whole process tree) every running one no
+  longer listed — a stopped session or an ended lease — and reports which answer on their port,
+  or failed and why (a kind the portal words for the holder), to ``POST /api/v1/agent/sessions/``;
 * rewrites each holder's ``~/.ssh/authorized_keys``: lines marked ``cardpool-lease-<id>``
-  are exactly the listed ones (each carries OpenSSH's ``expiry-time`` at the lease's end,
-  so a key expires even if the agent is down); other lines are never touched.
+  are exactly the listed ones (each carries OpenSSH's ``expiry-time`` at the lease's end, so a
+  key expires even if the agent is down, and ``restrict,pty,command=`` forcing the login into
+  the lease's fence); other lines are never touched;
+* every 5 minutes asks ``POST /api/v1/agent/accounts/`` which managed accounts' people left
+  the portal, and locks those.
 
-Standard library only, beside agent.py: copy both files to a node.
+Standard library only, beside agent.py: copy both files to a node. That is why it is one
+module of some 600 lines (accounts, fences, sessions, keys): it must stand alone there, and
+the forced command of a fenced key runs this file itself (``python3 -I agent_sessions.py
+fence SPEC``).
 """
 
 from __future__ import annotations
@@ -435,6 +444,8 @@ class SessionKeeper:
             if not any(_alive(p) for p in tree):
                 break
         self._pidfile(session_id).unlink(missing_ok=True)
+        for left in Path("/tmp").glob(f"cardpool-desktop-{int(session_id)}-*"):
+            shutil.rmtree(left, ignore_errors=True)  # the desktop's socket, token and logs
         self.log(f"cardpool-agent: session {session_id} stopped")
 
     def log_tail(self, session_id: int) -> str:

@@ -53,7 +53,7 @@ DESKTOP = r"""
 cardpool_desktop() {
   local dir vnc display=$(( 100 + SESSION_ID % 5000 ))
   vnc=$(command -v Xvnc || command -v Xtigervnc) || return 0
-  dir=$(mktemp -d "${TMPDIR:-/tmp}/cardpool-desktop-XXXXXX") || return 0
+  dir=$(mktemp -d "/tmp/cardpool-desktop-SESSION_ID-XXXXXX") || return 0
   (umask 077; printf '%s' "$JUPYTER_TOKEN" > "$dir/token")
   cat > "$dir/cardpool_desktop_auth.py" <<'PY'
 import hmac

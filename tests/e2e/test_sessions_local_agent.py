@@ -336,3 +336,4 @@ def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
                 keeper.stop(session_id, pid)
         ps = keeper.accounts.run(["ps", "-o", "stat=,pid=,args=", "-u", "cardpool-alice"]).stdout
         assert [line for line in ps.splitlines() if not line.startswith("Z")] == [], ps
+    assert list(Path("/tmp").glob(f"cardpool-desktop-{session.pk}-*")) == []  # nothing left

@@ -27,7 +27,9 @@ def lease_workbench(lease: Lease, user) -> Workbench:
     is_holder = lease.user_id == user.pk
     session = Session.objects.filter(lease=lease).order_by("-pk").first()
     commands = []
-    if lease.status == LeaseStatus.ACTIVE:
+    offered = offers.lease_offers(lease) if is_holder else {}
+    keys_refused = is_holder and not offered["keys"].ok  # the offers say why instead
+    if lease.status == LeaseStatus.ACTIVE and not keys_refused:
         unix = (
             lease.access.get("slurm_user") if (lease.access or {}).get("backend") == "slurm" else ""
         )
@@ -46,6 +48,6 @@ def lease_workbench(lease: Lease, user) -> Workbench:
         workspaces=workspace.workspace_usage(user=lease.user, team=lease.team),
         is_holder=is_holder,
         keys=lease.user.ssh_keys.count(),
-        offers=offers.lease_offers(lease) if is_holder else {},
+        offers=offered,
         failure=sessions.failure_message(session) if session else "",
     )

@@ -57,11 +57,15 @@ def test_the_agent_says_what_the_node_can_run_and_only_that_is_offered(alice, vi
         sessions.session_open(lease=lease, user=alice, want="desktop")
     page = _page(alice, lease)
     assert "Open JupyterLab" in page and "Open desktop" not in page and "TigerVNC" in page
+    assert "ssh -t" not in page  # no key logins there: the reason instead of a command
 
     agent.get("/api/v1/agent/work/?can=jupyterlab,terminal,desktop&gl=llvmpipe")
     [desktop] = [o for o in offers.lease_offers(lease).values() if o.kind == "desktop"]
     assert desktop.ok and "llvmpipe" in desktop.note
     assert "Open desktop" in _page(alice, lease)
+    agent.get("/api/v1/agent/work/?can=jupyterlab,keys")
+    assert "ssh -t cardpool-alice@off-node" not in _page(alice, lease)  # profile mode: alice
+    assert "ssh -t alice@off-node" in _page(alice, lease)
     agent.get("/api/v1/agent/work/?can=jupyterlab,desktop&gl=nvidia")
     assert "nvidia EGL" in offers.lease_offers(lease)["desktop"].note
     before = Node.objects.get(pk=node.pk).session_offers

@@ -150,6 +150,11 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
 
 
+def desktop_display(session_id: int) -> int:
+    """The X display of a session's desktop (as its script computes it)."""
+    return 100 + int(session_id) % 5000
+
+
 def descendants(pid: int, *, proc: Path = Path("/proc")) -> list[int]:
     """Every process under *pid* (children, theirs, …), read from /proc."""
     children: dict[int, list[int]] = {}
@@ -446,6 +451,9 @@ class SessionKeeper:
         self._pidfile(session_id).unlink(missing_ok=True)
         for left in Path("/tmp").glob(f"cardpool-desktop-{int(session_id)}-*"):
             shutil.rmtree(left, ignore_errors=True)  # the desktop's socket, token and logs
+        display = desktop_display(session_id)  # its X lock names a PID of another namespace
+        for left in (Path(f"/tmp/.X{display}-lock"), Path(f"/tmp/.X11-unix/X{display}")):
+            left.unlink(missing_ok=True)
         self.log(f"cardpool-agent: session {session_id} stopped")
 
     def log_tail(self, session_id: int) -> str:

@@ -54,6 +54,7 @@ cardpool_desktop() {
   local dir vnc display=$(( 100 + SESSION_ID % 5000 ))
   vnc=$(command -v Xvnc || command -v Xtigervnc) || return 0
   dir=$(mktemp -d "/tmp/cardpool-desktop-SESSION_ID-XXXXXX") || return 0
+  rm -f "/tmp/.X$display-lock" "/tmp/.X11-unix/X$display" 2>/dev/null || true
   (umask 077; printf '%s' "$JUPYTER_TOKEN" > "$dir/token")
   cat > "$dir/cardpool_desktop_auth.py" <<'PY'
 import hmac
@@ -69,7 +70,7 @@ PY
   mkdir -p "$dir/web/sessions/SESSION_ID"
   ln -s /usr/share/novnc "$dir/web/sessions/SESSION_ID/desktop"
   "$vnc" ":$display" -rfbport -1 -rfbunixpath "$dir/vnc.sock" -SecurityTypes None \
-    -geometry 1600x900 -depth 24 -nolisten tcp -nolock -desktop "Cardpool" >"$dir/xvnc.log" 2>&1 &
+    -geometry 1600x900 -depth 24 -nolisten tcp -desktop "Cardpool" >"$dir/xvnc.log" 2>&1 &
   PYTHONPATH="$dir" websockify --web "$dir/web" --web-auth \
     --auth-plugin cardpool_desktop_auth.Token --auth-source "$dir/token" \
     --unix-target "$dir/vnc.sock" "$CARDPOOL_SESSION_IP:DESKTOP_PORT" >"$dir/websockify.log" 2>&1 &

@@ -337,3 +337,4 @@ def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
         ps = keeper.accounts.run(["ps", "-o", "stat=,pid=,args=", "-u", "cardpool-alice"]).stdout
         assert [line for line in ps.splitlines() if not line.startswith("Z")] == [], ps
     assert list(Path("/tmp").glob(f"cardpool-desktop-{session.pk}-*")) == []  # nothing left
+    assert not Path(f"/tmp/.X{agent_sessions.desktop_display(session.pk)}-lock").exists()

@@ -164,6 +164,7 @@ class Kind(models.TextChoices):
     LEASE_ENDED = "lease_ended", _("Lease ended")
     LEASE_FAILED = "lease_failed", _("Lease failed")
     CARD_SWAPPED = "card_swapped", _("Card swapped")
+    LEASE_RESTARTING = "lease_restarting", _("Lease restarting")
     RELEASE_FAILED = "release_failed", _("Release failed")
     IDLE_WARNING = "idle_warning", _("Cards idle")
     PREEMPTION_WARNING = "preemption_warning", _("Preemption warning")
@@ -177,6 +178,9 @@ class Kind(models.TextChoices):
     CARD_HEALTH = "card_health", _("Card health")
     STATEMENT_ISSUED = "statement_issued", _("Monthly statement issued")
     WORKSPACE_NEAR_LIMIT = "workspace_near_limit", _("Workspace nearly full")
+    # Someone left (the directory or an operator let them go), or the directory left a team
+    # without a lead: told to the team's leads and to operators (leasing.directory).
+    DIRECTORY = "directory", _("Directory change")
 
 
 # --- pool health (leasing.health) ---------------------------------------------------------

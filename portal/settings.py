@@ -8,11 +8,13 @@ over 500 lines on purpose: every setting in one place, in the order of docs/oper
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal import directory_map
 from portal.secret_key import checked_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -275,15 +277,50 @@ if env("CARDPOOL_LDAP_URL"):
         )
     )
     LDAP_AUTH_USER_LOOKUP_FIELDS = ("username",)
-    LDAP_AUTH_FORMAT_USERNAME = auth_ldap.username_format(
+    # The site's format (CARDPOOL_LDAP_USERNAME_FORMAT) behind one that lets the service
+    # account be a full DN (cn=cardpool,ou=services,…) wherever it sits.
+    CARDPOOL_LDAP_FORMAT_USERNAME = auth_ldap.username_format(
         env("CARDPOOL_LDAP_USERNAME_FORMAT", "openldap")
     )
+    LDAP_AUTH_FORMAT_USERNAME = "portal.auth_ldap.format_username"
+    # StartTLS checks the server's certificate: against CARDPOOL_LDAP_CA_FILE, else the
+    # system's CAs (ldap3's default is not to check at all).
+    LDAP_AUTH_TLS_ARGS = {"validate": ssl.CERT_REQUIRED}
+    if env("CARDPOOL_LDAP_CA_FILE"):
+        LDAP_AUTH_TLS_ARGS["ca_certs_file"] = env("CARDPOOL_LDAP_CA_FILE")
     LDAP_AUTH_ACTIVE_DIRECTORY_DOMAIN = env("CARDPOOL_LDAP_DOMAIN")
     LDAP_AUTH_CONNECTION_USERNAME = env("CARDPOOL_LDAP_BIND_USER")
     LDAP_AUTH_CONNECTION_PASSWORD = env("CARDPOOL_LDAP_BIND_PASSWORD")
     LDAP_AUTH_CONNECT_TIMEOUT = env_int("CARDPOOL_LDAP_TIMEOUT", 10)
     LDAP_AUTH_RECEIVE_TIMEOUT = LDAP_AUTH_CONNECT_TIMEOUT
+    # Try each server once, then give up: the library's default (True) cycles through the
+    # pool for ever while every server is down, so a sign-in — or the sync — never returns.
+    LDAP_AUTH_POOL_ACTIVE = 1
     LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
+    # Groups (for teams from the directory) and disabled accounts (leavers), read by sign-in
+    # and the periodic sync (portal/directory.py, leasing/directory/).
+    CARDPOOL_LDAP = {
+        "GROUP_SEARCH_BASE": env("CARDPOOL_LDAP_GROUP_SEARCH_BASE", ""),
+        "GROUP_FILTER": env("CARDPOOL_LDAP_GROUP_FILTER", "(objectClass=groupOfNames)"),
+        # member (groupOfNames, AD: holds DNs) or memberUid (posixGroup: holds uids).
+        "GROUP_MEMBER_ATTRIBUTE": env("CARDPOOL_LDAP_GROUP_MEMBER_ATTRIBUTE", "member"),
+        "GROUP_NAME_ATTRIBUTE": env("CARDPOOL_LDAP_GROUP_NAME_ATTRIBUTE", "cn"),
+        # People this filter matches count as disabled (OpenLDAP ppolicy: (pwdAccountLockedTime=*);
+        # AD: (userAccountControl:1.2.840.113556.1.4.803:=2)).
+        "DISABLED_FILTER": env("CARDPOOL_LDAP_DISABLED_FILTER", ""),
+    }
+
+# Teams from directory groups (leasing/directory/; docs/operations.md, "Teams from the
+# directory"): CARDPOOL_DIRECTORY_TEAMS maps LDAP group names or OIDC groups claim values to
+# teams and roles, "gpu-vision=vision,gpu-vision-leads=vision:lead"; empty: teams by hand only.
+CARDPOOL_DIRECTORY = {
+    "TEAMS": directory_map.parse_team_map(env("CARDPOOL_DIRECTORY_TEAMS", "") or ""),
+    # The periodic sync of LDAP people and groups (seconds; 0: off).
+    "SYNC_SECONDS": env_int("CARDPOOL_DIRECTORY_SYNC_SECONDS", 300),
+    # A leaver's running leases: "end" them, or pass them to the team's "lead".
+    "LEAVER_LEASES": directory_map.leaver_rule(env("CARDPOOL_LEAVER_LEASES", "end") or "end"),
+    "OIDC_GROUPS_CLAIM": env("CARDPOOL_OIDC_GROUPS_CLAIM", "groups"),
+}
 
 # Tokens that POST /api/v1/auth/token/ hands out expire after this many days (0: never).
 CARDPOOL_API_LOGIN_TOKEN_DAYS = env_int("CARDPOOL_API_LOGIN_TOKEN_DAYS", 30)
@@ -408,6 +445,7 @@ CELERY_IMPORTS = (
     "leasing.notify.tasks",
     "leasing.billing.tasks",
     "leasing.health.tasks",
+    "leasing.directory.tasks",
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A down broker must fail a publish fast (leasing.enqueue logs it; the sweeps re-find the
@@ -465,6 +503,55 @@ CARDPOOL_SLURM = {
     "REGION": env("CARDPOOL_SLURM_REGION", "slurm"),
     # Seconds between reconciliations of active leases with Slurm's jobs.
     "RECONCILE_SECONDS": env_int("CARDPOOL_SLURM_RECONCILE_SECONDS", 60),
+}
+
+
+# --- Kubernetes backend (docs/operations.md, "Kubernetes backend") ---------------------
+def _pairs(name: str, what: str) -> dict[str, str]:
+    """``key=value,key=value`` from the environment; fails loudly when malformed."""
+    pairs = {}
+    for item in (part.strip() for part in (env(name, "") or "").split(",")):
+        key, sep, value = item.partition("=")
+        if item and (not sep or not key.strip() or not value.strip()):
+            raise ImproperlyConfigured(f"{name}: {item!r} is not {what}")
+        if item:
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+CARDPOOL_KUBERNETES = {
+    # A kubeconfig file ("" = $KUBECONFIG / ~/.kube/config, or the pod's own ServiceAccount
+    # when the portal runs in the cluster) and its context ("" = the current one).
+    "KUBECONFIG": env("CARDPOOL_KUBERNETES_KUBECONFIG", ""),
+    "CONTEXT": env("CARDPOOL_KUBERNETES_CONTEXT", ""),
+    # A team's leases run in the namespace <prefix><team slug>.
+    "NAMESPACE_PREFIX": env("CARDPOOL_KUBERNETES_NAMESPACE_PREFIX", "cardpool-"),
+    # Card model slug -> extended resource, over the vendor's default (nvidia.com/gpu, ...).
+    "RESOURCES": _pairs("CARDPOOL_KUBERNETES_RESOURCES", "card-model-slug=resource"),
+    # Environment slug -> container image; "cards only" and unmapped ones run HOLDER_IMAGE.
+    "IMAGES": _pairs("CARDPOOL_KUBERNETES_IMAGES", "environment-slug=image"),
+    "HOLDER_IMAGE": env("CARDPOOL_KUBERNETES_HOLDER_IMAGE", "docker.io/library/busybox:1.36"),
+    # The node label the pod's required node affinity matches the planned node's name with.
+    "NODE_LABEL": env("CARDPOOL_KUBERNETES_NODE_LABEL", "kubernetes.io/hostname"),
+    # mapped: the pod runs as the holder's Unix uid/gid (looked up on the portal host);
+    # image: as the image's own non-root user.
+    "RUN_AS": env("CARDPOOL_KUBERNETES_RUN_AS", "mapped"),
+    # terminationGracePeriodSeconds of a lease's pod: SIGTERM, then this long, then SIGKILL.
+    "GRACE_SECONDS": env_int("CARDPOOL_KUBERNETES_GRACE_SECONDS", 30),
+    # How long one hand-over or release watches its pods before the task retries.
+    "WAIT_SECONDS": env_int("CARDPOOL_KUBERNETES_WAIT_SECONDS", 20),
+    # A pod the scheduler has not placed this long after it was made fails the hand-over.
+    "SCHEDULE_SECONDS": env_int("CARDPOOL_KUBERNETES_SCHEDULE_SECONDS", 120),
+    "REQUEST_TIMEOUT": env_int("CARDPOOL_KUBERNETES_REQUEST_TIMEOUT", 15),
+    # Longest life of a holder's exec token (it is revoked at the release in any case).
+    "TOKEN_SECONDS": env_int("CARDPOOL_KUBERNETES_TOKEN_SECONDS", 30 * 24 * 3600),
+    # The API server address written into holders' kubeconfigs ("" = the portal's own).
+    "SERVER_URL": env("CARDPOOL_KUBERNETES_SERVER_URL", ""),
+    # Region of nodes sync_kubernetes creates when a node has no topology.kubernetes.io/region.
+    "REGION": env("CARDPOOL_KUBERNETES_REGION", "kubernetes"),
+    # Seconds between reconciliations of leases with pods, and between quota/priority mirrors.
+    "RECONCILE_SECONDS": env_int("CARDPOOL_KUBERNETES_RECONCILE_SECONDS", 60),
+    "MIRROR_SECONDS": env_int("CARDPOOL_KUBERNETES_MIRROR_SECONDS", 60),
 }
 
 # --- import_inventory limits (docs/operations.md, "Importing inventory") ----------------
@@ -554,6 +641,8 @@ CARDPOOL = {
     # Seconds between ticks that end leases whose end has come and start due reservations:
     # the most a lease outlives its end (besides the time to take the cards back).
     "TICK_SECONDS": env_int("CARDPOOL_TICK_SECONDS", 2),
+    # A waiting lease's estimate that moves by more than this is told (timeline + notice).
+    "ESTIMATE_MOVE_MINUTES": env_int("CARDPOOL_ESTIMATE_MOVE_MINUTES", 15),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
     # A hand-over still provisioning or releasing after this long is sent again (lost task).
@@ -620,6 +709,16 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(CARDPOOL_SLURM["RECONCILE_SECONDS"]),
         "options": {"expires": float(CARDPOOL_SLURM["RECONCILE_SECONDS"])},
     },
+    "kubernetes-reconcile": {
+        "task": "leasing.tasks_kubernetes.reconcile_kubernetes",
+        "schedule": float(CARDPOOL_KUBERNETES["RECONCILE_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_KUBERNETES["RECONCILE_SECONDS"])},
+    },
+    "kubernetes-mirror": {
+        "task": "leasing.tasks_kubernetes.mirror_kubernetes",
+        "schedule": float(CARDPOOL_KUBERNETES["MIRROR_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_KUBERNETES["MIRROR_SECONDS"])},
+    },
     "inventory-pull-dcgm": {
         "task": "inventory.tasks.pull_dcgm",
         "schedule": float(CARDPOOL["TELEMETRY_PULL_SECONDS"]),
@@ -647,6 +746,12 @@ CELERY_BEAT_SCHEDULE = {
     # Closes the month that has ended: records running leases' part of it (billing.usage).
     "usage-close-month": {"task": "leasing.tasks_usage.usage_close_month", "schedule": 300.0},
 }
+if CARDPOOL_DIRECTORY["SYNC_SECONDS"] and "LDAP_AUTH_URL" in globals():
+    CELERY_BEAT_SCHEDULE["directory-sync"] = {
+        "task": "leasing.tasks.directory_sync",
+        "schedule": float(CARDPOOL_DIRECTORY["SYNC_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_DIRECTORY["SYNC_SECONDS"])},
+    }
 
 LOGGING = {
     "version": 1,

@@ -307,6 +307,9 @@ class Node(models.Model):
     driver_version = models.CharField(_("driver version"), max_length=60, blank=True)
     software_versions = models.JSONField(_("software versions"), default=dict, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
+    # What this node's cardpool-agent --sessions says it can run: {"can": [...], "gl": ...,
+    # "at": ISO time}; {} = no agent has reported (leasing.workbench.offers).
+    session_offers = models.JSONField(_("session offers"), default=dict, blank=True)
     agent_token_hash = models.CharField(
         _("agent token (hash)"),
         max_length=128,

@@ -686,6 +686,10 @@ CARDPOOL_SESSIONS = {
     "START_TIMEOUT": env_int("CARDPOOL_SESSION_START_TIMEOUT", 120),
     # Where the portal host keeps the output of the session processes it starts (Slurm).
     "LOG_DIR": env("CARDPOOL_SESSION_LOG_DIR", str(VAR_DIR / "sessions")),
+    # The Unix account sessions, SSH keys and checkpoints run as on local-backend nodes:
+    # "same" (the portal username), "profile" (the profile's Slurm user, else the username) or
+    # "managed" (cardpool-<username>, created and locked by the agent; leasing.workbench.accounts).
+    "ACCOUNTS": env("CARDPOOL_SESSION_ACCOUNTS", "profile"),
     # Shared directory holding users/<username> and teams/<slug> workspaces ("" = none).
     "WORKSPACE_ROOT": env("CARDPOOL_WORKSPACE_ROOT", ""),
     # Soft limit per workspace, in GiB, and the share of it at which the owner is warned.

@@ -444,12 +444,16 @@ ROWS = [
       (401, 404, 200, 404, 404, 200)),
     r("api-lease-session", "POST", "/api/v1/leases/{alice_lease}/session/",
       (401, 404, 202, 404, 404, 404), api=True, probe="sessions"),
+    r("api-lease-session-offers", "GET", "/api/v1/leases/{alice_lease}/session/offers/",
+      (401, 404, 200, 404, 404, 200)),
     r("api-lease-session", "DELETE", "/api/v1/leases/{alice_lease}/session/",
       (401, 404, 204, 404, 404, 204), api=True, probe="sessions", writes="alice ops"),
     # Node agents only (Authorization: Node <token>).
     r("api-agent-work", "GET", "/api/v1/agent/work/", (401,) * 6),
     r("api-agent-sessions", "POST", "/api/v1/agent/sessions/", (401,) * 6,
       data={"sessions": []}, api=True),
+    r("api-agent-accounts", "POST", "/api/v1/agent/accounts/", (401,) * 6,
+      data={"accounts": []}, api=True),
 ]  # fmt: skip
 
 # Database state a write may change, read before and after the request.

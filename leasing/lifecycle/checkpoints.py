@@ -27,6 +27,7 @@ from inventory.models import Node
 from leasing.choices import RUNNING_STATES
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.transitions import event_record
+from leasing.workbench import accounts
 
 DELIVERED = "checkpoint_delivered"
 HANDED = "checkpoint_handed"  # the backend (local) left it to the node's agent
@@ -66,7 +67,9 @@ def checkpoints_for_node(node: Node, *, now: datetime) -> list[dict]:
     return [
         {
             "lease": lease.pk,
-            "user": lease.user.get_username(),
+            # The Unix account the command runs as, and the fence it runs in (the agent's).
+            **accounts.account_item(lease.user),
+            "fence": {"vendor": lease.card_model.vendor, "devices": sorted(devices[lease.pk])},
             "signal": lease.checkpoint_signal,
             "command": lease.checkpoint_command,
             "seconds": lease.checkpoint_seconds,

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from inventory.models import CardModel
 from leasing.models import Environment, Lease, Session, SshKey
-from leasing.workbench import environments, keys, sessions
+from leasing.workbench import environments, keys, offers, sessions
 from portal.input import NoBodySerializer, StrictSerializer, refuse_body
 from portal.permissions import is_operator
 
@@ -95,6 +95,8 @@ class SshKeyViewSet(
 class SessionSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     terminal_url = serializers.SerializerMethodField()
+    desktop_url = serializers.SerializerMethodField()
+    failure = serializers.SerializerMethodField()
 
     class Meta:
         model = Session
@@ -104,12 +106,27 @@ class SessionSerializer(serializers.ModelSerializer):
             "host",
             "url",
             "terminal_url",
+            "desktop_url",
             "created_at",
             "started_at",
             "ended_at",
             "end_reason",
-            "failure_reason",
+            "failure_kind",
+            "failure",
         ]
+
+    def get_desktop_url(self, obj) -> str:
+        # "" where the lease's node does not offer one (offers: why not).
+        if not offers.lease_offers(obj.lease)["desktop"].ok:
+            return ""
+        return self.context["request"].build_absolute_uri(
+            f"/leases/{obj.lease_id}/session/go/?target=desktop"
+        )
+
+    def get_failure(self, obj) -> str:
+        """Why it failed and what to do, in the reader's language (the node's own words stay
+        with the operator: the admin, the lease's events)."""
+        return sessions.failure_message(obj)
 
     def get_url(self, obj) -> str:
         return self.context["request"].build_absolute_uri(obj.base_url + sessions.JUPYTERLAB_PATH)
@@ -162,6 +179,24 @@ class LeaseSessionView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class OfferSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    offered = serializers.BooleanField(source="ok")
+    reason = serializers.CharField()
+    note = serializers.CharField()
+
+
+class LeaseSessionOffersView(APIView):
+    """What the holder may open on the lease (lab, terminal, desktop, keys), and why not."""
+
+    @extend_schema(responses={200: OfferSerializer(many=True)})
+    def get(self, request, pk: int):
+        lease = get_object_or_404(Lease, pk=pk)
+        if lease.user_id != request.user.pk and not is_operator(request.user):
+            raise NotFound()
+        return Response(OfferSerializer(offers.lease_offers(lease).values(), many=True).data)
+
+
 def register(router) -> None:
     router.register("environments", EnvironmentViewSet, basename="environment")
     router.register("ssh-keys", SshKeyViewSet, basename="ssh-key")
@@ -169,4 +204,9 @@ def register(router) -> None:
 
 urlpatterns = [
     path("leases/<int:pk>/session/", LeaseSessionView.as_view(), name="api-lease-session"),
+    path(
+        "leases/<int:pk>/session/offers/",
+        LeaseSessionOffersView.as_view(),
+        name="api-lease-session-offers",
+    ),
 ]

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -191,6 +192,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def let_everyone_through(path: Path) -> list[Path]:
+    """Give others search (o+x, not read) on *path* and each directory above it that lacks
+    it; the directories changed."""
+    changed = []
+    for directory in [path.resolve(), *path.resolve().parents]:
+        mode = directory.stat().st_mode
+        if not mode & 0o001:
+            directory.chmod(mode | 0o001)
+            changed.append(directory)
+    return changed
+
+
 def demo_sessions(env: dict, var_dir: Path, host: str, port: str) -> tuple[str, list]:
     """When nginx and JupyterLab are here: this machine becomes a node whose cardpool-agent
     runs the sessions, and nginx (the session proxy) listens on the demo's port in front of
@@ -208,6 +221,23 @@ def demo_sessions(env: dict, var_dir: Path, host: str, port: str) -> tuple[str, 
         (workspaces / sub).chmod(0o1777)
     env["CARDPOOL_SESSION_JUPYTER"] = str(jupyter)
     env.setdefault("CARDPOOL_WORKSPACE_ROOT", str(workspaces))
+    if os.geteuid() == 0:
+        # As root the agent creates each person's account (cardpool-bob, no password, home
+        # under the workspaces); they run JupyterLab from this venv, so must reach it.
+        env.setdefault("CARDPOOL_SESSION_ACCOUNTS", "managed")
+        # The demo cards' stand-in device nodes (like /dev/null): a session's private /dev
+        # (bubblewrap) holds only the leased one's, as a real card's would.
+        devices = var_dir / "demo-dev"
+        devices.mkdir(exist_ok=True)
+        for index in range(2):
+            node = devices / f"card{index}"
+            if not node.exists():
+                os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            node.chmod(0o666)
+        env.setdefault("CARDPOOL_AGENT_DEV_ROOT", str(devices))
+        for path in (VENV, workspaces):
+            for opened in let_everyone_through(path):
+                say(f"made {opened} traversable (o+x) so the session accounts reach {path}")
     token_file = var_dir / "agent-token"
     run(*manage, "demo_this_machine", "--token-file", str(token_file), env=env)
     inner = f"127.0.0.1:{_free_port()}"
@@ -306,9 +336,10 @@ def demo() -> int:
         say("a Celery worker and beat run alongside (restarted if they stop);")
         if session_children:
             say("this machine is a node too: lease a 'Demo card (this machine)' and open")
-            say("JupyterLab from the lease page (nginx and cardpool-agent run alongside;")
-            say("bob has room in his quota; sessions run as the Unix user of the same name,")
-            say("or as you when the demo does not run as root);")
+            say("JupyterLab, a terminal or a desktop from the lease page (nginx and")
+            say("cardpool-agent run alongside; with bubblewrap a session sees only its card;")
+            say("bob has room in his quota; as root the agent runs each person's sessions as")
+            say("an account it creates (cardpool-bob), else they run as you);")
         say("press Ctrl-C to stop everything")
         while True:
             supervisor.step()

@@ -487,9 +487,11 @@ def processes_using(env_var: str, devices: list[int], *, proc: Path = Path("/pro
 
 
 def deliver_checkpoint(
-    item: dict, *, proc: Path = Path("/proc"), kill=os.kill, run=subprocess.run
+    item: dict, *, proc: Path = Path("/proc"), kill=os.kill, run=subprocess.run, wrap=None
 ) -> tuple[bool, str]:
-    """Send one lease's checkpoint signal and run its command; (ok, what was done)."""
+    """Send one lease's checkpoint signal and run its command; (ok, what was done). *wrap*
+    (the item → an argv prefix) runs the command as the holder inside the lease's fence
+    (agent_sessions.checkpoint_wrap); without it the command runs as the agent."""
     done, ok = [], True
     signal_name = str(item.get("signal") or "")
     env_var, devices = str(item.get("env_var") or ""), list(item.get("devices") or [])
@@ -507,8 +509,9 @@ def deliver_checkpoint(
     if item.get("command"):
         env = {**os.environ, env_var: ",".join(str(d) for d in devices)} if env_var else None
         try:
+            prefix = wrap(item) if wrap is not None else []
             result = run(  # noqa: S603 - the holder's own checkpoint command
-                ["/bin/sh", "-c", str(item["command"])],
+                [*prefix, "/bin/sh", "-c", str(item["command"])],
                 env=env,
                 capture_output=True,
                 timeout=int(item.get("seconds") or COMMAND_TIMEOUT),
@@ -516,7 +519,7 @@ def deliver_checkpoint(
             )
             ok = ok and result.returncode == 0
             done.append(f"command exited {result.returncode}")
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
             ok = False
             done.append(f"command failed: {exc}")
     return ok, "; ".join(done)
@@ -647,6 +650,18 @@ def build_parser() -> argparse.ArgumentParser:
         "host's address)",
     )
     sessions.add_argument(
+        "--fence",
+        choices=["auto", "required", "off"],
+        default=os.environ.get("CARDPOOL_AGENT_FENCE", "auto"),
+        help="a private /dev with only the leased cards for sessions, key logins and "
+        "checkpoints (bubblewrap): auto (when bwrap is here), required (refuse without), off",
+    )
+    sessions.add_argument(
+        "--dev-root",
+        default=os.environ.get("CARDPOOL_AGENT_DEV_ROOT", "/dev"),
+        help="where the cards' device files are (default /dev; the demo's stand-ins)",
+    )
+    sessions.add_argument(
         "--state-dir",
         default=os.environ.get("CARDPOOL_AGENT_STATE_DIR", "/var/lib/cardpool-agent"),
         help="pid files and session logs (default /var/lib/cardpool-agent)",
@@ -711,6 +726,7 @@ def main(argv: list[str] | None = None, *, opener=None, sleep=time.sleep) -> int
                         token,
                         opener=opener,
                         context=extra.get("context"),
+                        wrap=_checkpoint_wrap(),
                     )
                 except PostError as exc:
                     log(f"cardpool-agent: checkpoints: {exc}")
@@ -728,6 +744,19 @@ def main(argv: list[str] | None = None, *, opener=None, sleep=time.sleep) -> int
         sleep(max(0.0, args.interval - (time.monotonic() - started)))
 
 
+def _checkpoint_wrap():
+    """Checkpoint commands run as the holder in the lease's fence (agent_sessions)."""
+    try:
+        from inventory import agent_sessions
+    except ImportError:  # copied to a node as two files side by side
+        try:
+            import agent_sessions  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    accounts, fence = agent_sessions.Accounts(), agent_sessions.Fence()
+    return lambda item: agent_sessions.checkpoint_wrap(item, accounts=accounts, fence=fence)
+
+
 def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
     """The loop with ``--sessions``: a sessions round every --session-interval seconds, and
     (unless --no-telemetry) a telemetry post every --interval seconds."""
@@ -737,9 +766,16 @@ def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
         import agent_sessions  # type: ignore[no-redef]
 
     address = args.session_address or socket.gethostbyname(socket.gethostname())
-    keeper = agent_sessions.SessionKeeper(args.state_dir, address=address, log=log)
+    fence = agent_sessions.Fence(bwrap="" if args.fence == "off" else None, dev_root=args.dev_root)
+    keeper = agent_sessions.SessionKeeper(
+        args.state_dir,
+        address=address,
+        fence=fence,
+        require_fence=args.fence == "required",
+        log=log,
+    )
     api = args.api or args.url.rsplit("telemetry/", 1)[0]
-    next_post = 0.0
+    next_post = next_accounts = 0.0
     while True:
         if not args.no_telemetry and time.monotonic() >= next_post:
             next_post = time.monotonic() + args.interval
@@ -747,14 +783,32 @@ def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
                 run_once(args, token, log=log, **extra)
             except (AgentError, ValueError, OSError) as exc:
                 log(f"cardpool-agent: {exc}")
+        leavers_due = time.monotonic() >= next_accounts
+        if leavers_due:
+            next_accounts = time.monotonic() + agent_sessions.ACCOUNTS_EVERY
         try:
-            agent_sessions.sessions_round(api, token, keeper, timeout=args.timeout)
+            agent_sessions.sessions_round(
+                api, token, keeper, leavers_due=leavers_due, timeout=args.timeout
+            )
         except (OSError, ValueError) as exc:
             log(f"cardpool-agent: sessions: {exc}")
             if args.once:
                 return 1
         if args.once:
             return 0
+        # The checkpoints of preempted leases, every round in this mode too (the mode the
+        # demo runs): the portal says "sent" only once this loop has delivered and answered.
+        if not args.no_checkpoints:
+            try:
+                checkpoints_once(
+                    checkpoints_url(args.url),
+                    token,
+                    opener=extra.get("opener"),
+                    context=extra.get("context"),
+                    wrap=_checkpoint_wrap(),
+                )
+            except PostError as exc:
+                log(f"cardpool-agent: checkpoints: {exc}")
         sleep(args.session_interval)
 
 

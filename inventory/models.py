@@ -103,7 +103,7 @@ class Region(models.Model):
         related_name="children",
     )
     energy_price_kwh = models.DecimalField(
-        _("energy price (CNY/kWh)"),
+        _("energy price per kWh (site currency)"),
         max_digits=6,
         decimal_places=3,
         null=True,
@@ -189,7 +189,7 @@ class CardModel(models.Model):
         max_digits=10,
         decimal_places=2,
         default=0,
-        help_text=_("List price in the site's currency (CNY)."),
+        help_text=_("Default price in the site's currency (CARDPOOL_CURRENCY)."),
     )
     visible_devices_env = models.CharField(
         _("visible-devices variable"),
@@ -298,6 +298,9 @@ class Node(models.Model):
     driver_version = models.CharField(_("driver version"), max_length=60, blank=True)
     software_versions = models.JSONField(_("software versions"), default=dict, blank=True)
     labels = models.JSONField(_("labels"), default=dict, blank=True)
+    # What this node's cardpool-agent --sessions says it can run: {"can": [...], "gl": ...,
+    # "at": ISO time}; {} = no agent has reported (leasing.workbench.offers).
+    session_offers = models.JSONField(_("session offers"), default=dict, blank=True)
     agent_token_hash = models.CharField(
         _("agent token (hash)"),
         max_length=128,

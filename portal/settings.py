@@ -132,6 +132,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.site",
                 "leasing.context_processors.notifications_unread",
+                "leasing.context_processors.alerts_open",
                 "leasing.context_processors.broker_status",
             ],
         },
@@ -656,6 +657,9 @@ CARDPOOL = {
     "PREEMPT_GRACE_MINUTES": env_int("CARDPOOL_PREEMPT_GRACE_MINUTES", 10),
     # The longest checkpoint time a request may declare (its preemption grace at most).
     "CHECKPOINT_MAX_SECONDS": env_int("CARDPOOL_CHECKPOINT_MAX_SECONDS", 1800),
+    # A checkpoint handed to a node's agent with no word from it after this many seconds is
+    # shown as not delivered (the preemption's grace runs on).
+    "CHECKPOINT_ACK_SECONDS": env_int("CARDPOOL_CHECKPOINT_ACK_SECONDS", 60),
     # Raw telemetry samples are kept this long, then summarised into hourly rows (at least 2).
     "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
     # Seconds between pulls from the nodes' DCGM exporters.
@@ -683,6 +687,10 @@ CARDPOOL_SESSIONS = {
     "START_TIMEOUT": env_int("CARDPOOL_SESSION_START_TIMEOUT", 120),
     # Where the portal host keeps the output of the session processes it starts (Slurm).
     "LOG_DIR": env("CARDPOOL_SESSION_LOG_DIR", str(VAR_DIR / "sessions")),
+    # The Unix account sessions, SSH keys and checkpoints run as on local-backend nodes:
+    # "same" (the portal username), "profile" (the profile's Slurm user, else the username) or
+    # "managed" (cardpool-<username>, created and locked by the agent; leasing.workbench.accounts).
+    "ACCOUNTS": env("CARDPOOL_SESSION_ACCOUNTS", "profile"),
     # Shared directory holding users/<username> and teams/<slug> workspaces ("" = none).
     "WORKSPACE_ROOT": env("CARDPOOL_WORKSPACE_ROOT", ""),
     # Soft limit per workspace, in GiB, and the share of it at which the owner is warned.

@@ -79,6 +79,11 @@ class NodeFactory(factory.django.DjangoModelFactory):
 
     hostname = factory.Sequence(lambda n: f"node{n:03d}")
     region = factory.SubFactory(RegionFactory, slug="test-region")
+    # As if its agent had reported it can run everything (leasing.workbench.offers); a test
+    # of a node with no agent passes session_offers={}.
+    session_offers = factory.LazyFunction(
+        lambda: {"can": ["desktop", "fence", "jupyterlab", "keys", "terminal"], "gl": "llvmpipe"}
+    )
 
 
 class CardFactory(factory.django.DjangoModelFactory):

@@ -51,6 +51,11 @@ def alerts_list() -> QuerySet[Alert]:
     ).order_by("-opened_at", "-pk")
 
 
+def lasting_count() -> int:
+    """Alerts open or acknowledged (the nav's badge for operators)."""
+    return Alert.objects.filter(status__in=LASTING_ALERT_STATES).count()
+
+
 def health_summary(now: datetime) -> dict[str, int]:
     """The pool page's health line: cards hot, throttling (at the power limit), on a silent
     node, faulty; and the alerts still open (two queries)."""

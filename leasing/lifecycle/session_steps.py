@@ -83,7 +83,7 @@ def session_check_step(*, session_id: int) -> bool | None:
         pass
     limit = timedelta(seconds=settings.CARDPOOL_SESSIONS["START_TIMEOUT"])
     if timezone.now() - session.created_at > limit:
-        sessions.session_failed(session_id=session.pk, reason=_log_tail(session))
+        sessions.session_failed(session_id=session.pk, reason=_log_tail(session), kind="exited")
         return False
     return None
 
@@ -126,7 +126,7 @@ def sessions_sweep(*, now=None) -> dict:
         status=SessionStatus.STARTING, created_at__lt=limit
     ).values_list("pk", flat=True)[:100]:
         failed += sessions.session_failed(
-            session_id=session_id, reason="The session did not answer in time."
+            session_id=session_id, reason="The session did not answer in time.", kind="no_answer"
         )
     ended = 0
     for lease_id in (

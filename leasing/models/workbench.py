@@ -114,6 +114,9 @@ class Session(models.Model):
     started_at = models.DateTimeField(_("running since"), null=True, blank=True)
     ended_at = models.DateTimeField(_("ended"), null=True, blank=True)
     end_reason = models.CharField(max_length=20, blank=True)
+    # Why it failed, as a kind the reader's language renders (sessions.failure_message);
+    # failure_reason keeps the node's own words (a log tail) for the operator.
+    failure_kind = models.CharField(max_length=20, blank=True)
     failure_reason = models.TextField(blank=True)
 
     objects = SessionQuerySet.as_manager()

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from inventory.api_telemetry import IsNodeAgent, NodeRateThrottle, NodeTokenAuthentication
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session, SessionStatus, SshKey
-from leasing.workbench import keys, sessions
+from leasing.workbench import accounts, keys, offers, sessions
 from portal.input import StrictSerializer
 
 
@@ -31,7 +31,7 @@ def node_work(node) -> dict:
         lease
         for lease in Lease.objects.filter(status=LeaseStatus.ACTIVE)
         .filter(allocations__card__node=node)
-        .select_related("user", "team", "user__profile", "environment")
+        .select_related("user", "team", "user__profile", "environment", "card_model")
         .distinct()
         if (lease.access or {}).get("backend") == "local"
     ]
@@ -44,21 +44,16 @@ def node_work(node) -> dict:
         .order_by("pk")
     ):
         lease = by_id[session.lease_id]
-        devices = next(
-            (
-                n.get("env", {})
-                for n in lease.access.get("nodes", [])
-                if n.get("host") == node.hostname
-            ),
-            {},
-        )
+        here = _on(lease, node)
+        devices = here.get("env", {})
         work_sessions.append(
             {
                 "id": session.pk,
-                "user": _unix_user(lease),
+                **accounts.account_item(lease.user),
                 "port": session.port,
                 "state": session.status,
                 "script": sessions.session_script(session, lease, devices),
+                "fence": _fence(lease, here),
             }
         )
     user_keys: dict[int, list[str]] = {}
@@ -66,8 +61,9 @@ def node_work(node) -> dict:
         user_keys.setdefault(key.user_id, []).append(key.public_key)
     work_keys = [
         {
-            "user": _unix_user(lease),
+            **accounts.account_item(lease.user),
             "lease": lease.pk,
+            "fence": _fence(lease, _on(lease, node)),
             "lines": [
                 keys.authorized_line(k, lease_id=lease.pk, until=lease.end_at)
                 for k in user_keys.get(lease.user_id, [])
@@ -78,20 +74,49 @@ def node_work(node) -> dict:
     return {"node": node.hostname, "sessions": work_sessions, "keys": work_keys}
 
 
-def _unix_user(lease: Lease) -> str:
-    profile = getattr(lease.user, "profile", None)
-    return (getattr(profile, "slurm_user", "") or lease.user.get_username()).strip()
+def _on(lease: Lease, node) -> dict:
+    """The lease's access details on *node*."""
+    return next(
+        (n for n in (lease.access or {}).get("nodes", []) if n.get("host") == node.hostname), {}
+    )
+
+
+def _fence(lease: Lease, here: dict) -> dict:
+    """What the agent fences a session, a key's login or a checkpoint into: the leased
+    cards' indices on this node and their vendor (the agent knows their device files)."""
+    return {"vendor": lease.card_model.vendor, "devices": list(here.get("devices") or [])}
 
 
 class ReportItem(StrictSerializer):
     id = serializers.IntegerField()
     state = serializers.ChoiceField(choices=["running", "failed"])
+    kind = serializers.ChoiceField(choices=list(sessions.FAILURES), required=False)
     address = serializers.CharField(max_length=64, required=False, allow_blank=True)
     message = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
 class ReportSerializer(StrictSerializer):
     sessions = ReportItem(many=True)
+
+
+class AccountsSerializer(StrictSerializer):
+    accounts = serializers.ListField(
+        child=serializers.CharField(max_length=64), max_length=10000, allow_empty=True
+    )
+
+
+class AgentAccountsView(APIView):
+    """The agent names the accounts it created; the answer: those whose person has left."""
+
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    throttle_classes = [NodeRateThrottle]
+
+    @extend_schema(operation_id="agent_accounts", request=AccountsSerializer, responses={200: dict})
+    def post(self, request):
+        serializer = AccountsSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return Response({"leavers": accounts.leavers(serializer.validated_data["accounts"])})
 
 
 class AgentWorkView(APIView):
@@ -103,6 +128,11 @@ class AgentWorkView(APIView):
 
     @extend_schema(operation_id="agent_work", responses={200: dict})
     def get(self, request):
+        """``?can=jupyterlab,terminal,desktop,keys,fence&gl=llvmpipe``: what the node can
+        run (offers.record); an agent that says nothing changes nothing."""
+        if "can" in request.query_params:
+            can = [c for c in request.query_params["can"].split(",") if c][:20]
+            offers.record(request.auth, can=can, gl=request.query_params.get("gl", ""))
         return Response(node_work(request.auth))
 
 
@@ -131,11 +161,14 @@ class AgentSessionsView(APIView):
                 )
             else:
                 reason = item.get("message") or str(_("The session did not start."))
-                changed += sessions.session_failed(session_id=item["id"], reason=reason)
+                changed += sessions.session_failed(
+                    session_id=item["id"], reason=reason, kind=item.get("kind") or "exited"
+                )
         return Response({"changed": changed})
 
 
 urlpatterns = [
     path("agent/work/", AgentWorkView.as_view(), name="api-agent-work"),
     path("agent/sessions/", AgentSessionsView.as_view(), name="api-agent-sessions"),
+    path("agent/accounts/", AgentAccountsView.as_view(), name="api-agent-accounts"),
 ]

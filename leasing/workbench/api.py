@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404
 from django.urls import path
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import NotFound
@@ -13,7 +14,7 @@ from rest_framework.views import APIView
 
 from inventory.models import CardModel
 from leasing.models import Environment, Lease, Session, SshKey
-from leasing.workbench import environments, keys, sessions
+from leasing.workbench import environments, keys, offers, sessions
 from portal.input import NoBodySerializer, StrictSerializer, refuse_body
 from portal.permissions import is_operator
 
@@ -51,7 +52,7 @@ class EnvironmentViewSet(viewsets.ReadOnlyModelViewSet):
         if slug:
             model = CardModel.objects.filter(slug=slug).first()
             if model is None:
-                raise NotFound(f"No card model {slug!r}.")
+                raise NotFound(_("No card model “%(slug)s”.") % {"slug": slug})
             rows = environments.environments_for(model)
         else:
             rows = list(self.get_queryset())
@@ -94,6 +95,8 @@ class SshKeyViewSet(
 class SessionSerializer(serializers.ModelSerializer):
     url = serializers.SerializerMethodField()
     terminal_url = serializers.SerializerMethodField()
+    desktop_url = serializers.SerializerMethodField()
+    failure = serializers.SerializerMethodField()
 
     class Meta:
         model = Session
@@ -103,12 +106,27 @@ class SessionSerializer(serializers.ModelSerializer):
             "host",
             "url",
             "terminal_url",
+            "desktop_url",
             "created_at",
             "started_at",
             "ended_at",
             "end_reason",
-            "failure_reason",
+            "failure_kind",
+            "failure",
         ]
+
+    def get_desktop_url(self, obj) -> str:
+        # "" where the lease's node does not offer one (offers: why not).
+        if not offers.lease_offers(obj.lease)["desktop"].ok:
+            return ""
+        return self.context["request"].build_absolute_uri(
+            f"/leases/{obj.lease_id}/session/go/?target=desktop"
+        )
+
+    def get_failure(self, obj) -> str:
+        """Why it failed and what to do, in the reader's language (the node's own words stay
+        with the operator: the admin, the lease's events)."""
+        return sessions.failure_message(obj)
 
     def get_url(self, obj) -> str:
         return self.context["request"].build_absolute_uri(obj.base_url + sessions.JUPYTERLAB_PATH)
@@ -134,7 +152,7 @@ class LeaseSessionView(APIView):
     def get(self, request, pk: int):
         session = Session.objects.filter(lease=self._lease(request, pk)).order_by("-pk").first()
         if session is None:
-            raise NotFound("This lease has no session.")
+            raise NotFound(_("This lease has no session."))
         return Response(SessionSerializer(session, context={"request": request}).data)
 
     @extend_schema(request=NoBodySerializer, responses={202: SessionSerializer})
@@ -156,9 +174,27 @@ class LeaseSessionView(APIView):
         lease = self._lease(request, pk)
         session = Session.objects.live().filter(lease=lease).first()
         if session is None:
-            raise NotFound("No session is running on this lease.")
+            raise NotFound(_("No session is running on this lease."))
         sessions.session_stop(session=session, user=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class OfferSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    offered = serializers.BooleanField(source="ok")
+    reason = serializers.CharField()
+    note = serializers.CharField()
+
+
+class LeaseSessionOffersView(APIView):
+    """What the holder may open on the lease (lab, terminal, desktop, keys), and why not."""
+
+    @extend_schema(responses={200: OfferSerializer(many=True)})
+    def get(self, request, pk: int):
+        lease = get_object_or_404(Lease, pk=pk)
+        if lease.user_id != request.user.pk and not is_operator(request.user):
+            raise NotFound()
+        return Response(OfferSerializer(offers.lease_offers(lease).values(), many=True).data)
 
 
 def register(router) -> None:
@@ -168,4 +204,9 @@ def register(router) -> None:
 
 urlpatterns = [
     path("leases/<int:pk>/session/", LeaseSessionView.as_view(), name="api-lease-session"),
+    path(
+        "leases/<int:pk>/session/offers/",
+        LeaseSessionOffersView.as_view(),
+        name="api-lease-session-offers",
+    ),
 ]

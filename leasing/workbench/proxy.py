@@ -39,7 +39,7 @@ http {{
       proxy_set_header Connection "";
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
     }}
 
     location /sessions/ {{
@@ -53,7 +53,7 @@ http {{
       proxy_set_header Connection $connection_upgrade;
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
       proxy_set_header Authorization "token $session_token";
       proxy_read_timeout 1d;
       proxy_send_timeout 1d;
@@ -68,25 +68,37 @@ http {{
       proxy_set_header Host $http_host;
       proxy_set_header X-Original-URI $request_uri;
       proxy_set_header X-Cardpool-Proxy "{secret}";
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
     }}
 
     location @cardpool_portal {{
       proxy_pass http://cardpool_portal;
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
     }}
   }}
 }}
 """
 
 
-def nginx_config(*, listen: str, portal: str, var_dir: str, foreground: bool = True) -> str:
+def nginx_config(
+    *,
+    listen: str,
+    portal: str,
+    var_dir: str,
+    foreground: bool = True,
+    behind_tls_proxy: bool = False,
+) -> str:
     """A complete nginx.conf: *listen* (``8080`` or ``0.0.0.0:443 ssl``…) in front of the
-    portal at *portal* (``127.0.0.1:8000``); nginx's own files under *var_dir*."""
+    portal at *portal* (``127.0.0.1:8000``); nginx's own files under *var_dir*.
+
+    The portal learns the browser's scheme from ``X-Forwarded-Proto``: nginx's own (``http``
+    unless TLS lines are added to it), or, *behind_tls_proxy*, the one the TLS terminator in
+    front of nginx sent (else every request would look like plain HTTP and be redirected)."""
     var = str(Path(var_dir).resolve())
     return TEMPLATE.format(
+        proto="$http_x_forwarded_proto" if behind_tls_proxy else "$scheme",
         daemon="daemon off;\n" if foreground else "",
         var=var,
         portal=portal,

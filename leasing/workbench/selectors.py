@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session
-from leasing.workbench import environments, workspace
+from leasing.workbench import accounts, environments, offers, sessions, workspace
 
 
 @dataclass
@@ -17,6 +17,8 @@ class Workbench:
     workspaces: list = field(default_factory=list)
     is_holder: bool = False
     keys: int = 0
+    offers: dict = field(default_factory=dict)
+    failure: str = ""
 
 
 def lease_workbench(lease: Lease, user) -> Workbench:
@@ -25,9 +27,13 @@ def lease_workbench(lease: Lease, user) -> Workbench:
     is_holder = lease.user_id == user.pk
     session = Session.objects.filter(lease=lease).order_by("-pk").first()
     commands = []
-    if lease.status == LeaseStatus.ACTIVE:
-        unix = (getattr(getattr(lease.user, "profile", None), "slurm_user", "") or "").strip()
-        unix = unix or lease.user.get_username()
+    offered = offers.lease_offers(lease) if is_holder else {}
+    keys_refused = is_holder and not offered["keys"].ok  # the offers say why instead
+    if lease.status == LeaseStatus.ACTIVE and not keys_refused:
+        unix = (
+            lease.access.get("slurm_user") if (lease.access or {}).get("backend") == "slurm" else ""
+        )
+        unix = unix or accounts.account_name(lease.user)
         for node in (lease.access or {}).get("nodes", []):
             env = " ".join(f"{k}={v}" for k, v in sorted((node.get("env") or {}).items()))
             if node.get("job_id"):
@@ -42,4 +48,6 @@ def lease_workbench(lease: Lease, user) -> Workbench:
         workspaces=workspace.workspace_usage(user=lease.user, team=lease.team),
         is_holder=is_holder,
         keys=lease.user.ssh_keys.count(),
+        offers=offered,
+        failure=sessions.failure_message(session) if session else "",
     )

@@ -21,15 +21,67 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from leasing.choices import LeaseStatus
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Environment, Lease, Session, SessionStatus
 from leasing.transitions import event_record
-from leasing.workbench import workspace
+from leasing.workbench import offers, workspace
 
 # Where a session opens, under its base URL.
 JUPYTERLAB_PATH = "lab"
+# The desktop (noVNC through websockify, on the session's port + 1), under its base URL.
+DESKTOP_PREFIX = "desktop/"
+
+
+def desktop_path(session: Session) -> str:
+    """noVNC's page, told to connect back through the same gate and to size the desktop
+    to the window."""
+    base = session.base_url.lstrip("/")
+    return (
+        f"{DESKTOP_PREFIX}vnc.html?path={base}{DESKTOP_PREFIX}websockify"
+        "&autoconnect=1&resize=remote&reconnect=1"
+    )
+
+
+# Run in the session (before JupyterLab) when the lease's node offers the desktop: Xvnc on a
+# Unix socket in a 0700 directory of the holder's, websockify on port + 1 serving noVNC and
+# admitting only requests carrying the session's token (the proxy adds it after the portal's
+# gate said yes), and a terminal on the display. A desktop that cannot start leaves the lab.
+DESKTOP = r"""
+cardpool_desktop() {
+  local dir vnc display=$(( 100 + SESSION_ID % 5000 ))
+  vnc=$(command -v Xvnc || command -v Xtigervnc) || return 0
+  dir=$(mktemp -d "/tmp/cardpool-desktop-SESSION_ID-XXXXXX") || return 0
+  rm -f "/tmp/.X$display-lock" "/tmp/.X11-unix/X$display" 2>/dev/null || true
+  (umask 077; printf '%s' "$JUPYTER_TOKEN" > "$dir/token")
+  cat > "$dir/cardpool_desktop_auth.py" <<'PY'
+import hmac
+from websockify.auth_plugins import AuthenticationError
+class Token:
+    def __init__(self, src=None):
+        with open(src) as f:
+            self.expected = ("token " + f.read().strip()).encode()
+    def authenticate(self, headers, target_host, target_port):
+        if not hmac.compare_digest((headers.get("Authorization") or "").encode(), self.expected):
+            raise AuthenticationError(response_code=403, response_msg="Forbidden")
+PY
+  mkdir -p "$dir/web/sessions/SESSION_ID"
+  ln -s /usr/share/novnc "$dir/web/sessions/SESSION_ID/desktop"
+  "$vnc" ":$display" -rfbport -1 -rfbunixpath "$dir/vnc.sock" -SecurityTypes None \
+    -geometry 1600x900 -depth 24 -nolisten tcp -desktop "Cardpool" >"$dir/xvnc.log" 2>&1 &
+  PYTHONPATH="$dir" websockify --web "$dir/web" --web-auth \
+    --auth-plugin cardpool_desktop_auth.Token --auth-source "$dir/token" \
+    --unix-target "$dir/vnc.sock" "$CARDPOOL_SESSION_IP:DESKTOP_PORT" >"$dir/websockify.log" 2>&1 &
+  (for _ in $(seq 100); do [ -S "$dir/vnc.sock" ] && break; sleep 0.1; done
+   export DISPLAY=":$display"
+   for app in xterm x-terminal-emulator; do
+     if command -v "$app" >/dev/null; then "$app" >/dev/null 2>&1 & break; fi
+   done) &
+}
+cardpool_desktop || true
+"""
 
 
 def port_range() -> tuple[int, int]:
@@ -38,18 +90,23 @@ def port_range() -> tuple[int, int]:
 
 
 def _pick_port() -> int:
+    """A port in the range whose next one (the desktop's) is in it too."""
     low, high = port_range()
-    return low + secrets.randbelow(high - low + 1)
+    return low + secrets.randbelow(max(1, high - low))
 
 
-def session_open(*, lease: Lease, user, now: datetime | None = None) -> Session:
+def session_open(*, lease: Lease, user, want: str = "lab", now: datetime | None = None) -> Session:
     """The holder's running or starting session on *lease*, else a new one (started by the
-    worker after commit). Only the holder may open one, only while the lease is active."""
+    worker after commit). Only the holder may open one, only while the lease is active, and
+    only what the node offers (*want*: lab, terminal or desktop; offers.lease_offers)."""
     now = now or timezone.now()
     if lease.user_id != user.pk:
         raise PermissionDenied(_("Only the holder of a lease may open a session on it."))
     if lease.status != LeaseStatus.ACTIVE:
         raise ValidationError(_("Sessions can be opened only while the lease is active."))
+    offer = offers.lease_offers(lease).get(want)
+    if offer is None or not offer.ok:
+        raise ValidationError(offer.reason if offer else _("Unknown session kind."))
     live = Session.objects.live().filter(lease=lease).first()
     if live is not None:
         return live
@@ -118,8 +175,48 @@ def session_running(*, session_id: int, address: str, now: datetime | None = Non
     return bool(done)
 
 
-def session_failed(*, session_id: int, reason: str, now: datetime | None = None) -> bool:
-    """The program could not be started (or died): the holder sees why on the lease page."""
+# Why a session failed, as the holder reads it (what happened, and what to do).
+FAILURES = {
+    "no_account": gettext_lazy(
+        "%(node)s has no Unix account for you. Ask an operator to create it, or to let the "
+        "agent make accounts (CARDPOOL_SESSION_ACCOUNTS=managed)."
+    ),
+    "agent_not_root": gettext_lazy(
+        "The agent on %(node)s cannot start sessions as you (it does not run as root). Ask an "
+        "operator."
+    ),
+    "fence": gettext_lazy(
+        "%(node)s cannot fence the cards (bubblewrap is missing or not allowed there), so the "
+        "session was not started. Ask an operator."
+    ),
+    "exited": gettext_lazy(
+        "The session stopped while starting. Try again; if it stops again, choose another "
+        "environment or ask an operator (the node's log is kept for them)."
+    ),
+    "no_answer": gettext_lazy(
+        "The session did not answer in time: the agent on %(node)s may be down. Try again in a "
+        "minute, or ask an operator to check cardpool-agent there."
+    ),
+    "backend": gettext_lazy(
+        "%(node)s refused to start the session. Try again; if it keeps failing, ask an operator."
+    ),
+}
+
+
+def failure_message(session: Session) -> str:
+    """Why *session* failed, in the reader's language ("" unless it failed)."""
+    if session.status != SessionStatus.FAILED:
+        return ""
+    text = FAILURES.get(session.failure_kind) or FAILURES["backend"]
+    return str(text) % {"node": session.host}
+
+
+def session_failed(
+    *, session_id: int, reason: str, kind: str = "backend", now: datetime | None = None
+) -> bool:
+    """The program could not be started (or died): the holder sees why on the lease page
+    (*kind*, a key of FAILURES, in their language; *reason*, the node's words, is kept for
+    the operator)."""
     now = now or timezone.now()
     with transaction.atomic():
         done = (
@@ -129,6 +226,7 @@ def session_failed(*, session_id: int, reason: str, now: datetime | None = None)
                 status=SessionStatus.FAILED,
                 ended_at=now,
                 end_reason="failed",
+                failure_kind=kind if kind in FAILURES else "backend",
                 failure_reason=reason[:2000],
             )
         )
@@ -138,8 +236,7 @@ def session_failed(*, session_id: int, reason: str, now: datetime | None = None)
                 lease_id,
                 kind="session_failed",
                 at=now,
-                message=reason[:500],
-                data={"session": session_id},
+                data={"session": session_id, "why": kind},
             )
     return bool(done)
 
@@ -229,6 +326,12 @@ def session_script(session: Session, lease: Lease, devices: dict[str, str]) -> s
         )
     enter, prefix = _enter(session.environment)
     lines += enter
+    if offers.lease_offers(lease)["desktop"].ok:
+        lines.append(
+            DESKTOP.replace("SESSION_ID", str(int(session.pk))).replace(
+                "DESKTOP_PORT", str(int(session.port) + 1)
+            )
+        )
     fallback = shlex.quote(settings.CARDPOOL_SESSIONS["JUPYTER"])
     lines.append(f"JUPYTER=$(command -v jupyter || echo {fallback})")
     lines.append(

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 from leasing.models import Environment, Lease, Session, SshKey
 from leasing.workbench import environments, keys, sessions
 
-SESSION_URI = re.compile(r"^/sessions/(\d+)/")
+SESSION_URI = re.compile(r"^/sessions/(\d+)/(desktop/)?")
 
 
 def proxy_secret() -> str:
@@ -53,7 +53,9 @@ def session_auth(request):
         return HttpResponse(status=403)
     response = HttpResponse(status=200)
     session = gate.session
-    response["X-Session-Upstream"] = f"{session.address or session.host}:{session.port}"
+    # The desktop's websockify listens beside JupyterLab, on the next port.
+    port = session.port + (1 if match and match.group(2) else 0)
+    response["X-Session-Upstream"] = f"{session.address or session.host}:{port}"
     response["X-Session-Token"] = session.token
     response["Cache-Control"] = "no-store"
     return response
@@ -77,9 +79,10 @@ def session_open(request, pk: int):
     """The lease page's "Open JupyterLab" / "Open terminal": start the session if none
     runs, then go where it opens (``session_go``)."""
     lease = visible_lease(request, pk)
-    target = "terminal" if request.POST.get("target") == "terminal" else "lab"
+    target = request.POST.get("target")
+    target = target if target in ("terminal", "desktop") else "lab"
     try:
-        sessions.session_open(lease=lease, user=request.user)
+        sessions.session_open(lease=lease, user=request.user, want=target)
     except (ValidationError, PermissionDenied) as exc:
         for message in getattr(exc, "messages", [str(exc)]):
             messages.error(request, message)
@@ -99,6 +102,8 @@ def session_go(request, pk: int):
     if gate.session is None:
         raise Http404
     if gate.allow:
+        if request.GET.get("target") == "desktop":
+            return redirect(f"{session.base_url}{sessions.desktop_path(session)}")
         if request.GET.get("target") == "terminal":
             try:
                 where = sessions.session_terminal_new(session)

@@ -35,13 +35,16 @@ def runs_as(user: str, path: str) -> bool:
 
 
 def session_missing(users: tuple[str, ...] = ("alice",)) -> str:
-    """Why the session tests cannot run here ("" when they can)."""
+    """Why the session tests cannot run here ("" when they can). With *users* empty the
+    sessions run as accounts the agent creates (checked with ``nobody`` instead)."""
     if shutil.which("nginx") is None:
         return "needs nginx with auth_request for the session proxy (apt-get install nginx-light)"
     if not Path(JUPYTER).exists():
         return f"needs JupyterLab in the test environment ({JUPYTER}; pip install -e '.[test]')"
     if os.geteuid() != 0:
         return "needs root (the session runs as the holder's Unix user through runuser)"
+    if not users and not runs_as("nobody", JUPYTER):
+        return f"other users cannot run {JUPYTER}: the venv must be readable by every user"
     for user in users:
         try:
             subprocess.run(["id", user], check=True, capture_output=True)

@@ -48,7 +48,7 @@ def _why_not() -> str:
         try:
             pwd.getpwnam(user)
         except KeyError:
-            return f"no Unix user {user} (useradd -m {user})"
+            return f"no Unix user {user}: the lab makes its users (slurm-lab.sh up)"
     if os.geteuid() != 0:
         return "needs root (salloc as the holder through runuser)"
     return ""

@@ -3,6 +3,7 @@ workspaces (measured, warned), and who may reach a session (the proxy's question
 
 from __future__ import annotations
 
+import os
 import string
 from datetime import timedelta
 
@@ -196,6 +197,19 @@ def test_the_ssh_key_api(api, alice, bob):
     assert api.delete(f"/api/v1/ssh-keys/{pk}/").status_code == 204
 
 
+class HomesUnder(agent_sessions.Accounts):
+    """A fake passwd: every name is an account with its home under *root*, owned by whoever
+    runs the tests (nobody's uid when that is root): no Unix user alice needed."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def lookup(self, name):
+        uid = os.getuid() or 65534
+        return agent_sessions.Account(name, uid, uid, self.root / name)
+
+
 def test_the_agent_installs_the_holders_keys_for_the_lease_and_removes_them_after(
     alice, vision, a10, tmp_path
 ):
@@ -206,7 +220,11 @@ def test_the_agent_installs_the_holders_keys_for_the_lease_and_removes_them_afte
     keys.ssh_key_add(user=alice, public_key=f"{ED25519} me@laptop")
     lease = _active(alice, vision, a10)
     node = lease.allocations.get().card.node
-    keeper = agent_sessions.SessionKeeper(tmp_path / "state", home_of=lambda user: tmp_path / user)
+    keeper = agent_sessions.SessionKeeper(
+        tmp_path / "state",
+        accounts=HomesUnder(tmp_path),
+        fence=agent_sessions.Fence(bwrap=""),  # unfenced: tests/inventory/test_fence.py
+    )
     client = Client(HTTP_AUTHORIZATION=f"Node {node_token_issue(node=node)}")
 
     work = client.get("/api/v1/agent/work/").json()

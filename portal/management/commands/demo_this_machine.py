@@ -59,6 +59,8 @@ class Command(BaseCommand):
                 "price_per_hour": Decimal("0"),
                 "software_stack": "Python",
                 "visible_devices_env": "CUDA_VISIBLE_DEVICES",
+                # This machine's desktop draws with Mesa (llvmpipe): offered, and said so.
+                "graphics": True,
             },
         )
         node, _ = Node.objects.get_or_create(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from leasing.workbench.proxy import nginx_config
@@ -24,7 +25,14 @@ class Command(BaseCommand):
     def handle(self, *args, listen, portal, var_dir, output, daemon, **options):
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (Path(var_dir) / sub).mkdir(parents=True, exist_ok=True)
-        text = nginx_config(listen=listen, portal=portal, var_dir=var_dir, foreground=not daemon)
+        text = nginx_config(
+            listen=listen,
+            portal=portal,
+            var_dir=var_dir,
+            foreground=not daemon,
+            # CARDPOOL_BEHIND_TLS_PROXY: a TLS terminator in front of nginx says the scheme.
+            behind_tls_proxy=settings.SECURE_PROXY_SSL_HEADER is not None,
+        )
         if output:
             Path(output).write_text(text)
             self.stdout.write(f"wrote {output}; run: nginx -c {Path(output).resolve()}")

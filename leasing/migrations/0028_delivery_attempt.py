@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leasing', '0025_plan_version'),
+        ('leasing', '0027_session_offers'),
     ]
 
     operations = [

@@ -338,6 +338,12 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "portal.api_permissions.SeesPool",  # nothing of the pool for someone in no team
     ],
+    # JSON nesting is bounded before parsing (portal/input.py): too deep is a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.input.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.Pagination",
     "PAGE_SIZE": 100,

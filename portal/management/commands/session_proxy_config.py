@@ -7,6 +7,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 
 from leasing.workbench.proxy import nginx_config
+from portal.secret_key import secret_file_write
 
 
 class Command(BaseCommand):
@@ -20,13 +21,24 @@ class Command(BaseCommand):
         parser.add_argument("--var-dir", default="var/nginx", help="nginx's pid and temp files")
         parser.add_argument("--output", default="", help="write here instead of printing")
         parser.add_argument("--daemon", action="store_true", help="let nginx daemonize")
+        parser.add_argument(
+            "--session-domain",
+            default=None,
+            help="sessions at s<id>.DOMAIN (default CARDPOOL_SESSION_DOMAIN; empty: any host)",
+        )
 
-    def handle(self, *args, listen, portal, var_dir, output, daemon, **options):
+    def handle(self, *args, listen, portal, var_dir, output, daemon, session_domain, **options):
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (Path(var_dir) / sub).mkdir(parents=True, exist_ok=True)
-        text = nginx_config(listen=listen, portal=portal, var_dir=var_dir, foreground=not daemon)
+        text = nginx_config(
+            listen=listen,
+            portal=portal,
+            var_dir=var_dir,
+            foreground=not daemon,
+            domain=session_domain,
+        )
         if output:
-            Path(output).write_text(text)
+            secret_file_write(output, text)  # it holds the proxy's secret: 0600
             self.stdout.write(f"wrote {output}; run: nginx -c {Path(output).resolve()}")
         else:
             self.stdout.write(text)

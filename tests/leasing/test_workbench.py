@@ -382,6 +382,8 @@ def test_the_agent_is_told_its_sessions_and_reports_them(alice, vision, a10, tor
     assert f"--ServerApp.base_url=/sessions/{session.pk}/" in item["script"]
     assert theirs.get("/api/v1/agent/work/").json()["sessions"] == []
 
+    node.session_addresses = ["10.0.0.9"]  # an address the operator recorded on the node
+    node.save()
     report = {"sessions": [{"id": session.pk, "state": "running", "address": "10.0.0.9"}]}
     theirs.post("/api/v1/agent/sessions/", report, content_type="application/json")
     assert Session.objects.get(pk=session.pk).status == "starting"  # not theirs to say

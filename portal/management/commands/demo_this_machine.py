@@ -66,6 +66,10 @@ class Command(BaseCommand):
             hostname=this_hostname(),
             defaults={"region": region, "labels": {"demo": "true", "backend": "local"}},
         )
+        # The demo's agent reports its sessions on loopback (cardpool.py --session-address).
+        if "127.0.0.1" not in node.session_addresses:
+            node.session_addresses = [*node.session_addresses, "127.0.0.1"]
+            node.save(update_fields=["session_addresses"])
         for index in range(2):
             Card.objects.get_or_create(
                 node=node,

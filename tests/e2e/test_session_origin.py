@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -218,20 +219,21 @@ def test_a_script_served_by_a_session_cannot_read_the_portals_api(proxied, alice
     assert settings.CSRF_COOKIE_NAME not in out["cookies"], out
 
 
-@pytest.mark.skipif(not Path(JUPYTER).exists(), reason=f"needs JupyterLab ({JUPYTER})")
-def test_real_jupyterlab_works_through_the_proxy_without_its_token_in_the_page(
-    live_server, tmp_path, running, alice
-):
-    """JupyterLab itself (run here as this user, as the agent would run it as the holder):
-    its page reaches the browser without the token, and its API — reads, writes without an
-    XSRF cookie — works, because the proxy authenticates to it."""
+@pytest.fixture
+def real_lab(live_server, tmp_path, running):
+    """JupyterLab itself (run here as this user, as the agent would run it as the holder)
+    behind the proxy: yields (proxy, lease, session, its root directory)."""
+    if not Path(JUPYTER).exists():
+        pytest.skip(f"needs JupyterLab ({JUPYTER})")
     lease, session = running
     port = free_port()
+    root_dir = tmp_path / "lab"
+    root_dir.mkdir()
     env = {**os.environ, "JUPYTER_TOKEN": session.token, "HOME": str(tmp_path)}
     root = ["--allow-root"] if os.geteuid() == 0 else []
     lab = subprocess.Popen(
         [JUPYTER, "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-         f"--ServerApp.base_url={session.base_url}", f"--ServerApp.root_dir={tmp_path}",
+         f"--ServerApp.base_url={session.base_url}", f"--ServerApp.root_dir={root_dir}",
          "--ServerApp.allow_remote_access=True", "--LabApp.news_url=None",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", *root],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -239,32 +241,79 @@ def test_real_jupyterlab_works_through_the_proxy_without_its_token_in_the_page(
     try:
         Session.objects.filter(pk=session.pk).update(port=port)
         sessions.session_running(session_id=session.pk, address="127.0.0.1")
+        session.refresh_from_db()
         with nginx_in_front(live_server.url, tmp_path) as proxy:
-            host, pass_cookie = session_pass(proxy, portal_cookie(alice), lease.pk)
-            headers = {"Cookie": pass_cookie}
             deadline = time.monotonic() + 60
-            status = 0
-            while status != 200 and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
                 try:
-                    status, _h, _b = via_proxy(
-                        proxy, host, f"/sessions/{session.pk}/api/status", headers
-                    )
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
                 except OSError:
-                    status = 0
-                time.sleep(0.5)
-            assert status == 200, "JupyterLab did not answer through the proxy"
-            status, _h, page = via_proxy(proxy, host, f"/sessions/{session.pk}/lab", headers)
-            assert status == 200 and b"jupyter-config-data" in page
-            assert session.token.encode() not in page
-            config = re.search(rb'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S)
-            assert json.loads(config.group(1))["token"] == ""
-            status, _h, _b = via_proxy(
-                proxy, host, f"/sessions/{session.pk}/api/contents/note.txt",
-                {**headers, "Content-Type": "application/json"}, method="PUT",
-                body=json.dumps({"type": "file", "format": "text", "content": "hi"}),
-            )  # fmt: skip
-            assert status in (200, 201)
-            assert (tmp_path / "note.txt").read_text() == "hi"
+                    time.sleep(0.3)
+            yield proxy, lease, session, root_dir
     finally:
         lab.terminate()
         lab.wait(timeout=20)
+
+
+def test_real_jupyterlab_works_through_the_proxy_without_its_token_in_the_page(real_lab, alice):
+    """Its page reaches the browser without the token, and its API — reads, and writes
+    without an XSRF cookie — works, because the proxy authenticates to it."""
+    proxy, lease, session, root_dir = real_lab
+    host, pass_cookie = session_pass(proxy, portal_cookie(alice), lease.pk)
+    headers = {"Cookie": pass_cookie}
+    deadline = time.monotonic() + 60
+    status = 0
+    while status != 200 and time.monotonic() < deadline:
+        status, _h, _b = via_proxy(proxy, host, f"/sessions/{session.pk}/api/status", headers)
+        time.sleep(0.3)
+    assert status == 200, "JupyterLab did not answer through the proxy"
+    status, _h, page = via_proxy(proxy, host, f"/sessions/{session.pk}/lab", headers)
+    assert status == 200 and b"jupyter-config-data" in page
+    assert session.token.encode() not in page
+    config = re.search(rb'id="jupyter-config-data"[^>]*>(.*?)</script>', page, re.S)
+    assert json.loads(config.group(1))["token"] == ""
+    status, _h, _b = via_proxy(
+        proxy, host, f"/sessions/{session.pk}/api/contents/note.txt",
+        {**headers, "Content-Type": "application/json"}, method="PUT",
+        body=json.dumps({"type": "file", "format": "text", "content": "hi"}),
+    )  # fmt: skip
+    assert status in (200, 201)
+    assert (root_dir / "note.txt").read_text() == "hi"
+
+
+@pytest.mark.postgres
+@pytest.mark.browser
+def test_real_jupyterlab_opens_in_chromium_from_the_lease_page(real_lab, alice):
+    """The whole way a holder takes: sign in, open the session, JupyterLab's launcher draws
+    (its settings, kernelspecs and event websocket all through the proxy, with no token)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.e2e.test_browser import CHROMIUM_ARGS
+
+    proxy, lease, session, _root = real_lab
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_context(base_url=proxy).new_page()
+            page.set_default_timeout(60_000)
+            refused = []
+            page.on("response", lambda r: refused.append(r.url) if r.status >= 400 else None)
+            page.goto("/accounts/login/")
+            page.locator("input[name=login]").fill("alice")
+            page.locator("input[name=password]").fill("pw-for-tests")
+            page.locator("input[name=password]").press("Enter")
+            page.wait_for_url(re.compile(r"^(?!.*/accounts/login/)"))
+            page.goto(f"/sessions/{session.pk}/lab")
+            page.wait_for_url(re.compile(rf"^http://s{session.pk}\.localhost:\d+/sessions/"))
+            expect(page.locator(".jp-Launcher").first).to_be_visible(timeout=90_000)
+            assert session.token not in page.content()
+            kernels = page.evaluate(
+                f"fetch('/sessions/{session.pk}/api/kernelspecs').then(r => r.status)"
+            )
+            assert kernels == 200
+            assert not [u for u in refused if "/sessions/" in u], refused
+        finally:
+            browser.close()

@@ -11,6 +11,9 @@ class LeasingConfig(AppConfig):
         from django.conf import settings
 
         from leasing.choices import Priority, Purpose
+        from leasing.directory.receivers import connect
+
+        connect()
 
         for purpose, priority in settings.CARDPOOL.get("PURPOSE_PRIORITY", {}).items():
             if purpose not in Purpose.values or priority not in Priority.values:

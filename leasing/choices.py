@@ -177,6 +177,9 @@ class Kind(models.TextChoices):
     CARD_HEALTH = "card_health", _("Card health")
     STATEMENT_ISSUED = "statement_issued", _("Monthly statement issued")
     WORKSPACE_NEAR_LIMIT = "workspace_near_limit", _("Workspace nearly full")
+    # Someone left (the directory or an operator let them go), or the directory left a team
+    # without a lead: told to the team's leads and to operators (leasing.directory).
+    DIRECTORY = "directory", _("Directory change")
 
 
 # --- pool health (leasing.health) ---------------------------------------------------------

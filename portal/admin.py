@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.contrib.auth.forms import AdminUserCreationForm, UserChangeForm
 
-from portal.models import AuditEntry, Department, Membership, Profile, Team
+from portal.models import AuditEntry, Department, DirectoryAccount, Membership, Profile, Team
 from portal.usernames import username_check
 
 User = get_user_model()
@@ -22,8 +22,10 @@ class DepartmentAdmin(admin.ModelAdmin):
 
 class MembershipInline(admin.TabularInline):
     model = Membership
-    fields = ["user", "role", "joined_at"]
-    readonly_fields = ["joined_at"]
+    # "From the directory" rows follow a directory group: the next sync puts back what is
+    # changed here (docs/operations.md, "Teams from the directory").
+    fields = ["user", "role", "source", "joined_at"]
+    readonly_fields = ["source", "joined_at"]
     autocomplete_fields = ["user"]
     extra = 0
 
@@ -45,6 +47,31 @@ class ProfileInline(admin.StackedInline):
     max_num = 1
 
 
+class DirectoryAccountInline(admin.StackedInline):
+    """What the directory says about the person (read-only: the directory's to change)."""
+
+    model = DirectoryAccount
+    fields = [
+        "source",
+        "dn",
+        "uid",
+        "uid_number",
+        "gid_number",
+        "home",
+        "shell",
+        "groups",
+        "seen_at",
+        "left_at",
+        "left_reason",
+    ]
+    readonly_fields = fields
+    can_delete = False
+    max_num = 0
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 admin.site.unregister(User)
 
 
@@ -63,7 +90,7 @@ class UserAdmin(BaseUserAdmin):
     # Names in NFKC form, unique in any case (portal/usernames.py).
     form = UserEditForm
     add_form = UserAddForm
-    inlines = [*BaseUserAdmin.inlines, ProfileInline]
+    inlines = [*BaseUserAdmin.inlines, ProfileInline, DirectoryAccountInline]
     list_display = [*BaseUserAdmin.list_display, "is_operator", "is_finance"]
     list_select_related = ["profile"]
 

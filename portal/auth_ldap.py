@@ -6,9 +6,12 @@ CARDPOOL_LDAP_* variables and docs/operations.md lists them.
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
-BACKEND = "django_python3_ldap.auth.LDAPBackend"
+BACKEND = "portal.ldap_backend.LDAPBackend"
 
 # CARDPOOL_LDAP_USERNAME_FORMAT → how a username becomes the name to bind with.
 USERNAME_FORMATS = {
@@ -54,15 +57,52 @@ def username_format(name: str) -> str:
         ) from None
 
 
-def sync_user_relations(user, ldap_attributes) -> None:
+def format_username(model_fields: dict) -> str:
+    """The name to bind with: the site's format (CARDPOOL_LDAP_USERNAME_FORMAT), except for
+    the service account (CARDPOOL_LDAP_BIND_USER), which may be given as a full DN."""
+    name = model_fields.get(get_user_model().USERNAME_FIELD, "")
+    service = getattr(settings, "LDAP_AUTH_CONNECTION_USERNAME", None)
+    if service and name == service and "=" in service:
+        return service
+    site_format = getattr(
+        settings,
+        "CARDPOOL_LDAP_FORMAT_USERNAME",
+        "django_python3_ldap.utils.format_username_openldap",
+    )
+    return import_string(site_format)(model_fields)
+
+
+def local_name_taken(username: str) -> bool:
+    """Whether *username* belongs to a local account the directory must not take over: one
+    with a password of its own or a single sign-on link, and no link to the directory.
+    (Accounts an earlier LDAP sign-in made have neither, and are taken up.)"""
+    from allauth.socialaccount.models import SocialAccount
+
+    from portal.models import DirectoryAccount
+
+    user = get_user_model().objects.filter(username__iexact=username).first()
+    if user is None:
+        return False
+    if DirectoryAccount.objects.filter(user=user, source=DirectoryAccount.Source.LDAP).exists():
+        return False
+    return user.has_usable_password() or SocialAccount.objects.filter(user=user).exists()
+
+
+def sync_user_relations(user, ldap_attributes, *, connection, dn) -> None:
     """After each LDAP sign-in: the user has a profile, and the directory's email counts as
     verified (the directory is the authority), so mandatory email verification does not
-    stop directory users."""
+    stop directory users. The Unix account and groups are recorded and teams follow the
+    groups (leasing.directory)."""
     from allauth.account.models import EmailAddress
 
+    from leasing.directory.services import directory_sign_in
+    from portal.directory import groups_of, person_from_entry
     from portal.models import Profile
 
     Profile.objects.get_or_create(user=user)
+    person = person_from_entry(dn or "", ldap_attributes)
+    person.groups = groups_of(connection, dn=person.dn, uid=person.uid)
+    directory_sign_in(user=user, person=person, source="ldap")
     if user.email:
         address = EmailAddress.objects.filter(user=user, email__iexact=user.email).first()
         if address is None:

@@ -75,7 +75,18 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+
+    class Source(models.TextChoices):
+        # Added by a lead or an operator: the directory sync never touches it.
+        MANUAL = "manual", _("Added by hand")
+        # Follows a directory group (CARDPOOL_DIRECTORY_TEAMS): added, changed and removed
+        # by sign-in and the periodic sync (leasing.directory).
+        DIRECTORY = "directory", _("From the directory")
+
     role = models.CharField(_("role"), max_length=10, choices=Role.choices, default=Role.MEMBER)
+    source = models.CharField(
+        _("source"), max_length=10, choices=Source.choices, default=Source.MANUAL
+    )
     joined_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -141,6 +152,45 @@ class Profile(models.Model):
 
     def __str__(self) -> str:
         return f"profile of {self.user}"
+
+
+class DirectoryAccount(models.Model):
+    """What the site's directory (LDAP or an OpenID Connect provider) says about a person:
+    the Unix account (uid, uidNumber, gidNumber, home, shell) that sessions and SSH keys run
+    as, the groups last seen, and whether the directory has let the person go (``left_at``).
+
+    Written at each directory sign-in and by the periodic sync (leasing.directory); read by
+    whatever maps a portal user to a Unix account. Local accounts have none.
+    """
+
+    class Source(models.TextChoices):
+        LDAP = "ldap", "LDAP"
+        OIDC = "oidc", "OpenID Connect"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="directory_account"
+    )
+    source = models.CharField(max_length=10, choices=Source.choices)
+    # The entry's DN (LDAP) or the provider's subject (OIDC).
+    dn = models.CharField(max_length=500, blank=True)
+    uid = models.CharField(_("Unix user"), max_length=64, blank=True)
+    uid_number = models.PositiveIntegerField(null=True, blank=True)
+    gid_number = models.PositiveIntegerField(null=True, blank=True)
+    home = models.CharField(_("home directory"), max_length=255, blank=True)
+    shell = models.CharField(max_length=255, blank=True)
+    groups = models.JSONField(default=list, blank=True)
+    seen_at = models.DateTimeField(_("last seen in the directory"))
+    # Set when the directory removed or disabled the person (the account was deactivated
+    # for it); cleared when the directory lets them back.
+    left_at = models.DateTimeField(null=True, blank=True)
+    left_reason = models.CharField(max_length=20, blank=True)
+
+    class Meta:
+        verbose_name = _("directory account")
+        verbose_name_plural = _("directory accounts")
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.source}: {self.uid or self.dn})"
 
 
 class AuditEntry(models.Model):

@@ -8,11 +8,13 @@ over 500 lines on purpose: every setting in one place, in the order of docs/oper
 from __future__ import annotations
 
 import os
+import ssl
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal import directory_map
 from portal.secret_key import checked_secret_key
 from portal.session_hosts import cookie_names, session_allowed_hosts
 
@@ -277,15 +279,50 @@ if env("CARDPOOL_LDAP_URL"):
         )
     )
     LDAP_AUTH_USER_LOOKUP_FIELDS = ("username",)
-    LDAP_AUTH_FORMAT_USERNAME = auth_ldap.username_format(
+    # The site's format (CARDPOOL_LDAP_USERNAME_FORMAT) behind one that lets the service
+    # account be a full DN (cn=cardpool,ou=services,…) wherever it sits.
+    CARDPOOL_LDAP_FORMAT_USERNAME = auth_ldap.username_format(
         env("CARDPOOL_LDAP_USERNAME_FORMAT", "openldap")
     )
+    LDAP_AUTH_FORMAT_USERNAME = "portal.auth_ldap.format_username"
+    # StartTLS checks the server's certificate: against CARDPOOL_LDAP_CA_FILE, else the
+    # system's CAs (ldap3's default is not to check at all).
+    LDAP_AUTH_TLS_ARGS = {"validate": ssl.CERT_REQUIRED}
+    if env("CARDPOOL_LDAP_CA_FILE"):
+        LDAP_AUTH_TLS_ARGS["ca_certs_file"] = env("CARDPOOL_LDAP_CA_FILE")
     LDAP_AUTH_ACTIVE_DIRECTORY_DOMAIN = env("CARDPOOL_LDAP_DOMAIN")
     LDAP_AUTH_CONNECTION_USERNAME = env("CARDPOOL_LDAP_BIND_USER")
     LDAP_AUTH_CONNECTION_PASSWORD = env("CARDPOOL_LDAP_BIND_PASSWORD")
     LDAP_AUTH_CONNECT_TIMEOUT = env_int("CARDPOOL_LDAP_TIMEOUT", 10)
     LDAP_AUTH_RECEIVE_TIMEOUT = LDAP_AUTH_CONNECT_TIMEOUT
+    # Try each server once, then give up: the library's default (True) cycles through the
+    # pool for ever while every server is down, so a sign-in — or the sync — never returns.
+    LDAP_AUTH_POOL_ACTIVE = 1
     LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
+    # Groups (for teams from the directory) and disabled accounts (leavers), read by sign-in
+    # and the periodic sync (portal/directory.py, leasing/directory/).
+    CARDPOOL_LDAP = {
+        "GROUP_SEARCH_BASE": env("CARDPOOL_LDAP_GROUP_SEARCH_BASE", ""),
+        "GROUP_FILTER": env("CARDPOOL_LDAP_GROUP_FILTER", "(objectClass=groupOfNames)"),
+        # member (groupOfNames, AD: holds DNs) or memberUid (posixGroup: holds uids).
+        "GROUP_MEMBER_ATTRIBUTE": env("CARDPOOL_LDAP_GROUP_MEMBER_ATTRIBUTE", "member"),
+        "GROUP_NAME_ATTRIBUTE": env("CARDPOOL_LDAP_GROUP_NAME_ATTRIBUTE", "cn"),
+        # People this filter matches count as disabled (OpenLDAP ppolicy: (pwdAccountLockedTime=*);
+        # AD: (userAccountControl:1.2.840.113556.1.4.803:=2)).
+        "DISABLED_FILTER": env("CARDPOOL_LDAP_DISABLED_FILTER", ""),
+    }
+
+# Teams from directory groups (leasing/directory/; docs/operations.md, "Teams from the
+# directory"): CARDPOOL_DIRECTORY_TEAMS maps LDAP group names or OIDC groups claim values to
+# teams and roles, "gpu-vision=vision,gpu-vision-leads=vision:lead"; empty: teams by hand only.
+CARDPOOL_DIRECTORY = {
+    "TEAMS": directory_map.parse_team_map(env("CARDPOOL_DIRECTORY_TEAMS", "") or ""),
+    # The periodic sync of LDAP people and groups (seconds; 0: off).
+    "SYNC_SECONDS": env_int("CARDPOOL_DIRECTORY_SYNC_SECONDS", 300),
+    # A leaver's running leases: "end" them, or pass them to the team's "lead".
+    "LEAVER_LEASES": directory_map.leaver_rule(env("CARDPOOL_LEAVER_LEASES", "end") or "end"),
+    "OIDC_GROUPS_CLAIM": env("CARDPOOL_OIDC_GROUPS_CLAIM", "groups"),
+}
 
 # Tokens that POST /api/v1/auth/token/ hands out expire after this many days (0: never).
 CARDPOOL_API_LOGIN_TOKEN_DAYS = env_int("CARDPOOL_API_LOGIN_TOKEN_DAYS", 30)
@@ -416,6 +453,7 @@ CELERY_IMPORTS = (
     "leasing.notify.tasks",
     "leasing.billing.tasks",
     "leasing.health.tasks",
+    "leasing.directory.tasks",
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A down broker must fail a publish fast (leasing.enqueue logs it; the sweeps re-find the
@@ -660,6 +698,12 @@ CELERY_BEAT_SCHEDULE = {
     # Closes the month that has ended: records running leases' part of it (billing.usage).
     "usage-close-month": {"task": "leasing.tasks_usage.usage_close_month", "schedule": 300.0},
 }
+if CARDPOOL_DIRECTORY["SYNC_SECONDS"] and "LDAP_AUTH_URL" in globals():
+    CELERY_BEAT_SCHEDULE["directory-sync"] = {
+        "task": "leasing.tasks.directory_sync",
+        "schedule": float(CARDPOOL_DIRECTORY["SYNC_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_DIRECTORY["SYNC_SECONDS"])},
+    }
 
 LOGGING = {
     "version": 1,

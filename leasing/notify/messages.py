@@ -7,7 +7,7 @@ reads them (``notice_text``), in the reader's language and time zone. Nothing he
 when to tell anyone: the services that change a lease do, through ``warning_with_notice`` or a
 notice key, so each event is told once.
 
-Long (about 540 lines) because it is the catalogue: every kind's wording sits in one table,
+Long (about 600 lines) because it is the catalogue: every kind's wording sits in one table,
 so adding a kind, or checking that every kind reads well in both languages, is one file.
 """
 
@@ -134,6 +134,7 @@ ENDED_WHY = {
     "faulty": lambda p: _("a card failed and no spare was free"),
     "preempted": lambda p: _("preempted for a higher-priority request"),
     "idle": lambda p: _("reclaimed: the cards stayed idle"),
+    "leaver": lambda p: _("its holder no longer has access to the site"),
 }
 
 
@@ -440,7 +441,47 @@ def _workspace(p: Mapping) -> tuple[str, str]:
     return title, body
 
 
+LEFT_WHY = {
+    "removed": lambda: _("removed from the directory"),
+    "disabled": lambda: _("disabled in the directory"),
+    "deactivated": lambda: _("deactivated by an operator"),
+}
+
+
+def _member_left(p: Mapping) -> tuple[str, str]:
+    why = LEFT_WHY.get(p.get("why", ""), lambda: p.get("why", ""))()
+    title = _("%(user)s no longer has access (%(why)s)") % {"user": p["user"], "why": why}
+    parts = [
+        _(
+            "Their API tokens, web sign-ins, sessions and SSH keys were removed, and their "
+            "waiting requests cancelled."
+        )
+    ]
+    if p.get("passed"):
+        parts.append(
+            _("Their running leases now belong to you: %(ids)s.")
+            % {"ids": ", ".join(str(i) for i in p["passed"])}
+        )
+    if p.get("ended"):
+        parts.append(
+            _("Their running leases were ended: %(ids)s.")
+            % {"ids": ", ".join(str(i) for i in p["ended"])}
+        )
+    return title, " ".join(parts)
+
+
+def _last_lead_kept(p: Mapping) -> tuple[str, str]:
+    title = _("Team %(team)s has no lead in the directory") % {"team": p["team"]}
+    body = _(
+        "The directory no longer makes %(user)s a lead of %(team)s, but they are its last "
+        "lead, so they stay one. Name another lead (in the directory or by hand)."
+    ) % {"user": p["user"], "team": p["team"]}
+    return title, body
+
+
 MESSAGES: dict[str, Renderer] = {
+    "member_left": _member_left,
+    "last_lead_kept": _last_lead_kept,
     "lease": _lease,
     "idle": _idle,
     "budget": _budget,

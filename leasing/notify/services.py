@@ -73,6 +73,7 @@ EMAIL_BY_DEFAULT = frozenset(
         Kind.LEASE_STALLED,
         Kind.APPROVAL_REQUESTED,
         Kind.APPROVAL_DECIDED,
+        Kind.DIRECTORY,
         Kind.BUDGET_80,
         Kind.BUDGET_100,
         Kind.POOL_ALERT,

@@ -256,9 +256,18 @@ def membership_add(*, user, team: Team, member, role: str = Membership.Role.MEMB
 
 def membership_remove(*, user, membership: Membership) -> None:
     """A lead takes someone out of the team. Refused while they hold or wait for cards on the
-    team's account (end or cancel those first), and for the team's last lead."""
+    team's account (end or cancel those first), for the team's last lead, and for a
+    membership that comes from a directory group (the directory's to change)."""
     team = membership.team
     _may_manage_team(user, team)
+    if membership.source == Membership.Source.DIRECTORY:
+        raise ValidationError(
+            _(
+                "%(user)s is in the team through a directory group; change the group in the "
+                "directory (the next sync follows it)."
+            )
+            % {"user": membership.user.get_username()}
+        )
     with transaction.atomic():
         lock_team(team.pk)
         if membership.role == Membership.Role.LEAD:

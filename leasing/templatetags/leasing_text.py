@@ -38,6 +38,8 @@ def _facts(kind: str, data: dict) -> str:
             return text
         if kind == "ended" and data.get("by_hand"):
             return _("Released by hand by an operator.")
+        if kind == "passed_to_lead" and "to" in data:
+            return _("%(from)s → %(to)s") % {"from": data["from"], "to": data["to"]}
         if kind == "card_replaced" and "to_card" in data:
             return _("card %(old)s → %(new)s") % {"old": data["from_card"], "new": data["to_card"]}
     except (KeyError, TypeError):

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import runpy
+import ssl
 from pathlib import Path
 from unittest import mock
 from urllib.parse import parse_qs, urlparse
@@ -20,7 +21,7 @@ from ldap3.core.exceptions import LDAPBindError
 from portal.models import Profile
 
 SETTINGS_FILE = Path(__file__).resolve().parents[2] / "portal" / "settings.py"
-LDAP_BACKEND = "django_python3_ldap.auth.LDAPBackend"
+LDAP_BACKEND = "portal.ldap_backend.LDAPBackend"
 
 
 def link_in(mail) -> str:
@@ -152,6 +153,7 @@ def identity_provider():
                 "email": "carol@corp.example",
                 "email_verified": True,
                 "given_name": "Carol",
+                "groups": ["gpu-vision", "unmapped"],
             }
             return _json_response(url, claims)
         raise AssertionError(f"unexpected request {method} {url}")
@@ -198,6 +200,27 @@ def test_sso_callback_signs_the_person_in(en_client, db, oidc, identity_provider
     assert user.email == "carol@corp.example"
     assert en_client.session["_auth_user_id"] == str(user.pk)
     assert ("POST", DISCOVERY["token_endpoint"]) in identity_provider
+
+
+def test_sso_groups_claim_brings_teams(en_client, db, oidc, identity_provider, settings, vision):
+    from portal.directory_map import parse_team_map
+    from portal.models import DirectoryAccount, Membership
+
+    settings.CARDPOOL_DIRECTORY = {
+        **settings.CARDPOOL_DIRECTORY,
+        "TEAMS": parse_team_map("gpu-vision=vision"),
+    }
+    start = en_client.post("/accounts/oidc/corp/login/")
+    state = parse_qs(urlparse(start.url).query)["state"][0]
+    en_client.get("/accounts/oidc/corp/login/callback/", {"code": "c-1", "state": state})
+    membership = Membership.objects.get(user__username="carol")
+    assert (membership.team, membership.source) == (vision, "directory")
+    account = DirectoryAccount.objects.get(user__username="carol")
+    assert (account.source, account.dn, account.groups) == (
+        "oidc",
+        "u-42",
+        ["gpu-vision", "unmapped"],
+    )
 
 
 def test_sso_signup_can_be_closed(en_client, db, oidc, identity_provider, settings):
@@ -251,6 +274,7 @@ def test_ldap_is_off_unless_configured(monkeypatch):
     namespace = run_settings(monkeypatch)
     assert LDAP_BACKEND not in namespace["AUTHENTICATION_BACKENDS"]
     assert "LDAP_AUTH_URL" not in namespace
+    assert "directory-sync" not in namespace["CELERY_BEAT_SCHEDULE"]
 
 
 def test_ldap_is_configured_from_the_environment(monkeypatch, tmp_path):
@@ -275,7 +299,11 @@ def test_ldap_is_configured_from_the_environment(monkeypatch, tmp_path):
     assert namespace["LDAP_AUTH_CONNECTION_USERNAME"] == "svc-cardpool"
     assert namespace["LDAP_AUTH_CONNECTION_PASSWORD"] == "bind-secret"
     assert namespace["LDAP_AUTH_USER_FIELDS"] == {"username": "sAMAccountName", "email": "mail"}
-    assert namespace["LDAP_AUTH_FORMAT_USERNAME"].endswith("format_username_active_directory")
+    assert namespace["CARDPOOL_LDAP_FORMAT_USERNAME"].endswith("format_username_active_directory")
+    assert namespace["LDAP_AUTH_FORMAT_USERNAME"] == "portal.auth_ldap.format_username"
+    assert namespace["LDAP_AUTH_TLS_ARGS"] == {"validate": ssl.CERT_REQUIRED}
+    assert namespace["LDAP_AUTH_POOL_ACTIVE"] == 1  # a down directory is a "no", not a hang
+    assert namespace["CELERY_BEAT_SCHEDULE"]["directory-sync"]["schedule"] == 300.0
     assert namespace["LDAP_AUTH_ACTIVE_DIRECTORY_DOMAIN"] == "CORP"
 
 
@@ -294,11 +322,14 @@ def test_bad_ldap_settings_fail_loudly(monkeypatch, name, value, message):
 
 @pytest.fixture
 def ldap(settings):
-    """The LDAP backend switched on, with ldap3's connection faked (no directory here)."""
+    """The LDAP backend switched on, with ldap3's connection faked (tests/identity/ signs in
+    against a real slapd)."""
     settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, LDAP_BACKEND]
     settings.LDAP_AUTH_URL = ["ldap://ldap.corp.example"]
     settings.LDAP_AUTH_SEARCH_BASE = "ou=people,dc=corp,dc=example"
     settings.LDAP_AUTH_SYNC_USER_RELATIONS = "portal.auth_ldap.sync_user_relations"
+    settings.CARDPOOL_LDAP_FORMAT_USERNAME = "django_python3_ldap.utils.format_username_openldap"
+    settings.LDAP_AUTH_FORMAT_USERNAME = "portal.auth_ldap.format_username"
     with mock.patch("django_python3_ldap.ldap.ldap3.Connection") as connection:
         connection.return_value.response = [
             {

@@ -16,7 +16,7 @@ def end_sessions(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0008_profile_stack"),
+        ("portal", "0009_directory"),
         ("sessions", "0001_initial"),
     ]
 

@@ -117,3 +117,18 @@ def test_any_text_is_a_clean_name_or_a_clear_refusal(db, text):
         assert exc.messages
     else:
         assert ALLOWED.match(name) and len(name) <= 150
+
+
+def test_a_directory_name_the_rule_refuses_is_no_sign_in_and_no_account(db, monkeypatch):
+    """LDAP sign-in makes the account on the way (the pre_save guard checks it): a name the
+    rule refuses is a refused sign-in, not a 500."""
+    from django_python3_ldap.auth import LDAPBackend as Library
+
+    from portal.ldap_backend import LDAPBackend
+
+    def make(self, *args, **kwargs):
+        return User.objects.create_user("z d")
+
+    monkeypatch.setattr(Library, "authenticate", make)
+    assert LDAPBackend().authenticate(None, username="z d", password="x") is None
+    assert not User.objects.exists()

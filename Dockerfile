@@ -5,7 +5,8 @@ COPY pyproject.toml README.md ./
 COPY portal ./portal
 COPY inventory ./inventory
 COPY leasing ./leasing
-RUN pip install --no-cache-dir .
+# The kubernetes extra: the client the kubernetes backend talks to the cluster with.
+RUN pip install --no-cache-dir ".[kubernetes]"
 COPY . .
 RUN CARDPOOL_SECRET_KEY=$(python -c "import secrets; print(secrets.token_hex(32))") \
     python manage.py collectstatic --no-input -v 0

@@ -30,6 +30,7 @@ from leasing.scheduler.availability import (
     node_cards_by_domain,
     nodes_with_counts,
 )
+from leasing.scheduler.picture import PlannedSummary, planned_annotations
 from portal.permissions import is_operator
 
 NODES_PER_PAGE = 50
@@ -199,7 +200,10 @@ def catalogue(request: HttpRequest) -> HttpResponse:
 def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
     """One model's spec sheet and the nodes that hold it."""
     now = timezone.now()
-    card_model = get_object_or_404(card_models_with_counts(now), slug=slug)
+    # with what the queue's plan holds of its cards for waiting leases (same statement)
+    card_model = get_object_or_404(
+        card_models_with_counts(now).annotate(**planned_annotations()), slug=slug
+    )
     nodes = nodes_with_counts(now, card_model=card_model)
     shown = list(nodes[: NODES_ON_MODEL_PAGE + 1])
     throughput = [
@@ -212,6 +216,9 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "inventory/card_model.html",
         {
             "cm": card_model,
+            # cards free now may be planned for waiting leases (the queue's plan)
+            "planned": card_model.planned_cards
+            and PlannedSummary(card_model.planned_cards, card_model.planned_first),
             "throughput": throughput,
             "nodes": shown[:NODES_ON_MODEL_PAGE],
             "more_nodes": len(shown) > NODES_ON_MODEL_PAGE,

@@ -164,6 +164,7 @@ class Kind(models.TextChoices):
     LEASE_ENDED = "lease_ended", _("Lease ended")
     LEASE_FAILED = "lease_failed", _("Lease failed")
     CARD_SWAPPED = "card_swapped", _("Card swapped")
+    LEASE_RESTARTING = "lease_restarting", _("Lease restarting")
     RELEASE_FAILED = "release_failed", _("Release failed")
     IDLE_WARNING = "idle_warning", _("Cards idle")
     PREEMPTION_WARNING = "preemption_warning", _("Preemption warning")

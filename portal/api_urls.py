@@ -9,7 +9,7 @@ from leasing.advisor import api as advisor_api
 from leasing.billing import api as billing_api
 from leasing.health import api as health_api
 from leasing.lifecycle import api as lease_api
-from leasing.lifecycle import api_agent
+from leasing.lifecycle import api_agent, api_timeline
 from leasing.notify import api as notify_api
 from leasing.teams import api as team_api
 from leasing.workbench import agent_api
@@ -30,6 +30,7 @@ urlpatterns = [
     *billing_api.urlpatterns,
     *api_telemetry.urlpatterns,
     *api_agent.urlpatterns,
+    *api_timeline.urlpatterns,
     *agent_api.urlpatterns,
     *workbench_api.urlpatterns,
     path("", include(router.urls)),

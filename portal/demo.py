@@ -234,6 +234,9 @@ def seed_leases() -> int:
         (chen, vision, "a100-80g-sxm", 2, timedelta(hours=48), "training", None),
         # a reservation, so the calendar and the pool timeline show one in its slot.
         (lena, vision, "h800", 4, timedelta(hours=3), "training", tomorrow_9),
+        # and bob waits for all 8 H800 for two days from tomorrow 10:00, behind her: the
+        # timeline and the calendar show his planned cards, his lease says what is in the way.
+        (bob, nlp, "h800", 8, timedelta(hours=48), "training", tomorrow_9 + timedelta(hours=1)),
     ]
     made = 0
     for user, team, slug, count, duration, purpose, start_at in wanted:

@@ -513,6 +513,55 @@ CARDPOOL_SLURM = {
     "RECONCILE_SECONDS": env_int("CARDPOOL_SLURM_RECONCILE_SECONDS", 60),
 }
 
+
+# --- Kubernetes backend (docs/operations.md, "Kubernetes backend") ---------------------
+def _pairs(name: str, what: str) -> dict[str, str]:
+    """``key=value,key=value`` from the environment; fails loudly when malformed."""
+    pairs = {}
+    for item in (part.strip() for part in (env(name, "") or "").split(",")):
+        key, sep, value = item.partition("=")
+        if item and (not sep or not key.strip() or not value.strip()):
+            raise ImproperlyConfigured(f"{name}: {item!r} is not {what}")
+        if item:
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+CARDPOOL_KUBERNETES = {
+    # A kubeconfig file ("" = $KUBECONFIG / ~/.kube/config, or the pod's own ServiceAccount
+    # when the portal runs in the cluster) and its context ("" = the current one).
+    "KUBECONFIG": env("CARDPOOL_KUBERNETES_KUBECONFIG", ""),
+    "CONTEXT": env("CARDPOOL_KUBERNETES_CONTEXT", ""),
+    # A team's leases run in the namespace <prefix><team slug>.
+    "NAMESPACE_PREFIX": env("CARDPOOL_KUBERNETES_NAMESPACE_PREFIX", "cardpool-"),
+    # Card model slug -> extended resource, over the vendor's default (nvidia.com/gpu, ...).
+    "RESOURCES": _pairs("CARDPOOL_KUBERNETES_RESOURCES", "card-model-slug=resource"),
+    # Environment slug -> container image; "cards only" and unmapped ones run HOLDER_IMAGE.
+    "IMAGES": _pairs("CARDPOOL_KUBERNETES_IMAGES", "environment-slug=image"),
+    "HOLDER_IMAGE": env("CARDPOOL_KUBERNETES_HOLDER_IMAGE", "docker.io/library/busybox:1.36"),
+    # The node label the pod's required node affinity matches the planned node's name with.
+    "NODE_LABEL": env("CARDPOOL_KUBERNETES_NODE_LABEL", "kubernetes.io/hostname"),
+    # mapped: the pod runs as the holder's Unix uid/gid (looked up on the portal host);
+    # image: as the image's own non-root user.
+    "RUN_AS": env("CARDPOOL_KUBERNETES_RUN_AS", "mapped"),
+    # terminationGracePeriodSeconds of a lease's pod: SIGTERM, then this long, then SIGKILL.
+    "GRACE_SECONDS": env_int("CARDPOOL_KUBERNETES_GRACE_SECONDS", 30),
+    # How long one hand-over or release watches its pods before the task retries.
+    "WAIT_SECONDS": env_int("CARDPOOL_KUBERNETES_WAIT_SECONDS", 20),
+    # A pod the scheduler has not placed this long after it was made fails the hand-over.
+    "SCHEDULE_SECONDS": env_int("CARDPOOL_KUBERNETES_SCHEDULE_SECONDS", 120),
+    "REQUEST_TIMEOUT": env_int("CARDPOOL_KUBERNETES_REQUEST_TIMEOUT", 15),
+    # Longest life of a holder's exec token (it is revoked at the release in any case).
+    "TOKEN_SECONDS": env_int("CARDPOOL_KUBERNETES_TOKEN_SECONDS", 30 * 24 * 3600),
+    # The API server address written into holders' kubeconfigs ("" = the portal's own).
+    "SERVER_URL": env("CARDPOOL_KUBERNETES_SERVER_URL", ""),
+    # Region of nodes sync_kubernetes creates when a node has no topology.kubernetes.io/region.
+    "REGION": env("CARDPOOL_KUBERNETES_REGION", "kubernetes"),
+    # Seconds between reconciliations of leases with pods, and between quota/priority mirrors.
+    "RECONCILE_SECONDS": env_int("CARDPOOL_KUBERNETES_RECONCILE_SECONDS", 60),
+    "MIRROR_SECONDS": env_int("CARDPOOL_KUBERNETES_MIRROR_SECONDS", 60),
+}
+
 # --- import_inventory limits (docs/operations.md, "Importing inventory") ----------------
 CARDPOOL_IMPORT = {
     "MAX_BYTES": env_int("CARDPOOL_IMPORT_MAX_BYTES", 16 * 1024 * 1024),
@@ -605,6 +654,8 @@ CARDPOOL = {
     # Seconds between ticks that end leases whose end has come and start due reservations:
     # the most a lease outlives its end (besides the time to take the cards back).
     "TICK_SECONDS": env_int("CARDPOOL_TICK_SECONDS", 2),
+    # A waiting lease's estimate that moves by more than this is told (timeline + notice).
+    "ESTIMATE_MOVE_MINUTES": env_int("CARDPOOL_ESTIMATE_MOVE_MINUTES", 15),
     # Seconds between periodic sweeps that re-find anything a lost task missed.
     "SWEEP_SECONDS": env_int("CARDPOOL_SWEEP_SECONDS", 15),
     # A hand-over still provisioning or releasing after this long is sent again (lost task).
@@ -670,6 +721,16 @@ CELERY_BEAT_SCHEDULE = {
         "task": "leasing.tasks_slurm.reconcile_slurm",
         "schedule": float(CARDPOOL_SLURM["RECONCILE_SECONDS"]),
         "options": {"expires": float(CARDPOOL_SLURM["RECONCILE_SECONDS"])},
+    },
+    "kubernetes-reconcile": {
+        "task": "leasing.tasks_kubernetes.reconcile_kubernetes",
+        "schedule": float(CARDPOOL_KUBERNETES["RECONCILE_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_KUBERNETES["RECONCILE_SECONDS"])},
+    },
+    "kubernetes-mirror": {
+        "task": "leasing.tasks_kubernetes.mirror_kubernetes",
+        "schedule": float(CARDPOOL_KUBERNETES["MIRROR_SECONDS"]),
+        "options": {"expires": float(CARDPOOL_KUBERNETES["MIRROR_SECONDS"])},
     },
     "inventory-pull-dcgm": {
         "task": "inventory.tasks.pull_dcgm",

@@ -9,6 +9,7 @@ from leasing.choices import OPEN_STATES, LeaseStatus
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Lease
 from leasing.scheduler.availability import card_models_with_counts
+from leasing.scheduler.picture import PlannedSummary, planned_annotations
 from portal import home
 from portal.models import Membership
 from portal.views_pool import next_free
@@ -25,7 +26,9 @@ def dashboard(request):
         .filter(total__gt=0)
         .annotate(
             # on the queue index, not a join of each model with every lease it ever had
-            waiting=count_per_row(Lease.objects.filter(status=LeaseStatus.QUEUED), "card_model")
+            waiting=count_per_row(Lease.objects.filter(status=LeaseStatus.QUEUED), "card_model"),
+            # cards free now may be planned for waiting leases (the queue's plan)
+            **planned_annotations(),
         )
         .order_by("vendor", "-memory_gb", "name")
     )
@@ -33,6 +36,7 @@ def dashboard(request):
     frees_at = next_free(now, [cm.pk for cm in board if not cm.available])
     for cm in board:
         cm.frees_at = frees_at.get(cm.pk)
+        cm.planned = cm.planned_cards and PlannedSummary(cm.planned_cards, cm.planned_first)
     context = {
         **home.home_panels(request.user, now),
         "board": board,

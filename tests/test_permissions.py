@@ -280,6 +280,7 @@ ROWS = [
     # --- API: inventory (read-only for everyone signed in) -----------------------------
     r("card-model-list", "GET", "/api/v1/card-models/", API_ALL_IN),
     r("card-model-detail", "GET", "/api/v1/card-models/{model}/", API_ALL_IN),
+    r("card-model-timeline", "GET", "/api/v1/card-models/{model}/timeline/", API_ALL_IN),
     r("node-list", "GET", "/api/v1/nodes/", API_ALL_IN),
     r("node-detail", "GET", "/api/v1/nodes/{node}/", API_ALL_IN),
     r("card-list", "GET", "/api/v1/cards/", API_ALL_IN),

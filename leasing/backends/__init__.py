@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 BACKENDS = {
     "local": "leasing.backends.local.LocalBackend",
     "slurm": "leasing.backends.slurm.SlurmBackend",
+    "kubernetes": "leasing.backends.kubernetes.KubernetesBackend",
 }
 NODE_LABEL = "backend"
 

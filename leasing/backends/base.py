@@ -48,6 +48,12 @@ class Holding:
     # The backend of the lease's nodes (their ``backend`` label), chosen from every node it
     # ever held: when a release runs, its current cards are already cut away.
     backend: str = ""
+    # Read by the kubernetes backend (a pod in the team's namespace, at the lease's priority,
+    # running its environment's image, asking the vendor's device resource).
+    team: str = ""
+    priority: str = ""
+    environment: str = ""
+    vendor: str = ""
 
 
 @dataclass(frozen=True)

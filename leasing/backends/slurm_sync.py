@@ -99,34 +99,44 @@ def slurm_sync(
         imported = inventory_import(rows=rows, source_format=FORMAT_YAML, dry_run=dry_run)
         result = SyncResult(imported=imported, warnings=warnings + imported.warnings)
         availability = {n.name: n.availability for n in nodes}
-        _follow_availability(availability, result, dry_run=dry_run)
+        follow_availability(availability, result, dry_run=dry_run)
     return result
 
 
-def _follow_availability(
-    availability: dict[str, str], result: SyncResult, *, dry_run: bool
+def follow_availability(
+    availability: dict[str, str],
+    result: SyncResult,
+    *,
+    dry_run: bool,
+    backend: str = "slurm",
+    source: str = "Slurm",
 ) -> None:
+    """Nodes follow their scheduler's view (*availability*: hostname → up, drained or
+    down; a node labelled ``backend=<backend>`` missing from it is down), but only where
+    this sync took them out (label ``<backend>:set_status``): an operator's own state
+    is left alone."""
+    set_status = f"{backend}:set_status"
     known = Node.objects.select_for_update().filter(hostname__in=list(availability))
     gone = (
         Node.objects.select_for_update()
-        .filter(labels__backend="slurm")
+        .filter(labels__backend=backend)
         .exclude(hostname__in=list(availability))
     )
     for node in [*known.order_by("pk"), *gone.order_by("pk")]:
         state = availability.get(node.hostname, "down")
         if node.hostname not in availability:
-            result.warnings.append(f"{node.hostname}: not in Slurm any more")
+            result.warnings.append(f"{node.hostname}: not in {source} any more")
         wanted = WANTED_STATUS[state]
-        ours = node.labels.get(SET_STATUS)
+        ours = node.labels.get(set_status)
         labels = dict(node.labels)
         if wanted == Node.Status.ACTIVE:
             if not ours or node.status != ours:
                 continue  # not taken out by us (or changed since by an operator): leave it
-            labels.pop(SET_STATUS)
+            labels.pop(set_status)
         elif node.status == Node.Status.ACTIVE or (ours and node.status == ours):
             if node.status == wanted:
                 continue
-            labels[SET_STATUS] = wanted
+            labels[set_status] = wanted
         else:
             continue  # an operator's maintenance, offline or drain: leave it
         result.status_changes.append(f"{node.hostname} {node.status}→{wanted}")

@@ -23,7 +23,7 @@ from leasing.locking import lock_card_models
 from leasing.models import Allocation, Lease
 from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_with_notice
-from leasing.scheduler import planner
+from leasing.scheduler import moves, planner
 from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.transitions import event_record, notify_after_commit, transition
@@ -72,7 +72,8 @@ def node_drain(*, user, node: Node, drain_at: datetime, now: datetime | None = N
         # placed says why now, not at the next sweep.
         models = Card.objects.filter(node=node).values_list("card_model_id", flat=True)
         for card_model_id in lock_card_models(set(models)):
-            replan(card_model_id, now=now)
+            with moves.because("drain", node=node.hostname):
+                replan(card_model_id, now=now)
         return drain_warnings_send(now=now, node_ids=[node.pk])
 
 
@@ -211,6 +212,9 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
             .first()
         )
         if holding is None:
+            # the queue sees the card gone at once: estimates move, and are told why
+            with moves.because("card_failed", card=card.uuid):
+                replan(card.card_model_id, now=now)
             return "idle"
         lease = holding.lease
         slots = [

@@ -18,11 +18,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import CardModel
-from leasing.choices import RUNNING_STATES
+from inventory.models import Card, CardModel
 from leasing.lifecycle.selectors import leases_visible_to
-from leasing.models import Allocation
-from leasing.scheduler.availability import usable_cards
+from leasing.scheduler import picture as picture_kinds
+from leasing.scheduler.picture import Booking, Picture, model_picture
 from portal import charts
 
 # A free stretch shorter than this is not worth offering as a reservation.
@@ -62,73 +61,106 @@ NODES_PER_PAGE = 8
 def pool_timeline(
     card_model: CardModel, *, user, start: datetime, end: datetime, page: int = 1
 ) -> dict:
-    """Rows (cards that can take a lease, by node and index; ``NODES_PER_PAGE`` nodes from
-    *page* on), booked bars and free bars over [start, end). A free stretch starts on the hour
-    (or now), so the form gets a time a person would type."""
-    usable = usable_cards(start).filter(card_model=card_model)
-    hostnames = sorted(set(usable.values_list("node__hostname", flat=True)))
+    """Rows (the model's cards in service, by node and index; ``NODES_PER_PAGE`` nodes from
+    *page* on), and over [start, end) the bars of the model's one picture of the future
+    (``scheduler.picture``): held and reserved (``booked``), planned for a waiting request
+    (``planned``), maintenance or unhealthy (``unavailable``), and the free stretches between
+    them (``free``). A free stretch starts on the hour (or now), so the form gets a time a
+    person would type; leases the plan has not put on cards yet are ``re_estimating``."""
+    hostnames = sorted(
+        set(
+            Card.objects.in_service()
+            .filter(card_model=card_model)
+            .values_list("node__hostname", flat=True)
+        )
+    )
     pages = max(1, -(-len(hostnames) // NODES_PER_PAGE))
     page = min(max(page, 1), pages)
     shown = hostnames[(page - 1) * NODES_PER_PAGE : page * NODES_PER_PAGE]
-    cards = list(
-        usable.filter(node__hostname__in=shown)
-        .select_related("node")
-        .order_by("node__hostname", "index")
+    now = timezone.now()
+    picture = model_picture(
+        card_model.pk, start=start, end=end, now=max(now, start), hostnames=shown
     )
-    rows = [_row(c.node.hostname, c.index) for c in cards]
-    row_of = {c.pk: _row(c.node.hostname, c.index) for c in cards}
-    allocations = (
-        Allocation.objects.filter(card_id__in=row_of, end_at__gt=start, start_at__lt=end)
-        .select_related("lease__user")
-        .order_by("card_id", "start_at")
-    )
-    visible = set(
-        leases_visible_to(user)
-        .filter(card_model=card_model, allocations__end_at__gt=start)
-        .values_list("pk", flat=True)
-    )
+    rows = [_row(c.hostname, c.index) for c in picture.cards]
+    row_of = {c.card_id: _row(c.hostname, c.index) for c in picture.cards}
+    seen = seen_leases(user, picture)
     booked: list[Bar] = []
-    busy: dict[int, list[tuple[datetime, datetime]]] = {c.pk: [] for c in cards}
-    for a in allocations:
-        lease = a.lease
-        if lease.pk in visible:
-            label = _("lease %(id)s · %(user)s") % {"id": lease.pk, "user": lease.user.username}
-            url = reverse("leasing:detail", args=[lease.pk])
-        else:
-            label, url = _("booked"), ""
-        if lease.status not in RUNNING_STATES and lease.pk in visible:
-            label += " · " + _("reserved")
-        booked.append(
-            Bar(row_of[a.card_id], max(a.start_at, start), min(a.end_at, end), label, url)
-        )
-        busy[a.card_id].append((a.start_at, a.end_at))
+    planned: list[Bar] = []
+    unavailable: list[Bar] = []
+    for card_id, bookings in picture.bookings.items():
+        for b in bookings:
+            bar = Bar(row_of[card_id], b.start, b.end, *_label(b, seen))
+            if b.kind in (picture_kinds.HELD, picture_kinds.RESERVED):
+                booked.append(bar)
+            elif b.kind == picture_kinds.PLANNED:
+                planned.append(bar)
+            else:
+                unavailable.append(bar)
     free: list[Bar] = []
-    for card in cards:
-        until = card.node.drain_at if card.node.drain_at else end
-        t = start
-        for b_start, b_end in [*sorted(busy[card.pk]), (min(until, end), end)]:
-            gap_start = t if t <= start else _next_hour(t)
-            if b_start - gap_start >= SHORTEST_FREE:
+    for card in picture.cards:
+        for gap_start, gap_end in picture.free_stretches(card.card_id):
+            gap_start = gap_start if gap_start <= start else _next_hour(gap_start)
+            if gap_end - gap_start >= SHORTEST_FREE:
                 free.append(
                     Bar(
-                        row_of[card.pk],
+                        row_of[card.card_id],
                         gap_start,
-                        b_start,
+                        gap_end,
                         _("free: click to reserve"),
                         _reserve_url(card_model, gap_start, start),
                     )
                 )
-            t = max(t, b_end)
     return {
         "rows": rows,
         "booked": booked,
+        "planned": planned,
+        "unavailable": unavailable,
         "free": free,
+        "re_estimating": picture.re_estimating,
         "start": start,
         "end": end,
         "page": page,
         "pages": pages,
         "nodes": len(hostnames),
     }
+
+
+def seen_leases(user, picture: Picture) -> dict[int, tuple[str, str]]:
+    """The leases of *picture* the user may see (their own; a lead, the team's; finance and
+    operators, all): lease id → (holder's username, status). One query."""
+    ids = {b.lease_id for bs in picture.bookings.values() for b in bs if b.lease_id}
+    ids |= {r.lease_id for r in picture.re_estimating}
+    if not ids:
+        return {}
+    return {
+        pk: (username, status)
+        for pk, username, status in leases_visible_to(user)
+        .filter(pk__in=ids)
+        .values_list("pk", "user__username", "status")
+    }
+
+
+def _label(b: Booking, seen: dict[int, tuple[str, str]]) -> tuple[str, str]:
+    """A bar's label and link for its reader: the lease and holder only where they may see it."""
+    if b.kind == picture_kinds.MAINTENANCE:
+        return _("maintenance or drain"), ""
+    if b.kind == picture_kinds.UNHEALTHY:
+        return _("unhealthy: kept out of placement"), ""
+    if b.lease_id not in seen:
+        if b.kind == picture_kinds.PLANNED:
+            return _("planned for a waiting request"), ""
+        return _("booked"), ""
+    user, _status = seen[b.lease_id]
+    url = reverse("leasing:detail", args=[b.lease_id])
+    if b.kind == picture_kinds.PLANNED:
+        return _("planned for waiting lease %(id)s · %(user)s") % {
+            "id": b.lease_id,
+            "user": user,
+        }, url
+    label = _("lease %(id)s · %(user)s") % {"id": b.lease_id, "user": user}
+    if b.kind == picture_kinds.RESERVED:
+        label += " · " + _("reserved")
+    return label, url
 
 
 def _next_hour(t: datetime) -> datetime:
@@ -159,6 +191,11 @@ def timeline_chart(timeline: dict) -> str:
     fig = go.Figure()
     _trace(fig, timeline["booked"], name=_("booked"), colour="#2563eb")
     _trace(fig, timeline["free"], name=_("free: click to reserve"), colour="#bbf7d0")
+    # after the two always there (booked, free), and only when there are any
+    if timeline["planned"]:
+        _trace(fig, timeline["planned"], name=_("planned for a waiting request"), colour="#f59e0b")
+    if timeline["unavailable"]:
+        _trace(fig, timeline["unavailable"], name=_("maintenance or unhealthy"), colour="#9ca3af")
     fig.update_xaxes(
         type="date",
         range=[charts.local_time(timeline["start"]), charts.local_time(timeline["end"])],

@@ -25,6 +25,7 @@ from leasing.choices import (
     ENDING_STATES,
     RUNNING_STATES,
     EndReason,
+    Kind,
     LeaseStatus,
 )
 from leasing.enqueue import enqueue, enqueue_after_commit
@@ -37,6 +38,7 @@ from leasing.models import (
     Session,
 )
 from leasing.notify import wording
+from leasing.notify.messages import notice_send
 from leasing.scheduler.run import (
     release_begin,
     replan,
@@ -255,6 +257,7 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
             per_node[node_id].append(index)
     by_hostname = sorted(nodes, key=lambda node_id: nodes[node_id][0])
     profile = getattr(lease.user, "profile", None)
+    backend = backend_name_for(lease.pk, [nodes[node_id][1] for node_id in by_hostname])
     return Holding(
         lease_id=lease.pk,
         username=lease.user.get_username(),
@@ -268,8 +271,21 @@ def holding_of(lease: Lease, *, now: datetime | None = None) -> Holding:
             for node_id in by_hostname
             if per_node[node_id]
         ),
-        backend=backend_name_for(lease.pk, [nodes[node_id][1] for node_id in by_hostname]),
+        backend=backend,
+        **(_placement_context(lease) if backend == "kubernetes" else {}),
     )
+
+
+def _placement_context(lease: Lease) -> dict:
+    """The team, priority, environment and vendor of *lease*: what the kubernetes backend's
+    pod needs besides the cards (read only for it, so other hand-overs cost no query more)."""
+    environment = lease.environment.slug if lease.environment_id else ""
+    return {
+        "team": lease.team.slug if lease.team_id else "",
+        "priority": lease.priority,
+        "environment": environment,
+        "vendor": lease.card_model.vendor,
+    }
 
 
 def backend_change_after_commit(lease: Lease, *, now: datetime) -> None:
@@ -311,6 +327,8 @@ def change_step(*, lease_id: int) -> bool:
         ).count()
         + 1
     )
+    if attempt == 1:
+        _tell_restart(lease, since)
     try:
         access = _call(lease, "change", attempt, lambda backend, holding: backend.change(holding))
     except PermanentBackendError as exc:
@@ -337,6 +355,28 @@ def change_step(*, lease_id: int) -> bool:
                 data={"backend": access.get("backend", "")},
             )
     return bool(changed)
+
+
+def _tell_restart(lease: Lease, since: str) -> None:
+    """A backend that replaces what holds the cards on a change (Kubernetes: the pod) stops
+    what runs there: the holder is told before it happens, once per change. When the backend
+    cannot say (its API is down), the holder is told anyway."""
+    holding = holding_of(lease)
+    restarts = getattr(get_backend(holding=holding), "change_restarts", None)
+    if restarts is None:
+        return
+    try:
+        if not restarts(holding):
+            return
+    except (TransientBackendError, PermanentBackendError):
+        pass
+    notice_send(
+        lease,
+        kind=Kind.LEASE_RESTARTING,
+        message="restarting",
+        params={"id": lease.pk, "n": lease.count},
+        key=f"lease:{lease.pk}:restarting:{since}",
+    )
 
 
 def _call(lease: Lease, action: str, attempt: int, fn):

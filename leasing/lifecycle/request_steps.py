@@ -24,6 +24,7 @@ from leasing.lifecycle.validation import capacity_errors, lease_validate_request
 from leasing.models import Environment
 from leasing.scheduler.availability import card_models_with_counts
 from leasing.scheduler.offpeak import offpeak_start_for
+from leasing.scheduler.picture import model_picture
 from leasing.scheduler.preview import lease_preview
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, Verdict, admit
@@ -298,6 +299,11 @@ class RequestOutlook:
     verdict: Verdict
     start: datetime | None
     now: datetime
+    # A reservation that cannot start when asked: the start asked, and how many cards each
+    # kind (``scheduler.picture.KINDS``: held, reserved, planned for a waiting request,
+    # maintenance, unhealthy) keeps busy then, read from the model's one picture.
+    asked: datetime | None = None
+    in_the_way: dict[str, int] | None = None
 
     @property
     def outcome(self) -> str:
@@ -383,4 +389,9 @@ def lease_request_check(
     )
     if verdict.borrowed and (when is None or when > now + STARTS_NOW):
         raise ValidationError(borrow_refusal(card_model))  # borrowing never waits
-    return RequestOutlook(card_model=card_model, verdict=verdict, start=when, now=now)
+    outlook = RequestOutlook(card_model=card_model, verdict=verdict, start=when, now=now)
+    if start_at is not None and start_at > now + STARTS_NOW and (when is None or when > start_at):
+        picture = model_picture(card_model.pk, start=start_at, end=start_at + duration, now=now)
+        outlook.asked = start_at
+        outlook.in_the_way = picture.kinds_at(start_at, start_at + duration)
+    return outlook

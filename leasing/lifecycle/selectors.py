@@ -20,7 +20,8 @@ from leasing.choices import (
 )
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
-from leasing.scheduler.snapshot import card_slots, timeline_for, waiting_for
+from leasing.scheduler.picture import PLANNED, model_picture
+from leasing.scheduler.snapshot import card_slots, waiting_for
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
 
@@ -308,31 +309,33 @@ def queue_position(lease: Lease) -> int | None:
 def availability_calendar(
     card_model: CardModel, *, start: datetime, days: int = 7, step: timedelta = timedelta(hours=3)
 ) -> dict:
-    """Free cards of a model per time slot (the fewest free at any moment in the slot).
-
-    Counts bookings only (active and scheduled leases), not the queue's plans.
-    """
-    cards = card_slots(card_model.pk, now=start)
-    timeline = timeline_for(card_model.pk, now=start)
-    total_in_service = Card.objects.in_service().filter(card_model=card_model).count()
+    """Free cards of a model per time slot (the fewest free at any moment in the slot), and
+    how many of the others a waiting request's plan holds (``planned``), read from the
+    model's one picture of the future (``scheduler.picture``): leases held, reservations,
+    waiting leases' planned cards, maintenance and unhealthy cards."""
+    end = start + timedelta(days=days)
+    picture = model_picture(card_model.pk, start=start, end=end, now=max(timezone.now(), start))
+    usable = len(card_slots(card_model.pk, now=max(timezone.now(), start)))
     slots = []
     t = start
-    end = start + timedelta(days=days)
     while t < end:
         slot_end = t + step
-        free = sum(
-            1
-            for c in cards
-            if (c.usable_until is None or c.usable_until >= slot_end)
-            and timeline.is_free(c.card_id, t, slot_end)
+        kinds = picture.kinds_at(t, slot_end)
+        slots.append(
+            {
+                "start": t,
+                "end": slot_end,
+                "free": picture.free_count(t, slot_end),
+                "planned": kinds.get(PLANNED, 0),
+            }
         )
-        slots.append({"start": t, "end": slot_end, "free": free})
         t = slot_end
     return {
         "card_model": card_model,
-        "total": total_in_service,
-        "usable": len(cards),
+        "total": len(picture.cards),
+        "usable": usable,
         "slots": slots,
+        "re_estimating": picture.re_estimating,
     }
 
 

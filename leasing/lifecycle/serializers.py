@@ -9,9 +9,11 @@ from rest_framework import serializers
 
 from inventory.models import CardModel
 from inventory.serializers import RequirementsSerializer
-from leasing.choices import Priority, Purpose, StartPolicy
+from leasing.choices import WAITING_STATES, Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
+from leasing.lifecycle.waiting import KINDS as WAITING_KINDS
+from leasing.lifecycle.waiting import waiting_because_many
 from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
@@ -101,6 +103,18 @@ class CheckpointSerializer(StrictSerializer):
     )
 
 
+class WaitingBecauseSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=WAITING_KINDS)
+    params = serializers.DictField(
+        help_text=(
+            "approval: approvers; requirements: reason, same_node; ahead_in_queue: count, "
+            "card_hours; cards_in_use: count, until, leases (those you may see), others; "
+            "off_peak: from, policy; unhealthy_cards, drain: count."
+        )
+    )
+    text = serializers.CharField(help_text="The reason worded in your language.")
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     card_model = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -128,7 +142,17 @@ class LeaseSerializer(serializers.ModelSerializer):
         help_text="A partial preemption: how many cards go back, and when (null: none)."
     )
     waiting_reason = serializers.SerializerMethodField(
-        help_text="Why a queued lease cannot start as asked, and what you can do (null: it can)."
+        help_text=(
+            "Deprecated: read waiting_because (its kind `requirements`). Why a queued lease "
+            "cannot start as asked, and what you can do (null: it can)."
+        )
+    )
+    waiting_because = serializers.SerializerMethodField(
+        help_text=(
+            "Why a waiting lease waits, worded for you: approval, requirements (can never "
+            "start as asked), ahead_in_queue, cards_in_use, off_peak, unhealthy_cards, drain. "
+            "Empty when it does not wait."
+        )
     )
     checkpoint = serializers.SerializerMethodField()
 
@@ -164,12 +188,26 @@ class LeaseSerializer(serializers.ModelSerializer):
             "ends_early",
             "cards_taken_back",
             "waiting_reason",
+            "waiting_because",
             "start_policy",
             "lent",
             "checkpoint",
             "resumes",
         ]
         read_only_fields = fields
+
+    # Access details only the holder may read: the Kubernetes exec token (kubeconfig) is the
+    # holder's own, not their lead's or an operator's.
+    HOLDER_ONLY_ACCESS = ("kubeconfig",)
+
+    def to_representation(self, lease: Lease) -> dict:
+        data = super().to_representation(lease)
+        access = data.get("access")
+        request = self.context.get("request")
+        holder = request is not None and getattr(request.user, "pk", None) == lease.user_id
+        if isinstance(access, dict) and not holder:
+            data["access"] = {k: v for k, v in access.items() if k not in self.HOLDER_ONLY_ACCESS}
+        return data
 
     @extend_schema_field(CheckpointSerializer(allow_null=True))
     def get_checkpoint(self, lease: Lease) -> dict | None:
@@ -208,6 +246,36 @@ class LeaseSerializer(serializers.ModelSerializer):
             return None
         return {"cards": truth.cards_lost, "at": _when(truth.cards_lost_at)}
 
+    @extend_schema_field(WaitingBecauseSerializer(many=True))
+    def get_waiting_because(self, lease: Lease) -> list[dict]:
+        if lease.status not in WAITING_STATES:
+            return []
+        cache = self.context.setdefault("_waiting_because", {})
+        if lease.pk not in cache:
+            # a list's page at once (a few queries per card model, not per lease)
+            page = getattr(self.parent, "instance", None) if self.parent is not None else None
+            leases = list(page) if page is not None and not isinstance(page, Lease) else [lease]
+            request = self.context.get("request")
+            cache.update(
+                waiting_because_many(leases, user=getattr(request, "user", None) or lease.user)
+            )
+        return [
+            {"kind": b.kind, "params": b.params, "text": b.text} for b in cache.get(lease.pk, [])
+        ]
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "deprecated": True,
+            "description": "Deprecated: use waiting_because (kind `requirements`).",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "what_you_can_do": {"type": "string"},
+            },
+        }
+    )
     def get_waiting_reason(self, lease: Lease) -> dict | None:
         truth = self._truth(lease)
         if not truth.stall:

@@ -15,12 +15,18 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from leasing.backends import PermanentBackendError, TransientBackendError, get_backend
+from leasing.backends import (
+    BackendError,
+    PermanentBackendError,
+    TransientBackendError,
+    get_backend,
+)
 from leasing.choices import RUNNING_STATES, LeaseStatus
 from leasing.enqueue import enqueue
 from leasing.lifecycle import (
     change_decisions,
     endings,
+    kubernetes,
     maintenance,
     provisioning,
     reconcile,
@@ -28,7 +34,7 @@ from leasing.lifecycle import (
 )
 from leasing.models import Lease
 from leasing.notify import wording
-from leasing.scheduler import plancache
+from leasing.scheduler import moves, plancache
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
 from leasing.workbench import workspace
@@ -222,6 +228,7 @@ def sweep() -> dict:
         now=now
     ) + maintenance.drain_warnings_send(now=now)
     done["idle"] = endings.idle_check(now=now)
+    done["estimate_notices"] = moves.estimate_notices_due(now=now)
     models = (
         Lease.objects.filter(status=LeaseStatus.QUEUED)
         .values_list("card_model_id", flat=True)
@@ -270,6 +277,30 @@ def extend_lease_backend(self, lease_id: int) -> int:
         return extend(holding)
     except TransientBackendError as exc:
         raise self.retry(exc=exc, countdown=min(2**self.request.retries, 60)) from exc
+
+
+# --- the Kubernetes backend: reconciliation and the quota/priority mirror (on beat) --------
+
+
+@shared_task(name="leasing.tasks_kubernetes.reconcile_kubernetes", acks_late=True)
+def reconcile_kubernetes() -> dict:
+    """Active leases against their pods (leasing.lifecycle.kubernetes)."""
+    try:
+        return kubernetes.kubernetes_reconcile()
+    except BackendError as exc:
+        # The next beat tries again; nothing was ended on a failed read.
+        logger.warning("kubernetes reconcile skipped: %s", exc)
+        return {"error": str(exc)}
+
+
+@shared_task(name="leasing.tasks_kubernetes.mirror_kubernetes", acks_late=True)
+def mirror_kubernetes() -> dict:
+    """Teams' quotas and the priority classes written to the cluster."""
+    try:
+        return kubernetes.kubernetes_mirror()
+    except BackendError as exc:
+        logger.warning("kubernetes mirror skipped: %s", exc)
+        return {"error": str(exc)}
 
 
 # --- sessions and workspaces (leasing.workbench, lifecycle.session_steps) ----------------

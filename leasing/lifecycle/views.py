@@ -31,6 +31,7 @@ from leasing.lifecycle import (
 )
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
+from leasing.lifecycle.waiting import waiting_because, waiting_because_many
 from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
 from leasing.workbench.selectors import lease_workbench
@@ -66,8 +67,12 @@ def lease_list(request):
     if scope not in scopes:
         scope = "mine"
     leases = selectors.with_pending_change(selectors.leases_in_scope(request.user, scope))
+    open_leases = selectors.with_truth(leases.filter(status__in=OPEN_STATES))
+    because = waiting_because_many(open_leases, user=request.user)
+    for lease in open_leases:
+        lease.because = because.get(lease.pk, [])
     context = {
-        "open_leases": selectors.with_truth(leases.filter(status__in=OPEN_STATES)),
+        "open_leases": open_leases,
         "past_leases": leases.filter(status__in=TERMINAL_STATES)[:20],
         "scope": scope,
         "scopes": scopes,
@@ -193,6 +198,7 @@ def lease_detail(request, pk: int):
         "decides": may_decide(request.user, lease),
         "extend_form": ExtendForm(),
         "position": selectors.queue_position(lease),
+        "because": waiting_because(lease, user=request.user),
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
         "cost": accrued.lease_cost(lease, now=timezone.now()),

@@ -115,6 +115,35 @@ def stall_text(reason: str, *, same_node: bool) -> tuple[str, str]:
     return why, todo
 
 
+def estimate_why(why: str, p: Mapping) -> str:
+    """Why a waiting lease's estimated start moved (``scheduler.moves.WHY``), for its reader."""
+    if why == "higher_priority":
+        return _("a request of higher priority joined the queue ahead of it")
+    if why == "request_ahead":
+        return _("a request joined the queue ahead of it")
+    if why == "released":
+        return _("a lease was released early")
+    if why == "drain":
+        return _("node %(node)s is being drained") % {"node": p.get("node", "")}
+    if why == "card_failed":
+        return _("a card failed")
+    if why == "extended":
+        return _("a lease was extended")
+    return _("the queue's plan changed")
+
+
+def _estimate_moved(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s: estimated start moved to %(to)s") % {"id": p["id"], "to": _at(p["to"])}
+    body = _("%(n)s × %(model)s: estimated start %(from)s → %(to)s, because %(why)s.") % {
+        "n": p["n"],
+        "model": p["model"],
+        "from": _at(p["from"]),
+        "to": _at(p["to"]),
+        "why": estimate_why(p.get("why", ""), p),
+    }
+    return title, body
+
+
 def _stalled(p: Mapping) -> tuple[str, str]:
     why, todo = stall_text(p["reason"], same_node=bool(p.get("same_node", True)))
     title = _("Lease %(id)s cannot start as asked") % {"id": p["id"]}
@@ -131,6 +160,11 @@ ENDED_WHY = {
     "drain": lambda p: _("node %(node)s went into maintenance") % {"node": p.get("node", "")},
     "slurm_down": lambda p: _("node %(nodes)s is down in Slurm") % {"nodes": p.get("nodes", "")},
     "slurm_cancelled": lambda p: _("its Slurm allocation was cancelled outside Cardpool"),
+    "kube_node_down": lambda p: (
+        _("node %(nodes)s is not ready in Kubernetes") % {"nodes": p.get("nodes", "")}
+    ),
+    "kube_pod_failed": lambda p: _("its Kubernetes pod failed"),
+    "kube_pod_gone": lambda p: _("its Kubernetes pod was deleted outside Cardpool"),
     "faulty": lambda p: _("a card failed and no spare was free"),
     "preempted": lambda p: _("preempted for a higher-priority request"),
     "idle": lambda p: _("reclaimed: the cards stayed idle"),
@@ -144,6 +178,11 @@ def _ended(p: Mapping) -> tuple[str, str]:
     if p.get("why", "").startswith("slurm_"):
         body = _(
             "Slurm no longer holds the cards of this lease, so they are back in the pool. "
+            "Ask for new cards if you still need them."
+        )
+    elif p.get("why", "").startswith("kube_"):
+        body = _(
+            "Kubernetes no longer runs the pod of this lease, so its cards are back in the pool. "
             "Ask for new cards if you still need them."
         )
     return _("Lease %(id)s ended: %(why)s") % {"id": p["id"], "why": why}, body
@@ -235,6 +274,16 @@ def _lease(p: Mapping) -> tuple[str, str]:
         ) % {"why": p.get("failure") or "—"}
         return _("Lease %(id)s: the release failed") % what, body
     raise KeyError(event)
+
+
+def _restarting(p: Mapping) -> tuple[str, str]:
+    title = _("Lease %(id)s: its pod restarts now") % {"id": p["id"]}
+    body = _(
+        "Your lease's cards change to %(n)s, so its Kubernetes pod is replaced: what runs in it "
+        "stops, and sessions start again in the new pod. Save your work; see the lease page "
+        "for the new access details."
+    ) % {"n": p["n"]}
+    return title, body
 
 
 def _card_swapped(p: Mapping) -> tuple[str, str]:
@@ -491,11 +540,13 @@ MESSAGES: dict[str, Renderer] = {
     "workspace": _workspace,
     "change": _change,
     "card_swapped": _card_swapped,
+    "restarting": _restarting,
     "expiring": _expiring,
     "drain": _drain,
     "preemption": _preemption,
     "preemption_partial": _preemption_partial,
     "stalled": _stalled,
+    "estimate_moved": _estimate_moved,
     "ended": _ended,
     "statement": _statement,
 }

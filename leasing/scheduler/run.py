@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,7 +23,7 @@ from leasing.enqueue import enqueue_after_commit
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
-from leasing.scheduler import plancache, planner, shares
+from leasing.scheduler import moves, plancache, planner, shares
 from leasing.scheduler.joining import (
     Joined,
     estimate_write,
@@ -172,6 +173,7 @@ def apply_decisions(
     starting: list[tuple[Request, Decision]] = []
     estimates: list[Lease] = []
     stalled: list[int] = []
+    moved: list[tuple[int, datetime | None, datetime | None]] = []  # estimates that changed
     applied = Applied(started=[], booked=[], shown={})
     for decision in decisions:
         request = requests[decision.lease_id]
@@ -222,6 +224,8 @@ def apply_decisions(
                 stall = planner.never_fits_because(in_service, request, unhealthy)
             planned = decision.card_ids if keep_plan and decision.start is not None else None
             if shown.get(decision.lease_id) != (decision.start, stall, planned):
+                before = shown.get(decision.lease_id)
+                moved.append((decision.lease_id, before and before[0], decision.start))
                 estimates.append(
                     Lease(
                         pk=decision.lease_id,
@@ -245,6 +249,7 @@ def apply_decisions(
     )
     if not stalled_tell(stalled):
         applied.complete = False
+    moves.estimates_moved(moved, now=now)  # a big move: a timeline event and a notice
     return applied
 
 
@@ -374,7 +379,9 @@ def replan(
     """Run the model's queue pass (the model is locked) and hand what it started to the
     workers after commit. *joined*: the one change is that this lease joined the queue
     (*seen*: ``plancache.hold``'s version, taken before it was written)."""
-    result = schedule_card_model(card_model_id, now=now, joined=joined, seen=seen)
+    joining = moves.because("request_ahead", lease=joined) if joined else nullcontext()
+    with joining:
+        result = schedule_card_model(card_model_id, now=now, joined=joined, seen=seen)
     hand_over(result.started)
     return result
 
@@ -429,6 +436,7 @@ def release_begin(
     # the backend's release stops their processes.
     Session.objects.end_for_lease(lease.pk, at=now)
     cards_free(lease, cut_at)
-    replan(lease.card_model_id, now=now)
+    with moves.because("released", lease=lease.pk):
+        replan(lease.card_model_id, now=now)
     enqueue_after_commit("leasing.tasks.release_lease", lease.pk)
     return True

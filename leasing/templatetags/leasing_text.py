@@ -1,9 +1,11 @@
 """Template filters that word stored parameters for the reader (the active language and zone)."""
 
 from django import template
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from leasing.notify.messages import breaches_text
+from leasing.notify.messages import breaches_text, estimate_why
 
 register = template.Library()
 
@@ -28,6 +30,11 @@ def event_note(event) -> str:
     )
 
 
+def _local(value: str) -> str:
+    moment = parse_datetime(value)
+    return f"{timezone.localtime(moment):%m-%d %H:%M}" if moment else value
+
+
 def _facts(kind: str, data: dict) -> str:
     """What a resize or a swap changed, from its parameters."""
     try:
@@ -38,6 +45,12 @@ def _facts(kind: str, data: dict) -> str:
             return text
         if kind == "ended" and data.get("by_hand"):
             return _("Released by hand by an operator.")
+        if kind == "estimate_moved" and "to" in data:
+            return _("estimated start %(from)s → %(to)s, because %(why)s") % {
+                "from": _local(data["from"]),
+                "to": _local(data["to"]),
+                "why": estimate_why(data.get("why", ""), data),
+            }
         if kind == "passed_to_lead" and "to" in data:
             return _("%(from)s → %(to)s") % {"from": data["from"], "to": data["to"]}
         if kind == "card_replaced" and "to_card" in data:

@@ -42,3 +42,20 @@ def test_something_waits_for_lena_and_a_reservation_is_booked(demo, client):
     page = client.get("/teams/vision/").content.decode()
     assert f"/leases/{waiting.pk}/" in page or f"#{waiting.pk}" in page or "chen" in page
     assert Lease.objects.filter(status=LeaseStatus.SCHEDULED, user=lena).count() == 1
+
+
+def test_bob_waits_for_the_h800s_and_the_timeline_shows_his_planned_cards(demo, client):
+    """The demo's H800 case: bob's 8 cards wait behind lena's reservation; alice's view of
+    the model shows them planned for a waiting request, bob's lease names what is in his way."""
+    waiting = Lease.objects.get(user__username="bob", card_model__slug="h800")
+    assert waiting.status == LeaseStatus.QUEUED and len(waiting.planned_cards) == 8
+    alice = get_user_model().objects.get(username="alice")
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    calendar = client.get("/leases/calendar/h800/").content.decode()
+    assert 'data-planned="8"' in calendar
+    answer = client.get("/api/v1/card-models/h800/timeline/").json()
+    assert sum(1 for c in answer["cards"] for b in c["bookings"] if b["kind"] == "planned") == 8
+    client.force_login(waiting.user)
+    page = client.get(f"/leases/{waiting.pk}/").content.decode()
+    assert 'data-because-kind="cards_in_use"' in page

@@ -48,7 +48,7 @@ http {{
       proxy_set_header Connection "";
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
     }}
   }}
 
@@ -68,7 +68,7 @@ http {{
       proxy_set_header Connection $connection_upgrade;
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
       # Nothing of the visitor's login goes to the node: no cookie (the pass, or any other
       # the browser holds for this origin), no Authorization of theirs; Jupyter's token is
       # the proxy's to send.
@@ -95,7 +95,7 @@ http {{
       proxy_set_header Connection "";
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
       proxy_set_header Authorization "";
     }}
 
@@ -107,7 +107,7 @@ http {{
       proxy_set_header Host $http_host;
       proxy_set_header X-Original-URI $request_uri;
       proxy_set_header X-Cardpool-Proxy "{secret}";
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
       proxy_set_header Authorization "";
     }}
 
@@ -115,7 +115,7 @@ http {{
       proxy_pass http://cardpool_portal;
       proxy_set_header Host $http_host;
       proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Proto {proto};
       proxy_set_header Authorization "";
     }}
   }}
@@ -130,17 +130,28 @@ def _server_name(domain: str) -> str:
 
 
 def nginx_config(
-    *, listen: str, portal: str, var_dir: str, foreground: bool = True, domain: str | None = None
+    *,
+    listen: str,
+    portal: str,
+    var_dir: str,
+    foreground: bool = True,
+    domain: str | None = None,
+    behind_tls_proxy: bool = False,
 ) -> str:
     """A complete nginx.conf: *listen* (``8080`` or ``0.0.0.0:443 ssl``…) in front of the
     portal at *portal* (``127.0.0.1:8000``); nginx's own files under *var_dir*; sessions
-    at ``s<id>.<domain>`` (default CARDPOOL_SESSION_DOMAIN; "" = under any host name)."""
+    at ``s<id>.<domain>`` (default CARDPOOL_SESSION_DOMAIN; "" = under any host name).
+
+    The portal learns the browser's scheme from ``X-Forwarded-Proto``: nginx's own (``http``
+    unless TLS lines are added to it), or, *behind_tls_proxy*, the one the TLS terminator in
+    front of nginx sent (else every request would look like plain HTTP and be redirected)."""
     from django.conf import settings
 
     if domain is None:
         domain = settings.CARDPOOL_SESSIONS.get("DOMAIN", "")
     var = str(Path(var_dir).resolve())
     return TEMPLATE.format(
+        proto="$http_x_forwarded_proto" if behind_tls_proxy else "$scheme",
         daemon="daemon off;\n" if foreground else "",
         var=var,
         portal=portal,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from leasing.workbench.proxy import nginx_config
@@ -36,6 +37,8 @@ class Command(BaseCommand):
             var_dir=var_dir,
             foreground=not daemon,
             domain=session_domain,
+            # CARDPOOL_BEHIND_TLS_PROXY: a TLS terminator in front of nginx says the scheme.
+            behind_tls_proxy=settings.SECURE_PROXY_SSL_HEADER is not None,
         )
         if output:
             secret_file_write(output, text)  # it holds the proxy's secret: 0600

@@ -755,6 +755,18 @@ def _with_sessions(args, token: str, *, log, extra: dict, sleep) -> int:
                 return 1
         if args.once:
             return 0
+        # The checkpoints of preempted leases, every round in this mode too (the mode the
+        # demo runs): the portal says "sent" only once this loop has delivered and answered.
+        if not args.no_checkpoints:
+            try:
+                checkpoints_once(
+                    checkpoints_url(args.url),
+                    token,
+                    opener=extra.get("opener"),
+                    context=extra.get("context"),
+                )
+            except PostError as exc:
+                log(f"cardpool-agent: checkpoints: {exc}")
         sleep(args.session_interval)
 
 

@@ -14,6 +14,7 @@ from rest_framework.routers import BaseRouter
 from inventory.filters import CardFilterSet, CardModelFilterSet, NodeFilterSet
 from inventory.models import Card, CardModel, Node
 from inventory.requirements import PRECISION_FIELDS
+from leasing.billing import prices
 from leasing.lifecycle import maintenance
 from leasing.scheduler import availability
 from portal.input import DateTimeField, StrictSerializer
@@ -26,7 +27,6 @@ HOSTNAME_LOOKUP = r"[^/]+"
 _SPEC_DECIMALS = (
     "memory_gb",
     *PRECISION_FIELDS.values(),
-    "price_per_hour",
 )
 
 
@@ -36,6 +36,29 @@ class CardModelSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text=_("Healthy cards on nodes taking leases that nobody holds now."),
     )
+    price_per_hour = serializers.SerializerMethodField(
+        help_text=_(
+            "What a card-hour started now is billed to your team (team price over list "
+            "price, with the off-peak tariff in force), in `currency`."
+        )
+    )
+    currency = serializers.SerializerMethodField(
+        help_text=_("The site's currency code (CARDPOOL_CURRENCY).")
+    )
+
+    def get_price_per_hour(self, cm) -> float:
+        priced = self.context.get("prices")
+        if priced is None or cm.pk not in priced:
+            request = self.context.get("request")
+            priced = prices.prices_now(
+                [cm],
+                team_id=prices.reader_team_id(getattr(request, "user", None)),
+                at=timezone.now(),
+            )
+        return float(priced[cm.pk])
+
+    def get_currency(self, cm) -> str:
+        return prices.currency()
 
     class Meta:
         model = CardModel
@@ -56,6 +79,7 @@ class CardModelSerializer(serializers.ModelSerializer):
             "stack_family",
             "graphics",
             "price_per_hour",
+            "currency",
             "source_url",
             "total",
             "available",
@@ -121,6 +145,10 @@ class DrainResultSerializer(serializers.Serializer):
     warned = serializers.IntegerField(help_text="Leases whose holders were warned.")
 
 
+class UndrainSerializer(StrictSerializer):
+    """No fields: an undrain takes none (any sent is named in a 400)."""
+
+
 class FaultySerializer(StrictSerializer):
     note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
@@ -142,6 +170,20 @@ class CardModelViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[CardModel]:
         return availability.card_models_with_counts(timezone.now())
+
+    def get_serializer(self, *args, **kwargs):
+        # Price the page's models for the reader's team at once (two queries, not per row).
+        if args:
+            models = args[0] if kwargs.get("many") else [args[0]]
+            self._prices = prices.prices_now(
+                list(models),
+                team_id=prices.reader_team_id(self.request.user),
+                at=timezone.now(),
+            )
+        return super().get_serializer(*args, **kwargs)
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "prices": getattr(self, "_prices", None)}
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -166,6 +208,16 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             user=request.user, node=self.get_object(), drain_at=data.validated_data["drain_at"]
         )
         return Response({"warned": warned})
+
+    @extend_schema(request=UndrainSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def undrain(self, request, hostname=None):
+        """Operators: take the node out of draining or maintenance; it takes leases again and
+        leases its drain cut show their booked end again."""
+        UndrainSerializer(data=request.data).is_valid(raise_exception=True)
+        maintenance.node_undrain(user=request.user, node=self.get_object())
+        node = self.get_queryset().get(hostname=hostname)
+        return Response(NodeSerializer(node).data)
 
 
 class CardViewSet(viewsets.ReadOnlyModelViewSet):

@@ -119,7 +119,7 @@ class Region(models.Model):
         related_name="children",
     )
     energy_price_kwh = models.DecimalField(
-        _("energy price (CNY/kWh)"),
+        _("energy price per kWh (site currency)"),
         max_digits=6,
         decimal_places=3,
         null=True,
@@ -205,7 +205,7 @@ class CardModel(models.Model):
         max_digits=10,
         decimal_places=2,
         default=0,
-        help_text=_("List price in the site's currency (CNY)."),
+        help_text=_("Default price in the site's currency (CARDPOOL_CURRENCY)."),
     )
     visible_devices_env = models.CharField(
         _("visible-devices variable"),

@@ -3,6 +3,7 @@ the declaration, used by the lease API and the estimate API alike."""
 
 from __future__ import annotations
 
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from inventory.models import Region
@@ -12,7 +13,9 @@ from portal.input import StrictSerializer
 
 def requirement_serializer_field(req: Requirement) -> serializers.Field:
     """The API's shape of one requirement (``inventory.requirements``)."""
-    common = {"required": False, "help_text": str(req.help_text)}
+    # Lazy, worded when the schema is made: str() here froze it at import in the site's
+    # language (Chinese descriptions in the English schema).
+    common = {"required": False, "help_text": req.help_text}
     if req.kind == "choice":
         return serializers.ChoiceField(choices=req.choices, **common)
     if req.kind == "number":
@@ -22,7 +25,7 @@ def requirement_serializer_field(req: Requirement) -> serializers.Field:
     return serializers.SlugRelatedField(
         slug_field="slug",
         queryset=Region.objects.all(),
-        error_messages={"does_not_exist": "Unknown region “{value}”."},
+        error_messages={"does_not_exist": _("Unknown region “{value}”.")},
         **common,
     )
 

@@ -23,6 +23,8 @@ from inventory.forms import CardFaultyForm, DrainForm
 from inventory.models import Card, Node, Precision
 from inventory.requirements import PRECISION_FIELDS
 from inventory.selectors import latest_readings
+from leasing.billing import prices
+from leasing.choices import Priority
 from leasing.lifecycle import maintenance
 from leasing.lifecycle.selectors import card_holders
 from leasing.scheduler.availability import (
@@ -95,7 +97,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("tdp", _("TDP (W)"), "tdp_w", desc_first=False),
     Column("available", _("Free now / total"), "available"),
     Column("software", _("Software stack"), "software_stack", numeric=False, desc_first=False),
-    Column("price", _("Price (¥/card-hour)"), "price_per_hour", desc_first=False),
+    # Sorted by the price in force for the reader (billing.prices), not the model's default.
+    Column("price", _("Price per card-hour, now"), "price_now", desc_first=False),
 )
 COLUMNS_BY_KEY = {c.key: c for c in COLUMNS}
 
@@ -156,10 +159,11 @@ def catalogue(request: HttpRequest) -> HttpResponse:
     """Card models side by side on the numbers that matter, with what is free now."""
     # The page shows the models this pool has by default (the catalogue knows many more);
     # "every model" is one choice away. The API lists every model unless asked.
+    now = timezone.now()
     filterset = _bound(
         CardModelFilterSet,
         request,
-        card_models_with_counts(timezone.now()),
+        card_models_with_counts(now),
         defaults={"pool": "in"},
     )
     filters = _applied(filterset)
@@ -167,9 +171,17 @@ def catalogue(request: HttpRequest) -> HttpResponse:
         del filters["pool"]  # the default is no filter the person set
     models = filterset.qs
     column, descending = _parse_sort(request.GET.get("sort"))
-    if column is not None:
+    by_price = column is not None and column.key == "price"
+    if column is not None and not by_price:
         models = models.order_by(*_sort_order(column, descending))
     rows = list(models)
+    # What a card-hour costs the reader's team now: the price the bill will use.
+    priced = prices.prices_now(rows, team_id=prices.reader_team_id(request.user), at=now)
+    for cm in rows:
+        cm.price_now = priced[cm.pk]
+    if by_price:
+        rows.sort(key=lambda cm: cm.name)
+        rows.sort(key=lambda cm: cm.price_now, reverse=descending)
     for cm in rows:
         cm.throughput = [(p.value, getattr(cm, PRECISION_FIELDS[p.value])) for p in Precision]
     highlight = filters.get("precision", "")
@@ -211,11 +223,20 @@ def card_model_detail(request: HttpRequest, slug: str) -> HttpResponse:
         for p in Precision
         for field in [PRECISION_FIELDS[p.value]]
     ]
+    team = prices.reader_team(request.user)
+    book = prices.books_now([card_model], team_id=team.pk if team else None, at=now).for_model(
+        card_model.pk
+    )
+    price = book.price_at(now)
+    cheap = book.price_at(now, prices.discount_for(Priority.PREEMPTIBLE))
     return render(
         request,
         "inventory/card_model.html",
         {
             "cm": card_model,
+            "price": price,
+            "price_preemptible": cheap,
+            "price_team": team.name if team and book.team_price_at(now) is not None else "",
             # cards free now may be planned for waiting leases (the queue's plan)
             "planned": card_model.planned_cards
             and PlannedSummary(card_model.planned_cards, card_model.planned_first),

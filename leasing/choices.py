@@ -64,6 +64,8 @@ class EndReason(models.TextChoices):
     IDLE = "idle", _("Idle")
     ADMIN = "admin", _("Ended by an operator")
     FAILED = "failed", _("Failed")
+    DRAIN = "drain", _("Its node went into maintenance")
+    FAULTY = "faulty", _("A card failed and no spare was free")
 
 
 class StallReason(models.TextChoices):

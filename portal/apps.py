@@ -18,10 +18,12 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from allauth.account.signals import password_reset
+        from django.contrib.auth.signals import user_logged_in
 
-        from portal.services_account import address_verify_on_reset
+        from portal.services_account import address_verify_on_reset, session_language_keep
         from portal.usernames import guard_username
 
         post_migrate.connect(_create_cache_table, sender=self)
         password_reset.connect(address_verify_on_reset, dispatch_uid="verify-on-reset")
+        user_logged_in.connect(session_language_keep, dispatch_uid="session-language")
         pre_save.connect(guard_username, sender=settings.AUTH_USER_MODEL, dispatch_uid="username")

@@ -6,6 +6,7 @@ plotly and Django, so every app's pages can use it.
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime
 from decimal import Decimal
 from html import escape  # plotly renders a little HTML in labels; names are user data
@@ -39,6 +40,7 @@ def render(
         paper_bgcolor="white",
         font={"family": FONT},
     )
+    _numeric_time_axes(fig)
     if stack:
         fig.update_layout(barmode="stack")
     if y_title is not None:
@@ -52,6 +54,26 @@ def render(
         fig.to_json(),
         json.dumps(CONFIG),
     )
+
+
+TIME_VALUE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}")
+
+
+def _numeric_time_axes(fig: go.Figure) -> None:
+    """A time axis writes its ticks in numbers (09:00 / 12-01) in every language: plotly.js
+    would write "Dec 1, 2026" — or "十二 1, 2026" with its zh-CN locale — on its own. Axes
+    that already say how to write their ticks keep it."""
+    for trace in fig.data:
+        values = getattr(trace, "x", None)
+        first = next((v for v in (values or ()) if v is not None), None)
+        is_time = isinstance(first, datetime) or (
+            isinstance(first, str) and TIME_VALUE.match(first)
+        )
+        if not is_time:
+            continue
+        axis = fig.layout[f"xaxis{(getattr(trace, 'xaxis', None) or 'x')[1:]}"]
+        if axis.type in (None, "-", "date") and not axis.tickformat:
+            axis.update(tickformat="%H:%M<br>%m-%d", hoverformat="%Y-%m-%d %H:%M")
 
 
 def local_time(at: datetime, *, seconds: bool = False) -> str:

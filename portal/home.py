@@ -11,19 +11,25 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Case, Count, Q, Value, When
 
 from inventory.models import Card, Node
 from leasing.billing import reports
-from leasing.choices import WAITING_STATES
+from leasing.choices import (
+    BOOKED_STATES,
+    LASTING_ALERT_STATES,
+    WAITING_STATES,
+    AlertSeverity,
+)
 from leasing.lifecycle import selectors as lease_selectors
-from leasing.models import Lease, LeaseChange, Statement
+from leasing.models import Alert, Lease, LeaseChange, Statement
 from leasing.periods import local_date, month_of, site_tz
 from leasing.teams import selectors as team_selectors
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator
 
 SHOWN = 5
+SEVERITY_ORDER = (AlertSeverity.CRITICAL, AlertSeverity.WARNING, AlertSeverity.INFO)
 
 
 def lead_panel(user, now: datetime) -> dict | None:
@@ -36,8 +42,13 @@ def lead_panel(user, now: datetime) -> dict | None:
     if not led:
         return None
     approvals = team_selectors.approvals_for(user).filter(team__in=[m.team for m in led])
+    # Every pending item the count counts is listed: requests, and extensions and resizes.
     changes = LeaseChange.objects.filter(
-        status=LeaseChange.Status.PENDING, lease__team__in=[m.team for m in led]
+        status=LeaseChange.Status.PENDING,
+        lease__team__in=[m.team for m in led],
+        lease__status__in=BOOKED_STATES,
+    ).select_related(
+        "lease__user", "lease__card_model", "lease__team", "card_model", "requested_by"
     )
     teams = []
     for membership in led:
@@ -54,6 +65,7 @@ def lead_panel(user, now: datetime) -> dict | None:
     return {
         "approvals": list(approvals.order_by("submitted_at")[:SHOWN]),
         "approvals_count": approvals.count(),
+        "changes": list(changes.order_by("requested_at")[:SHOWN]),
         "changes_count": changes.count(),
         "teams": teams,
     }
@@ -85,7 +97,13 @@ def finance_panel(now: datetime) -> dict:
 
 
 def operator_panel(now: datetime) -> dict:
-    """Pool health: cards by state, nodes out of service (drains first), failed releases."""
+    """Pool health, led by the alerts still open (how many, the worst first); then cards by
+    state, nodes out of service (drains first), failed releases."""
+    worst = Case(
+        *(When(severity=s, then=Value(i)) for i, s in enumerate(SEVERITY_ORDER)),
+        default=Value(len(SEVERITY_ORDER)),
+    )
+    lasting = Alert.objects.filter(status__in=LASTING_ALERT_STATES)
     cards = Card.objects.in_service().aggregate(
         total=Count("pk"), faulty=Count("pk", filter=Q(status=Card.Status.FAULTY))
     )
@@ -95,6 +113,12 @@ def operator_panel(now: datetime) -> dict:
         .order_by("drain_at", "hostname")[: SHOWN * 2]
     )
     return {
+        "alerts": list(
+            lasting.select_related("card__node", "node")
+            .annotate(rank=worst)
+            .order_by("rank", "-opened_at", "-pk")[:SHOWN]
+        ),
+        "alerts_count": lasting.count(),
         "cards": cards,
         "nodes_out": nodes,
         "nodes_out_count": Node.objects.exclude(status=Node.Status.ACTIVE).count(),

@@ -124,7 +124,17 @@ class Profile(models.Model):
         _("language"),
         max_length=16,
         blank=True,
-        help_text=_("Notices sent by email and webhooks are worded in it; empty: the site's."),
+        help_text=_(
+            "Notices sent by email and webhooks are worded in it; empty: the language of your "
+            "last signed-in session, else the site's."
+        ),
+    )
+    session_language = models.CharField(
+        _("language of the last session"),
+        max_length=16,
+        blank=True,
+        editable=False,
+        help_text=_("Kept by the portal as you read it; used when no language is chosen."),
     )
     warning_offsets = models.JSONField(
         _("warn before a lease ends (minutes)"),

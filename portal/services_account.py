@@ -87,3 +87,14 @@ def address_verify_on_reset(sender, request, user, **kwargs) -> None:
     addresses = EmailAddress.objects.filter(user=user)
     if addresses.count() == 1:
         addresses.update(verified=True)
+
+
+def session_language_keep(sender, request, user, **kwargs) -> None:
+    """At each sign-in, keep the language the person reads the portal in
+    (``Profile.session_language``): notices to someone who chose no language are worded in it
+    (``leasing.notify.messages.person_language``). Written only when it changed."""
+    # Set by LocaleMiddleware on a real sign-in (the page's language); absent otherwise.
+    language = getattr(request, "LANGUAGE_CODE", "")
+    profile = Profile.objects.filter(user=user).only("pk", "session_language").first()
+    if profile is not None and language and profile.session_language != language:
+        Profile.objects.filter(pk=profile.pk).update(session_language=language)

@@ -134,6 +134,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.site",
                 "leasing.context_processors.notifications_unread",
+                "leasing.context_processors.alerts_open",
                 "leasing.context_processors.broker_status",
             ],
         },
@@ -668,6 +669,9 @@ CARDPOOL = {
     "PREEMPT_GRACE_MINUTES": env_int("CARDPOOL_PREEMPT_GRACE_MINUTES", 10),
     # The longest checkpoint time a request may declare (its preemption grace at most).
     "CHECKPOINT_MAX_SECONDS": env_int("CARDPOOL_CHECKPOINT_MAX_SECONDS", 1800),
+    # A checkpoint handed to a node's agent with no word from it after this many seconds is
+    # shown as not delivered (the preemption's grace runs on).
+    "CHECKPOINT_ACK_SECONDS": env_int("CARDPOOL_CHECKPOINT_ACK_SECONDS", 60),
     # Raw telemetry samples are kept this long, then summarised into hourly rows (at least 2).
     "TELEMETRY_RETENTION_HOURS": env_int("CARDPOOL_TELEMETRY_RETENTION_HOURS", 48),
     # Seconds between pulls from the nodes' DCGM exporters.

@@ -103,3 +103,75 @@ def test_an_operator_sees_pool_health_first(client, day, ops, django_assert_max_
     assert 'class="stat__value">1<' in nodes_out
     waiting = html.split('data-stat="waiting"', 1)[1]
     assert 'class="stat__value">1<' in waiting  # alice's request above her limit
+
+
+def _extend_above_the_limit(day, lena, alice):
+    """alice asks for 2 more hours, above a 4-hour member limit: a change waits for lena."""
+    from leasing.lifecycle import changes
+
+    team_services.member_limit_set(
+        user=lena,
+        membership=Membership.objects.get(user=alice, team=day["held"].team),
+        card_model=None,
+        max_concurrent_cards=1,
+        max_lease_hours=4,
+    )
+    with time_machine.travel(T0 + timedelta(minutes=30), tick=False):
+        return changes.lease_extend(lease=day["held"], user=alice, minutes=120).pending_change
+
+
+def test_the_leads_home_lists_every_pending_item_it_counts(
+    client, day, lena, alice, django_assert_max_num_queries
+):
+    change = _extend_above_the_limit(day, lena, alice)
+    html = page(client, lena, 34, django_assert_max_num_queries)
+    panel = html.split('id="home-lead"', 1)[1].split("</section>", 1)[0]
+    assert 'data-approvals="1"' in panel and ">2</span>" in panel  # 1 request + 1 extension
+    assert f'data-lease="{day["waiting"].pk}"' in panel
+    assert f'data-change="{change.pk}"' in panel  # the extension is listed, not just counted
+    assert f"/changes/{change.pk}/approve/" in panel and f"/changes/{change.pk}/reject/" in panel
+    assert f"/{day['waiting'].pk}/approve/" in panel and f"/{day['waiting'].pk}/reject/" in panel
+
+
+def test_the_operators_home_leads_with_open_alerts_worst_first(
+    client, day, ops, django_assert_max_num_queries
+):
+    from leasing.choices import AlertKind, AlertSeverity
+    from leasing.models import Alert
+
+    Node.objects.filter(status=Node.Status.MAINTENANCE).update(status=Node.Status.ACTIVE)
+    node = Node.objects.get(hostname="home-01")
+    card = node.cards.order_by("index").first()
+    warn = Alert.objects.create(
+        kind=AlertKind.MEMORY_FULL,
+        severity=AlertSeverity.WARNING,
+        subject=f"card:{card.pk}",
+        card=card,
+        opened_at=T0 - timedelta(minutes=1),
+        last_seen_at=T0,
+    )
+    crit = Alert.objects.create(
+        kind=AlertKind.CARD_HOT,
+        severity=AlertSeverity.CRITICAL,
+        subject=f"card:{card.pk}:hot",
+        card=card,
+        opened_at=T0 - timedelta(minutes=5),
+        last_seen_at=T0,
+    )
+    html = page(client, ops, 27, django_assert_max_num_queries)
+    panel = html.split('id="home-operator"', 1)[1].split("</section>", 1)[0]
+    assert 'data-alerts="2"' in panel
+    assert panel.index(f'data-alert="{crit.pk}"') < panel.index(f'data-alert="{warn.pk}"')
+    assert panel.index('id="home-alerts"') < panel.index('data-stat="cards"')
+    assert "Every node takes leases" not in panel
+    nav = html.split('class="site-nav"', 1)[1].split("</nav>", 1)[0]
+    assert 'data-alerts-open="2"' in nav  # the badge on the alerts link
+
+
+def test_no_alert_no_badge_and_every_node_takes_leases(
+    client, day, ops, django_assert_max_num_queries
+):
+    Node.objects.filter(status=Node.Status.MAINTENANCE).update(status=Node.Status.ACTIVE)
+    html = page(client, ops, 27, django_assert_max_num_queries)
+    assert "data-alerts-open" not in html and 'id="home-alerts"' not in html
+    assert "Every node takes leases" in html

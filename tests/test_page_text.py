@@ -74,7 +74,7 @@ def _figure_text(figure: str) -> list[str]:
     data = json.loads(unescape(figure))
     out = [trace.get("name", "") for trace in data.get("data", [])]
     layout = data.get("layout", {})
-    for key in ("title", "xaxis", "yaxis"):
+    for key in ("title", *sorted(k for k in layout if AXIS.match(k))):
         part = layout.get(key, {})
         title = part.get("title", part) if isinstance(part, dict) else part
         if isinstance(title, dict):
@@ -87,6 +87,37 @@ def _figure_text(figure: str) -> list[str]:
             if trace.get("type") == "bar" and isinstance(values, list):
                 out += [v for v in values if isinstance(v, str)]
     return out
+
+
+AXIS = re.compile(r"^[xy]axis\d*$")
+CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+TIME_VALUE = re.compile(r"^\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}")
+WORDY_TICKS = re.compile(r"%[bBaA]")
+
+
+def chart_problems(figure: str, *, chinese: bool) -> list[str]:
+    """A chart on a Chinese page: axis titles in Chinese, time ticks in numbers (plotly's
+    own would be "Dec 1" or "十二 1, 2026"); on an English page, no Chinese axis title."""
+    data = json.loads(unescape(figure))
+    layout = data.get("layout", {})
+    found = []
+    for key in sorted(k for k in layout if AXIS.match(k)):
+        title = layout[key].get("title")
+        text = title.get("text", "") if isinstance(title, dict) else (title or "")
+        if chinese and re.search("[A-Za-z]{3}", text) and not CJK.search(text):
+            found.append(f"English axis title {text!r}")
+        if not chinese and CJK.search(text):
+            found.append(f"Chinese axis title {text!r}")
+    for trace in data.get("data", []):
+        values = [v for v in trace.get("x") or () if v is not None]
+        if values and isinstance(values[0], str) and TIME_VALUE.match(values[0]):
+            axis = layout.get("xaxis" + (trace.get("xaxis") or "x")[1:], {})
+            ticks = axis.get("tickformat") or ""
+            if axis.get("type") not in (None, "-", "date"):
+                continue
+            if not ticks or WORDY_TICKS.search(ticks):
+                found.append(f"time axis without numeric ticks ({ticks!r})")
+    return found
 
 
 # Keys a page must never show as they are: every choice value with an underscore, and the
@@ -130,10 +161,17 @@ PHRASES = [p for p in _catalogue_phrases() if p not in VENDOR_NAMES]
 # Text that is data, not interface: names from the demo (regions are bilingual) and the
 # card catalogue's own English (model names, software stacks), the footer's zone name.
 ALLOWED = re.compile(r"North DC|Beijing|Shanghai|Shenzhen edge|Asia/Shanghai")
+# On an English page, the Chinese that is data or a proper name: the language switch's own
+# name, the demo's bilingual names (regions, department, teams), the chat products' names.
+ALLOWED_ZH = re.compile(
+    r"简体中文|华北数据中心|北京|上海|深圳边缘|研究院 Research|视觉组 Vision|NLP 组 NLP"
+    r"|\((企业微信|钉钉|飞书)\)"
+)
 
 
-def crawl(client: Client, start: str = "/") -> dict[str, str]:
-    """Each page reached from *start* (GET, HTML, 200) → its visible text."""
+def crawl(client: Client, start: str = "/", *, charts: list | None = None) -> dict[str, str]:
+    """Each page reached from *start* (GET, HTML, 200) → its visible text. With *charts*, the
+    (url, figure) of each chart drawn is added to it."""
     seen: dict[str, str] = {}
     shapes: dict[str, int] = {}
     queue = [start]
@@ -150,6 +188,8 @@ def crawl(client: Client, start: str = "/") -> dict[str, str]:
         text = [*parser.text]
         for figure in parser.figures:
             text += _figure_text(figure)
+            if charts is not None:
+                charts.append((url, figure))
         seen[url] = " ".join(" ".join(text).split())
         for href in parser.links:
             target = urljoin(url, href.split("#", 1)[0])
@@ -176,6 +216,11 @@ def problems_in(url: str, text: str, *, chinese: bool = True) -> list[str]:
     for phrase in PHRASES:
         if phrase in clean:
             found.append(f"{url}: untranslated {phrase!r}")
+    if not chinese:
+        for run in sorted(
+            set(re.findall(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]+", ALLOWED_ZH.sub("", text)))
+        ):
+            found.append(f"{url}: Chinese on an English page {run!r}")
     return found
 
 
@@ -249,17 +294,20 @@ def demo(django_db_setup, django_db_blocker):
 @pytest.mark.parametrize("language", ["zh-hans", "en"])
 @pytest.mark.parametrize("username", ["alice", "lena", "fin", "ops"])
 def test_no_raw_keys_on_any_page_nor_english_on_a_chinese_one(demo, db, username, language):
-    """zh-hans: no raw key, no English catalogue phrase; en: no raw key."""
+    """zh-hans: no raw key, no English catalogue phrase, charts in Chinese with numeric time
+    ticks; en: no raw key, no Chinese outside proper names and data, charts too."""
     from django.contrib.auth import get_user_model
 
     client = Client(HTTP_ACCEPT_LANGUAGE=language)
     client.force_login(get_user_model().objects.get(username=username))
     client.cookies["django_language"] = language
-    pages = crawl(client)
+    drawn: list = []
+    pages = crawl(client, charts=drawn)
     reached = [url for url, text in pages.items() if text]
     assert len(reached) >= 10, reached
     chinese = language == "zh-hans"
     problems = [p for url, text in pages.items() for p in problems_in(url, text, chinese=chinese)]
+    problems += [f"{url}: {p}" for url, fig in drawn for p in chart_problems(fig, chinese=chinese)]
     # One line per problem (the first page it is on), so the message stays short.
     first: dict[str, str] = {}
     for p in problems:
@@ -315,3 +363,140 @@ def test_the_check_finds_what_it_looks_for():
     assert "/x/: untranslated 'Nothing waits for a decision'" in found
     assert problems_in("/x/", "Nothing waits for a decision.", chinese=False) == []
     assert problems_in("/x/", "bj-a100-01 · CUDA_VISIBLE_DEVICES=0,1 · 华北数据中心 North DC") == []
+
+
+class _Errors(HTMLParser):
+    """The text of a page's error answers: messages, form errors, refusals."""
+
+    def __init__(self):
+        super().__init__()
+        self.text: list[str] = []
+        self._depth = 0
+
+    def handle_starttag(self, tag, attrs):
+        classes = dict(attrs).get("class") or ""
+        if self._depth or re.search(r"\b(message|errorlist|error|preview__verdict)", classes):
+            self._depth += 1
+
+    def handle_endtag(self, tag):
+        if self._depth:
+            self._depth -= 1
+
+    def handle_data(self, data):
+        if self._depth:
+            self.text.append(data)
+
+
+ENGLISH_SENTENCE = re.compile(r"[A-Za-z][A-Za-z_'’]*(?:[ ,;:()]+[A-Za-z][A-Za-z_'’]*){3,}")
+
+
+def error_problems(where: str, text: str, *, chinese: bool) -> list[str]:
+    """An error answer in the page's language: on a Chinese page no English sentence (four
+    words or more), on an English page no Chinese (data names aside: card models' names)."""
+    from inventory.models import CardModel
+
+    for name in sorted(CardModel.objects.values_list("name", flat=True), key=len, reverse=True):
+        text = text.replace(name, "")
+    if chinese:
+        return [f"{where}: English {m!r}" for m in ENGLISH_SENTENCE.findall(ALLOWED.sub("", text))]
+    return [f"{where}: Chinese {m!r}" for m in CJK.findall(ALLOWED_ZH.sub("", text))]
+
+
+def _bad_posts(users: dict) -> list[tuple[str, str, dict]]:
+    """(who, where, what) for the forms people post, each with input they must refuse."""
+    from leasing.models import Lease
+
+    alice_active = Lease.objects.filter(user=users["alice"], status="active").first()
+    node = Node.objects.order_by("hostname").first()
+    posts = [
+        ("alice", "/leases/new/", {"card_model": "no-such-model", "count": "x", "hours": "-1"}),
+        ("alice", "/leases/preview/", {"count": "0", "duration_hours": "-3"}),
+        ("ops", f"/inventory/nodes/{node.hostname}/drain/", {"drain_at": "not a time"}),
+        ("lena", "/teams/vision/", {"max_concurrent_cards": "-4"}),
+    ]
+    if alice_active is not None:
+        posts += [
+            ("alice", f"/leases/{alice_active.pk}/extend/", {"minutes": "-5"}),
+            ("alice", f"/leases/{alice_active.pk}/resize/", {"count": "0"}),
+            ("alice", f"/leases/{alice_active.pk}/cancel/", {}),  # it runs: nothing to cancel
+        ]
+    return posts
+
+
+@pytest.mark.parametrize("language", ["zh-hans", "en"])
+def test_error_answers_of_form_posts_speak_the_page_language(demo, db, language):
+    """Form posts with input the portal refuses, and a bad API request: every reason given
+    is in the language of the page (and of the API's Accept-Language)."""
+    from django.contrib.auth import get_user_model
+
+    users = {u.username: u for u in get_user_model().objects.all()}
+    chinese = language == "zh-hans"
+    problems = []
+    for who, url, data in _bad_posts(users):
+        client = Client(HTTP_ACCEPT_LANGUAGE=language)
+        client.force_login(users[who])
+        client.cookies["django_language"] = language
+        with transaction.atomic():
+            response = client.post(url, data, follow=True)
+            transaction.set_rollback(True)
+        assert response.status_code < 500, (url, response.status_code)
+        parser = _Errors()
+        parser.feed(response.content.decode())
+        problems += error_problems(url, " ".join(parser.text), chinese=chinese)
+    client = Client(HTTP_ACCEPT_LANGUAGE=language)
+    client.force_login(users["alice"])
+    for body in (
+        {"card_model": "no-such-model", "count": 0, "duration_hours": -1},
+        {"count": 1, "duration_hours": 1},  # no team named, alice in one: no model either
+        {"card_model": "x", "count": 1, "duration_hours": 1, "surprise": 1},
+        {"count": 1, "duration_minutes": 60},  # neither a model nor requirements
+        {"card_model": "no-such-model", "count": 1, "duration_minutes": 60},
+    ):
+        with transaction.atomic():
+            answer = client.post("/api/v1/leases/", body, content_type="application/json")
+            transaction.set_rollback(True)
+        assert 400 <= answer.status_code < 500, answer.content
+        problems += error_problems("/api/v1/leases/", answer.content.decode(), chinese=chinese)
+    assert problems == [], "\n".join(problems)
+
+
+def test_every_reason_raised_is_worded_through_the_catalogue():
+    """A reason a person reads (a ValidationError, PermissionDenied, NotFound …) is a
+    catalogue string, never a literal sentence: a literal is English on a Chinese page."""
+    import ast
+    from pathlib import Path
+
+    raised = {"ValidationError", "PermissionDenied", "NotFound", "ParseError", "Http404"}
+    wrappers = {"_", "gettext", "gettext_lazy", "ngettext", "pgettext", "pgettext_lazy"}
+
+    def literals(node, wrapped=False):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                yield from literals(arg, wrapped or name in wrappers)
+            return
+        if isinstance(node, ast.JoinedStr) and not wrapped:
+            yield ast.unparse(node)
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and not wrapped:
+            if " " in node.value and not node.value.startswith("%"):
+                yield node.value
+            return
+        for child in ast.iter_child_nodes(node):
+            yield from literals(child, wrapped)
+
+    found = []
+    root = Path(settings.BASE_DIR)
+    for app in ("leasing", "portal", "inventory"):
+        for path in (root / app).rglob("*.py"):
+            if "migrations" in path.parts or path.name in ("agent.py", "agent_sessions.py"):
+                continue  # the node agent runs on the nodes, in the operator's shell
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                    name = getattr(node.exc.func, "id", getattr(node.exc.func, "attr", ""))
+                    if name in raised:
+                        found += [
+                            f"{path.relative_to(root)}:{node.lineno}: {text!r}"
+                            for text in literals(node.exc)
+                        ]
+    assert found == [], "\n".join(found)

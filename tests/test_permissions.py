@@ -125,6 +125,8 @@ TEAMS_SEEN = {
     "fin": "vision nlp",
     "ops": "vision nlp",
 }
+# The lead's home lists every item waiting for her: her team's request and lease change.
+HOME_SEES = {**OWN_OPEN, "lena": "alice_lease pending"}
 OWN_NOTES = {"bob": "bob_note", "alice": "alice_note", "lena": "", "fin": "", "ops": ""}
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhJQBSDiV2xchor0V7cbBdxwJBddGfzqfRhxZ6eX+dl"
 ALICE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGyQ0wKOm9WJ0ctIqAavyfmTfNOl6lEs0YgxRoYpOtOS"
@@ -133,7 +135,7 @@ PREVIEW = "card_model={model}&count=1&duration=1&unit=hours&start=now&team=visio
 ROWS = [
     # r(url name, method, path, expected per role: (anon, bob, alice, lena, fin, ops), ...)
     # --- pages: dashboard, profile -----------------------------------------------------
-    r("dashboard", "GET", "/", ALL_IN, sees=OWN_OPEN),
+    r("dashboard", "GET", "/", ALL_IN, sees=HOME_SEES),
     r("pool", "GET", "/pool/", ALL_IN),
     r("profile:index", "GET", "/accounts/profile/", ALL_IN),
     r("profile:index", "POST", "/accounts/profile/", (L, M, M, M, M, M),
@@ -288,6 +290,9 @@ ROWS = [
     # Maintenance: operators only. (A drain far ahead warns nobody and changes nothing else.)
     r("node-drain", "POST", "/api/v1/nodes/{node}/drain/", (401, 403, 403, 403, 403, 200),
       data={"drain_at": "2099-01-01T00:00:00Z"}, api=True),
+    # The node is active: an operator's undrain is refused (nothing to undrain), said so.
+    r("node-undrain", "POST", "/api/v1/nodes/{node}/undrain/", (401, 403, 403, 403, 403, 400),
+      data={}, api=True),
     r("card-faulty", "POST", "/api/v1/cards/{card}/faulty/", (401, 403, 403, 403, 403, 200),
       data={"note": "matrix"}, api=True),
     # --- API: leases ---------------------------------------------------------------------

@@ -83,6 +83,7 @@ class Option:
     basis: str = ""  # the spec-sheet figures the fit rests on
     missing: str = ""  # figures the spec sheet does not publish
     off_peak: bool = False  # starts in an off-peak window (its tariff applies)
+    price_per_hour: Decimal | None = None  # the price in force at its start (billing.prices)
 
     @property
     def memory_gb(self) -> float:
@@ -170,7 +171,7 @@ class _Pool:
     """What the pool offers the request: usable cards per model and node, and the nodes."""
 
     per_node: dict[int, Counter]  # model → node → usable cards (on allowed nodes)
-    nodes: dict[int, tuple[str, int | None, Decimal | None]]  # node → network, Gbps, ¥/kWh
+    nodes: dict[int, tuple[str, int | None, Decimal | None]]  # node → network, Gbps, price/kWh
     slots: dict[int, list]  # model → its usable cards (``snapshot.card_slots_of``)
     allowed: frozenset[int] | None  # the nodes the requirements allow (None: any)
 
@@ -437,6 +438,9 @@ def _rank(
                 basis=fit.basis,
                 missing=fit.missing,
                 off_peak=books.for_model(model.pk).tariff_at(start) is not None,
+                price_per_hour=books.for_model(model.pk).price_at(
+                    start, prices.discount_for(priority)
+                ),
             )
         )
     options.sort(key=lambda o: (-o.score, o.cost, o.card_model.pk))

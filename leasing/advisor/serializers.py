@@ -24,6 +24,7 @@ from leasing.advisor.estimator import (
     Task,
     TaskProfile,
 )
+from leasing.billing import prices
 from leasing.choices import Priority, Purpose, StartPolicy
 from portal.input import DateTimeField, StrictSerializer
 from portal.models import Team
@@ -215,8 +216,16 @@ class OptionSerializer(serializers.Serializer):
         help_text="Free at the wanted start: now, or start_at for a reservation."
     )
     price_per_hour = serializers.DecimalField(
-        source="card_model.price_per_hour", max_digits=10, decimal_places=2
+        max_digits=12,
+        decimal_places=4,
+        help_text="The price per card-hour in force for your team at the start (off-peak "
+        "tariff and preemptible discount included), in `currency`.",
     )
+    currency = serializers.SerializerMethodField()
+
+    def get_currency(self, option) -> str:
+        return prices.currency()
+
     cost = serializers.DecimalField(max_digits=14, decimal_places=2)
     off_peak = serializers.BooleanField(
         help_text="Starts in an off-peak window: its tariff is in the cost."

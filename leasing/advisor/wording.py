@@ -13,6 +13,7 @@ from inventory.models import CardModel, Node
 from leasing.advisor import ranking
 from leasing.advisor.estimator import GB, Estimate, Task
 from leasing.advisor.ranking import CARD_COUNTS, FAST_LINKS, NODE_COUNTS
+from leasing.billing.prices import money
 
 MEASURE = {
     Task.PRETRAINING: gettext_lazy("training speed"),
@@ -69,9 +70,11 @@ def explain(
         details.append(_("free from %(time)s") % {"time": when(start, now)})
     if getattr(o, "off_peak", False):
         details.append(_("starts off-peak (off-peak price)"))
-    details.append(_("¥%(cost)s for %(hours)s h") % {"cost": cost, "hours": hours_text(duration)})
+    details.append(
+        _("%(cost)s for %(hours)s h") % {"cost": money(cost), "hours": hours_text(duration)}
+    )
     if energy is not None:
-        details.append(_("energy about ¥%(cost)s") % {"cost": energy})
+        details.append(_("energy about %(cost)s") % {"cost": money(energy)})
     if o.missing:
         details.append(o.missing)
     where = ""

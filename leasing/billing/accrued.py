@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import Node
@@ -84,6 +84,25 @@ def accrued_pieces(
     return pieces
 
 
+def month_usage_by_model(
+    team_id: int, *, since: datetime, until: datetime, now: datetime
+) -> dict[int, tuple[int, Decimal]]:
+    """A team's month so far per card model, as the finance report counts it: the records
+    of the month plus the accrued usage (card-minutes, cost). The team page's "used"."""
+    out: dict[int, tuple[int, Decimal]] = {}
+    for model_id, minutes, cost in (
+        UsageRecord.objects.filter(team_id=team_id, month=since.date())
+        .order_by()
+        .values_list("card_model_id")
+        .annotate(m=Sum("card_minutes"), c=Sum("cost"))
+    ):
+        out[model_id] = (minutes or 0, cost or Decimal(0))
+    for piece in accrued_pieces(since=since, until=until, now=now, team_ids=(team_id,)):
+        minutes, cost = out.get(piece.lease.card_model_id, (0, Decimal(0)))
+        out[piece.lease.card_model_id] = (minutes + piece.card_minutes, cost + piece.cost)
+    return out
+
+
 def period_of(piece: UsageRecord, period: str) -> date:
     """The report period a piece belongs to (the one it starts in), as the database gives
     it for records: the month's first day, the day, or the week's Monday."""
@@ -93,11 +112,13 @@ def period_of(piece: UsageRecord, period: str) -> date:
     return day if period == "day" else day - timedelta(days=day.weekday())
 
 
-def lease_cost(lease: Lease, *, now: datetime) -> dict:
+def lease_cost(lease: Lease, *, now: datetime, until: datetime | None = None) -> dict:
     """What a lease has cost up to now and will have cost at its booked end, by the bill's own
     rule (``usage.usage_pieces``: the same pieces, price book and rounding as its records), for
     the lease page. A lease still waiting for cards has only the estimate (``prices.estimate``)
-    from its estimated start (yuan, as every price)."""
+    from its estimated start. *until* is the end the lease shows when it is earlier than its
+    booked one (a drain or a preemption: ``lifecycle.selectors.lease_truth``): the cost to the
+    end stops there, as the bill will."""
     rows = held(lease.pk)
     book_until = max([lease.end_at, *(r[4] for r in rows)])
     book = PriceBook.load(card_model=lease.card_model, team_id=lease.team_id, until=book_until)
@@ -108,6 +129,8 @@ def lease_cost(lease: Lease, *, now: datetime) -> dict:
         else (),
         Decimal(0),
     )
+    if pieces and until is not None and lease.status in OPEN_STATES:
+        pieces = usage_pieces(lease, allocations=rows, before=floor_minute(until), book=book)
     if pieces:
         to_end = sum((p.cost for p in pieces), Decimal(0))
     elif lease.status in OPEN_STATES:

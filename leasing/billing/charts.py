@@ -12,7 +12,7 @@ from django.db.models import F, Sum
 from django.db.models.functions import TruncDay
 from django.utils.translation import gettext as _
 
-from leasing.billing import accrued, reports
+from leasing.billing import accrued, prices, reports
 from leasing.periods import local_date, site_tz
 from portal import charts
 
@@ -91,7 +91,9 @@ def top_users(f: reports.ReportFilter, pieces: list | None = None) -> str:
             x=[float(reports.hours(v[0])) for v in values],
             y=[escape(names.get(u, str(u))) for u in top],
             customdata=[float(v[1]) for v in values],
-            hovertemplate="%{y}: %{x} " + _("card-hours") + " · ¥%{customdata:,.2f}<extra></extra>",
+            hovertemplate="%{y}: %{x} "
+            + _("card-hours")
+            + f" · {escape(prices.currency())} %{{customdata:,.2f}}<extra></extra>",
             name=escape(str(accrued.USAGE_LABELS[kind])),
             marker_pattern_shape="/" if kind == accrued.ACCRUED else "",
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from types import SimpleNamespace
 
@@ -24,11 +24,21 @@ from inventory.models import CardModel
 from leasing.choices import Priority
 from leasing.models import OffPeakWindow, Price, TeamPrice
 from leasing.periods import Span, floor_minute, offpeak_cuts, offpeak_factor
+from portal.models import Membership
 
 
 def currency() -> str:
     """The site's currency code (``CARDPOOL_CURRENCY``), named wherever money is shown."""
     return settings.CARDPOOL_CURRENCY
+
+
+def money(amount, places: int = 2) -> str:
+    """An amount as a person reads it, in the configured currency: ``CNY 1,344.00``. The one
+    way money is written (the ``{% money %}`` tag, messages, charts); no symbol is assumed."""
+    if amount is None or amount == "":
+        return "—"
+    value = Decimal(str(amount)).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    return f"{currency()} {value:,}"
 
 
 CENT = Decimal("0.01")
@@ -132,6 +142,10 @@ class PriceBook:
                 return found
         return self.default
 
+    def team_price_at(self, t: datetime) -> Decimal | None:
+        """The team's own price in force at *t*, or None (a page says whose price it shows)."""
+        return self._at(self.team_prices, t)
+
     def tariff_at(self, t: datetime) -> Decimal | None:
         """The off-peak factor in force at *t*, or None at peak time."""
         return offpeak_factor(t, self.offpeak) if self.offpeak else None
@@ -212,6 +226,37 @@ class PriceBooks:
         return self.cost(
             card_model_id=card_model.pk, count=count, start=start, end=end, priority=priority
         ).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def reader_team(user):
+    """The team whose prices a reader sees: their only team (with several or none, the list
+    price book). The catalogue, the model page, the inventory API and the advisor quote it."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    teams = [m.team for m in Membership.objects.filter(user=user).select_related("team")[:2]]
+    return teams[0] if len(teams) == 1 else None
+
+
+def reader_team_id(user) -> int | None:
+    team = reader_team(user)
+    return team.pk if team is not None else None
+
+
+def books_now(card_models, *, team_id: int | None, at: datetime) -> PriceBooks:
+    """The price books of *card_models* for *team_id*, as far as *at* (three queries)."""
+    return PriceBooks(team_id=team_id or 0, until=at + timedelta(minutes=1)).preload(
+        list(card_models)
+    )
+
+
+def prices_now(card_models, *, team_id: int | None, at: datetime, priority: str = "") -> dict:
+    """The price per card-hour in force at *at* for *team_id*, per card model id: the team
+    price over the list price over the model's default, × the off-peak tariff then (× the
+    preemptible discount for that priority) — what a card-hour started then is billed."""
+    models = list(card_models)
+    books = books_now(models, team_id=team_id, at=at)
+    discount = discount_for(priority)
+    return {m.pk: books.for_model(m.pk).price_at(at, discount) for m in models}
 
 
 def tariff_at(t: datetime) -> Decimal | None:

@@ -22,7 +22,7 @@ from leasing.billing.prices import currency
 from leasing.billing.usage import leases_to_close
 from leasing.choices import Kind
 from leasing.models import Statement, UsageRecord
-from leasing.notify.messages import holder_language, holder_zone, render
+from leasing.notify.messages import holder_zone, person_language, render
 from leasing.notify.services import notify, team_leads
 from leasing.periods import month_of, site_tz
 from portal.models import Team
@@ -70,7 +70,7 @@ def statement_send(statement: Statement) -> int:
     url = f"/reports/statements/{statement.team.slug}/{statement.month:%Y-%m}/"
     for reader in statement_readers(statement.team):
         title, body = render(
-            "statement", params, language=holder_language(reader), zone=holder_zone(reader)
+            "statement", params, language=person_language(reader), zone=holder_zone(reader)
         )
         notify(
             user=reader,

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, prefetch_related_objects
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -44,9 +45,9 @@ def default_team(user):
     raise ValidationError(
         {
             "team": [
-                "You are in several teams; name the one to charge (team slug)."
+                _("You are in several teams; name the one to charge (team slug).")
                 if memberships
-                else "You are in no team; ask a team lead to add you."
+                else _("You are in no team; ask a team lead to add you.")
             ]
         }
     )
@@ -59,7 +60,8 @@ def _request_key(request) -> str:
         raise ValidationError(
             {
                 "Idempotency-Key": [
-                    f"Use at most {REQUEST_KEY_MAX} visible ASCII characters (a UUID will do)."
+                    _("Use at most %(n)s visible ASCII characters (a UUID will do).")
+                    % {"n": REQUEST_KEY_MAX}
                 ]
             }
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.urls import path
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -65,7 +66,7 @@ class CheckpointDeliveredView(APIView):
             detail=body.validated_data["detail"],
             now=timezone.now(),
         ):
-            raise exceptions.NotFound("No checkpoint of this lease is due on this node.")
+            raise exceptions.NotFound(_("No checkpoint of this lease is due on this node."))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -175,9 +175,17 @@ def idle_check(*, now: datetime | None = None) -> dict:
 
 
 def lease_end_now(
-    lease: Lease, reason: str, now: datetime, actor=None, *, why: str = "", **params
+    lease: Lease,
+    reason: str,
+    now: datetime,
+    actor=None,
+    *,
+    why: str = "",
+    cut_at: datetime | None = None,
+    **params,
 ) -> bool:
-    """End a running lease now for *reason* (idle, preempted, a drain, a failed card).
+    """End a running lease now for *reason* (idle, preempted, a drain, a failed card); its
+    cards are free (and billed) from *cut_at* when given (a drain's time), else from now.
 
     With *why* (a key of ``notify.messages.ENDED_WHY``) the holder is told in the same
     transaction, once (the notice shares the generic "ended" notice's key).
@@ -185,7 +193,9 @@ def lease_end_now(
     with transaction.atomic():
         lock_card_models([lease.card_model_id])
         lease.refresh_from_db()
-        ended = release_begin(lease, reason=reason, now=now, kind=reason, actor=actor)
+        ended = release_begin(
+            lease, reason=reason, now=now, kind=reason, actor=actor, cut_at=cut_at
+        )
         if ended and why:
             notify_ended(lease, why, **params)
         return ended

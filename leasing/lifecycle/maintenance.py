@@ -155,7 +155,11 @@ def drains_due(*, now: datetime | None = None) -> int:
             allocations__card__node=node, status__in=RUNNING_STATES, allocations__end_at__gt=now
         )
         for lease in running.distinct().select_related("user"):
-            if lease_end_now(lease, EndReason.ADMIN, now, why="drain", node=node.hostname):
+            # Billed to the drain time, the end the holder was shown (lease_truth).
+            cut_at = max(min(node.drain_at or now, now), lease.start_at)
+            if lease_end_now(
+                lease, EndReason.DRAIN, now, why="drain", cut_at=cut_at, node=node.hostname
+            ):
                 ended += 1
         _requeue_bookings(node, now)
     return ended
@@ -240,7 +244,7 @@ def card_mark_faulty(*, user, card: Card, note: str = "", now: datetime | None =
             planner.place(slots, timeline, 1, now, holding.end_at, same_node=True) if same else None
         )
         if replacement is None:
-            lease_end_now(lease, EndReason.FAILED, now, actor=user, why="faulty")
+            lease_end_now(lease, EndReason.FAULTY, now, actor=user, why="faulty")
             return "ended"
         end = holding.end_at
         if holding.start_at < now:

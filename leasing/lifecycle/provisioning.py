@@ -442,7 +442,10 @@ def checkpoint_step(*, lease_id: int, attempt: int = 1) -> bool:
     except PermanentBackendError as exc:
         event_record(lease_id, kind="checkpoint_failed", at=timezone.now(), message=str(exc)[:500])
         return False
-    event_record(lease_id, kind="checkpoint_signal", at=timezone.now(), data=done)
+    # The local backend only leaves it to the node's agent: "sent" waits for the agent's word
+    # (lifecycle/checkpoints.py); Slurm's answer is the delivery itself.
+    kind = "checkpoint_handed" if (done or {}).get("via") == "agent" else "checkpoint_signal"
+    event_record(lease_id, kind=kind, at=timezone.now(), data=done)
     return True
 
 

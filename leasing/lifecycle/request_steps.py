@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 from inventory.filters import CardModelFilterSet
 from inventory.models import CardModel
 from inventory.requirements import BY_NAME, nodes_meeting, requirement_errors, stored
+from leasing.billing import prices
 from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.validation import capacity_errors, lease_validate_request
 from leasing.models import Environment
@@ -66,8 +67,10 @@ def lease_choose_model(
     priority: str = Priority.NORMAL,
     purpose: str = "",
     now: datetime | None = None,
+    team_id: int | None = None,
 ) -> CardModel:
-    """The card model meeting *requirements* that would start soonest (then the cheapest).
+    """The card model meeting *requirements* that would start soonest (then the cheapest for
+    *team_id*: the price in force that its bill would use, ``billing.prices``).
 
     *requirements* holds keys of ``inventory.requirements.REQUIREMENTS``: the model ones
     choose the models, the node ones (region, network, stack version) the cards.
@@ -117,7 +120,10 @@ def lease_choose_model(
         )
         if start is None:
             continue
-        key = (start, model.price_per_hour, -model.memory_gb, model.pk)
+        if best is not None and start > best[0][0]:
+            continue
+        price = prices.prices_now([model], team_id=team_id, at=start, priority=priority)
+        key = (start, price[model.pk], -model.memory_gb, model.pk)
         if best is None or key < best[0]:
             best = (key, model)
     if best is None:
@@ -188,6 +194,7 @@ def validated_model(
             priority=priority,
             purpose=purpose,
             now=now,
+            team_id=team.pk,
         )
     # Capacity is asked below, unless the request is placed at once.
     lease_validate_request(card_model=card_model, check_capacity=False, **shape)

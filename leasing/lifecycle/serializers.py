@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -358,7 +359,7 @@ class LeaseRequestSerializer(StrictSerializer):
     def validate(self, attrs):
         if not attrs.get("card_model") and not attrs.get("requirements"):
             raise serializers.ValidationError(
-                {"card_model": "Give card_model (a slug), requirements, or both."}
+                {"card_model": _("Give card_model (a slug), requirements, or both.")}
             )
         return attrs
 
@@ -419,10 +420,10 @@ class ResizeSerializer(StrictSerializer):
         slug_field="slug",
         queryset=CardModel.objects.all(),
         required=False,
-        error_messages={"does_not_exist": "Unknown card model “{value}”."},
+        error_messages={"does_not_exist": _("Unknown card model “{value}”.")},
     )
 
     def validate(self, attrs):
         if not attrs:
-            raise serializers.ValidationError("Give count, card_model or both.")
+            raise serializers.ValidationError(_("Give count, card_model or both."))
         return attrs

@@ -30,6 +30,7 @@ from leasing.lifecycle import (
     utilisation,
 )
 from leasing.lifecycle.change_requests import pending_change
+from leasing.lifecycle.checkpoints import checkpoint_state
 from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
 from leasing.lifecycle.waiting import waiting_because, waiting_because_many
 from leasing.notify.messages import breaches_text
@@ -201,7 +202,8 @@ def lease_detail(request, pk: int):
         "because": waiting_because(lease, user=request.user),
         "is_terminal": lease.status in TERMINAL_STATES,
         "can_resolve_release": is_operator(request.user),
-        "cost": accrued.lease_cost(lease, now=timezone.now()),
+        "cost": accrued.lease_cost(lease, now=timezone.now(), until=lease.truth.end),
+        "checkpoint": checkpoint_state(lease),
         "workbench": lease_workbench(lease, request.user),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)

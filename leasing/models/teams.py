@@ -38,7 +38,7 @@ class Quota(QuotaLimits):
         help_text=_("Empty: the rule applies to all card models together."),
     )
     money_per_month = models.DecimalField(
-        _("money per month (CNY)"), max_digits=14, decimal_places=2, null=True, blank=True
+        _("money per month (site currency)"), max_digits=14, decimal_places=2, null=True, blank=True
     )
 
     class Meta:

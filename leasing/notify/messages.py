@@ -350,10 +350,17 @@ def breach_text(limit: str, p: Mapping) -> str:
             "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
             "needs %(need)s there. The budget renews on %(renew)s."
         ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "need", "renew")}}
+    # The amounts in the configured currency (billing.prices.money's form; notify reads the
+    # setting itself, as billing is its sibling).
+    code = settings.CARDPOOL_CURRENCY
     return _(
-        "%(who)s has ¥%(left)s of ¥%(limit)s left in %(month)s; this request costs ¥%(cost)s "
+        "%(who)s has %(left)s of %(limit)s left in %(month)s; this request costs %(cost)s "
         "there. The budget renews on %(renew)s."
-    ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "cost", "renew")}}
+    ) % {
+        **base,
+        **{k: f"{code} {p[k]}" for k in ("left", "limit", "cost")},
+        **{k: p[k] for k in ("month", "renew")},
+    }
 
 
 def breaches_text(breaches) -> str:
@@ -560,16 +567,20 @@ def holder_zone(user) -> ZoneInfo:
         return ZoneInfo(settings.TIME_ZONE)
 
 
-def holder_language(user) -> str:
-    """The holder's language where their profile keeps one, else the site's."""
-    return getattr(getattr(user, "profile", None), "language", "") or settings.LANGUAGE_CODE
-
-
-def reader_language(user) -> str:
-    """The language *user* chose on their profile, else the active one (a worker's is the
-    site's): for notices worded for someone other than a lease's holder (leads, operators)."""
-    chosen = getattr(getattr(user, "profile", None), "language", "")
-    return chosen or translation.get_language() or settings.LANGUAGE_CODE
+def person_language(user) -> str:
+    """The one language rule for whatever is sent to or worded for a person (holder, lead,
+    operator, finance; every notice kind, email and webhooks alike): the language they chose
+    on their profile, else the language of their last signed-in session, else the site's.
+    Never the language of whoever's request happens to send it."""
+    profile = getattr(user, "profile", None)
+    known = {code for code, _name in settings.LANGUAGES}
+    for language in (
+        getattr(profile, "language", ""),
+        getattr(profile, "session_language", ""),
+    ):
+        if language in known:
+            return language
+    return settings.LANGUAGE_CODE
 
 
 def render(message: str, params: Mapping, *, language: str, zone) -> tuple[str, str]:
@@ -598,7 +609,7 @@ def user_notice_send(
     user, *, kind: str, message: str, params: Mapping, key: str, url: str = ""
 ) -> Notification:
     """``notice_send`` for a notice about no lease (a workspace): worded for *user*."""
-    title, body = render(message, params, language=holder_language(user), zone=holder_zone(user))
+    title, body = render(message, params, language=person_language(user), zone=holder_zone(user))
     return notify(
         user=user,
         kind=kind,
@@ -645,7 +656,7 @@ def notice_to(
     """Tell *user* (once per *key*): stored as *message* + *params*, rendered in the user's
     language and time zone for email and webhooks, and again for whoever reads it."""
     clean = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in params.items()}
-    title, body = render(message, clean, language=holder_language(user), zone=holder_zone(user))
+    title, body = render(message, clean, language=person_language(user), zone=holder_zone(user))
     return notify(
         user=user,
         kind=kind,

@@ -9,12 +9,13 @@ from datetime import datetime
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from leasing.choices import Channel, Kind
 from leasing.models import Delivery, Notification, Webhook
 from leasing.notify import webhooks
+from leasing.notify.messages import person_language
 from leasing.notify.services import (
     BATCH,
     EMAIL_TIMEOUT,
@@ -78,9 +79,10 @@ def _send_email(notification: Notification) -> tuple[webhooks.Verdict, webhooks.
     text = notification.body.strip()
     if notification.url:
         text += f"\n\n{_absolute(notification.url)}"
-    text += "\n\n-- \n" + _("Choose what you are told, and where: %(url)s") % {
-        "url": _absolute("/notifications/settings/")
-    }
+    with translation.override(person_language(notification.user)):  # the one rule
+        text += "\n\n-- \n" + _("Choose what you are told, and where: %(url)s") % {
+            "url": _absolute("/notifications/settings/")
+        }
     # A hung SMTP server must not hold the worker (Django's default is no timeout).
     connection = get_connection(timeout=getattr(settings, "EMAIL_TIMEOUT", None) or EMAIL_TIMEOUT)
     mail = EmailMessage(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
@@ -12,7 +11,7 @@ from django.utils import translation
 
 from leasing.choices import Kind
 from leasing.models import Lease, LeaseChange, Notification
-from leasing.notify.messages import MESSAGES, holder_zone, reader_language, render
+from leasing.notify.messages import MESSAGES, holder_zone, person_language, render
 from leasing.notify.services import notify, notify_team_leads
 
 logger = logging.getLogger(__name__)
@@ -26,10 +25,9 @@ LEGACY_KINDS = {
 }
 
 
-def _chosen_language(user):
-    """Word what follows in the language *user* chose on their profile (else leave it)."""
-    chosen = getattr(getattr(user, "profile", None), "language", "")
-    return translation.override(chosen) if chosen else nullcontext()
+def _in_language_of(user):
+    """Word what follows in *user*'s language (``messages.person_language``, the one rule)."""
+    return translation.override(person_language(user))
 
 
 def notify_lease_event(
@@ -52,7 +50,7 @@ def notify_lease_event(
         return []
     if kind in (Kind.APPROVAL_REQUESTED, Kind.RELEASE_FAILED):  # told to others, not the holder
         return _notify_lease_event(lease, kind=kind, now=now)
-    with _chosen_language(lease.user):  # a worker's own language is the site's, the default
+    with _in_language_of(lease.user):  # a worker's own language is the site's, the default
         return _notify_lease_event(lease, kind=kind, now=now)
 
 
@@ -86,7 +84,7 @@ def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> lis
             now=now,
             key=key,
             word=lambda lead: render(
-                "lease", params, language=reader_language(lead), zone=holder_zone(lead)
+                "lease", params, language=person_language(lead), zone=holder_zone(lead)
             ),
         )
     if kind == Kind.APPROVAL_DECIDED:
@@ -124,7 +122,7 @@ def _notify_lease_event(lease: Lease, *, kind: str, now: datetime | None) -> lis
     if kind != Kind.CARD_SWAPPED:
         data.update(message="lease", params=params)
         title, body = render(
-            "lease", params, language=reader_language(user), zone=holder_zone(user)
+            "lease", params, language=person_language(user), zone=holder_zone(user)
         )
     return [
         notify(
@@ -152,7 +150,7 @@ def _tell_operators_release_failed(
     sent = []
     for operator in operators.select_related("profile").order_by("pk"):
         title, body = render(
-            "lease", params, language=reader_language(operator), zone=holder_zone(operator)
+            "lease", params, language=person_language(operator), zone=holder_zone(operator)
         )
         sent.append(
             notify(
@@ -222,19 +220,20 @@ def notify_change(*, change_id: int, event: str, now: datetime | None = None) ->
     data = {"change": change.pk, "kind": change.kind, "decision": event}
     data.update(message="change", params=params)
     if event == "requested":
-        title, body = MESSAGES["change"](params)
         return notify_team_leads(
             team=lease.team,
             kind=Kind.APPROVAL_REQUESTED,
-            title=title,
-            body=body,
+            title="",
             lease=lease,
             url=f"/teams/{lease.team.slug}/",
             data=data,
             now=now,
             key=key,
+            word=lambda lead: render(
+                "change", params, language=person_language(lead), zone=holder_zone(lead)
+            ),
         )
-    with _chosen_language(lease.user):
+    with _in_language_of(lease.user):
         title, body = MESSAGES["change"](params)
     return [
         notify(

@@ -6,6 +6,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from inventory.models import CardModel
+from leasing.billing.prices import currency
 from leasing.teams.selectors import CHART_DAYS_MAX
 from portal.input import MAX_LIMIT_CARDS, validate_lease_hours
 
@@ -42,12 +43,19 @@ class LimitsForm(forms.Form):
 
 class QuotaForm(LimitsForm):
     money_per_month = forms.DecimalField(
-        label=_("Money per month (CNY)"),
+        label=_("Money per month"),
         min_value=0,
         max_digits=14,
         decimal_places=2,
         required=False,
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The configured currency, not a hard-coded one.
+        self.fields["money_per_month"].label = _("Money per month (%(currency)s)") % {
+            "currency": currency()
+        }
 
 
 class MemberLimitForm(LimitsForm):

@@ -18,10 +18,10 @@ from django.utils.translation import gettext as _
 
 from inventory.models import CardModel
 from leasing import statements
-from leasing.billing.prices import PriceBooks, estimate
+from leasing.billing.prices import PriceBooks, currency, estimate
 from leasing.choices import BOOKED_STATES, CHARGED_STATES, LeaseStatus, Priority
 from leasing.models import Allocation, Lease, MemberLimit, Quota
-from leasing.notify.messages import breach_text, holder_zone, reader_language, render
+from leasing.notify.messages import breach_text, holder_zone, person_language, render
 from leasing.notify.services import notify_team_leads
 from leasing.periods import month_of, months_between, overlap_hours, site_tz
 from portal.models import Membership, Team
@@ -394,7 +394,7 @@ def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
         hours, money = month_usage(team.pk, month, card_model_id=rule.card_model_id)
         for used, limit, unit in (
             (hours, rule.card_hours_per_month, "h"),
-            (money, rule.money_per_month, "¥"),
+            (money, rule.money_per_month, currency()),
         ):
             if not limit:
                 continue
@@ -420,7 +420,7 @@ def budget_alerts(*, team: Team, card_model_id: int, now: datetime) -> int:
                     now=now,
                     key=f"budget:{rule.pk}:{unit}:{month[0]:%Y-%m}:{level}",
                     word=lambda lead, params=params: render(
-                        "budget", params, language=reader_language(lead), zone=holder_zone(lead)
+                        "budget", params, language=person_language(lead), zone=holder_zone(lead)
                     ),
                 )
                 sent += 1

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 
 from inventory.models import CardModel
 from leasing import choices, periods
+from leasing.billing.accrued import month_usage_by_model
 from leasing.billing.prices import PriceBooks
 from leasing.choices import BOOKED_STATES, HOLDING_STATES, LeaseStatus
 from leasing.models import GuaranteedShare, Lease, LeaseChange, MemberLimit, Quota
@@ -54,8 +55,9 @@ class QuotaRow:
 
     card_model: CardModel | None
     rule: Quota | None
-    used_hours: Decimal = Decimal(0)  # consumed up to now
-    booked_hours: Decimal = Decimal(0)  # still to come this month
+    used_hours: Decimal = Decimal(0)  # held up to now, as billed (the report's figure)
+    booked_hours: Decimal = Decimal(0)  # cards placed or booked, still to come this month
+    waiting_hours: Decimal = Decimal(0)  # requests still waiting (queue, approval), admitted
     money: Decimal = Decimal(0)  # spent so far + booked ahead (what the money budget counts)
     money_spent: Decimal = Decimal(0)  # held up to now, at the bill's prices
     concurrent_now: int = 0
@@ -64,7 +66,8 @@ class QuotaRow:
     def left_hours(self) -> Decimal | None:
         if self.rule is None or self.rule.card_hours_per_month is None:
             return None
-        return max(self.rule.card_hours_per_month - self.used_hours - self.booked_hours, Decimal(0))
+        spoken_for = self.used_hours + self.booked_hours + self.waiting_hours
+        return max(self.rule.card_hours_per_month - spoken_for, Decimal(0))
 
 
 def team_overview(team: Team, *, now: datetime) -> dict:
@@ -92,22 +95,25 @@ def team_overview(team: Team, *, now: datetime) -> dict:
     for c in charges:
         spent = quotas.charge_money(c, books, month[0], min(month[1], now))
         booked = quotas.charge_money(c, books, max(month[0], now), month[1])
+        waiting = c.status in choices.WAITING_STATES
         for key in (c.card_model_id, None):
             row = rows[key]
-            row.used_hours += (
-                c.count * periods.overlap_hours(c.start, min(c.end, now), *month)
-                if c.start < now
-                else 0
-            )
-            row.booked_hours += (
-                c.count * periods.overlap_hours(max(c.start, now), c.end, *month)
-                if c.end > now
-                else 0
-            )
-            row.money_spent += spent
+            if waiting:  # admitted, not held: neither used nor booked (shown apart)
+                row.waiting_hours += c.count * periods.overlap_hours(c.start, c.end, *month)
+            elif c.end > now:
+                row.booked_hours += c.count * periods.overlap_hours(
+                    max(c.start, now), c.end, *month
+                )
             row.money += spent + booked
             if c.start <= now < c.end and c.status in choices.BOOKED_STATES:
                 row.concurrent_now += c.count
+    # Used so far: the finance report's figure (recorded + accrued, by the bill's own pieces).
+    billed = month_usage_by_model(team.pk, since=month[0], until=month[1], now=now)
+    for model_id, (minutes, cost) in billed.items():
+        for key in (model_id, None):
+            if key in rows:
+                rows[key].used_hours += Decimal(minutes) / 60
+                rows[key].money_spent += cost
     holders = (
         Lease.objects.filter(team=team, status__in=HOLDING_STATES)
         .select_related("user", "card_model")

@@ -79,6 +79,13 @@ class QuotaUseSerializer(serializers.Serializer):
     booked_card_hours = serializers.DecimalField(
         source="booked_hours", max_digits=14, decimal_places=2
     )
+    waiting_card_hours = serializers.DecimalField(
+        source="waiting_hours",
+        max_digits=14,
+        decimal_places=2,
+        help_text="Requests still waiting (queue or approval): admitted, counted against the "
+        "budget, neither used nor booked yet.",
+    )
     left_card_hours = serializers.DecimalField(
         source="left_hours", max_digits=14, decimal_places=2, allow_null=True
     )

@@ -45,6 +45,10 @@ def _facts(kind: str, data: dict) -> str:
             return text
         if kind == "ended" and data.get("by_hand"):
             return _("Released by hand by an operator.")
+        if kind == "checkpoint_failed" and data.get("why") == "no_ack":
+            return _("The node's agent did not confirm delivery within %(s)s s.") % {
+                "s": data["seconds"]
+            }
         if kind == "estimate_moved" and "to" in data:
             return _("estimated start %(from)s → %(to)s, because %(why)s") % {
                 "from": _local(data["from"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404
 from django.urls import path
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.exceptions import NotFound
@@ -51,7 +52,7 @@ class EnvironmentViewSet(viewsets.ReadOnlyModelViewSet):
         if slug:
             model = CardModel.objects.filter(slug=slug).first()
             if model is None:
-                raise NotFound(f"No card model {slug!r}.")
+                raise NotFound(_("No card model “%(slug)s”.") % {"slug": slug})
             rows = environments.environments_for(model)
         else:
             rows = list(self.get_queryset())
@@ -134,7 +135,7 @@ class LeaseSessionView(APIView):
     def get(self, request, pk: int):
         session = Session.objects.filter(lease=self._lease(request, pk)).order_by("-pk").first()
         if session is None:
-            raise NotFound("This lease has no session.")
+            raise NotFound(_("This lease has no session."))
         return Response(SessionSerializer(session, context={"request": request}).data)
 
     @extend_schema(request=NoBodySerializer, responses={202: SessionSerializer})
@@ -156,7 +157,7 @@ class LeaseSessionView(APIView):
         lease = self._lease(request, pk)
         session = Session.objects.live().filter(lease=lease).first()
         if session is None:
-            raise NotFound("No session is running on this lease.")
+            raise NotFound(_("No session is running on this lease."))
         sessions.session_stop(session=session, user=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 

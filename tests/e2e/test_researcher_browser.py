@@ -119,13 +119,13 @@ def test_researcher_asks_watches_pays_releases_and_reserves(worker, live_server,
         page.wait_for_url(re.compile(r"/leases/\d+/$"))
         lease_pk = int(re.search(r"/leases/(\d+)/$", page.url).group(1))
         expect(page.locator("#lease-live [data-status=active]")).to_be_visible()
-        expect(page.locator("[data-cost=so-far]")).to_contain_text("¥")
+        expect(page.locator("[data-cost=so-far]")).to_contain_text("CNY ")
         # The access command has a copy button (in the page's language), also after the poll.
         copy = page.locator("#lease-live button.copy-button").first
         expect(copy).to_have_text(in_language(language, "Copy"))
         page.wait_for_timeout(2500)  # a status poll swaps #lease-live in again
         expect(page.locator("#lease-live button.copy-button")).to_have_count(1)
-        expect(page.locator("[data-cost=to-end]")).to_contain_text("¥")
+        expect(page.locator("[data-cost=to-end]")).to_contain_text("CNY ")
 
         # Releasing asks first: declined, nothing happens; confirmed, the cards go back.
         page.locator("form[action$='/release/'] [type=submit]").click()

@@ -104,11 +104,13 @@ def counts(api, slug: str) -> tuple[int, int]:
 @pytest.mark.parametrize(
     ("url", "most"),
     [
-        (CATALOGUE, 8),  # 8th: the region filter's choices (inventory.requirements)
-        (f"{CATALOGUE}?sort=-available&vendor=nvidia&precision=bf16", 8),
+        # 8th: the region filter's choices (inventory.requirements); +4: the reader's team and
+        # its price books (membership, list prices, team prices, off-peak windows)
+        (CATALOGUE, 12),
+        (f"{CATALOGUE}?sort=-available&vendor=nvidia&precision=bf16", 12),
         (NODES, 10),
         (f"{NODES}?region=big-1&model=big-model-1", 12),
-        ("/inventory/models/big-model-2/", 8),
+        ("/inventory/models/big-model-2/", 12),  # +4: the price in force for the reader
         # + the cards' latest readings and one pair for the 24-hour charts of every reading,
         # + who holds which card
         ("/inventory/nodes/big-0007.example.org/", 12),
@@ -143,9 +145,10 @@ def test_catalogue_counts_a_big_pool(client, alice, pool):
 @pytest.mark.parametrize(
     ("url", "most"),
     [
-        ("/api/v1/card-models/", 3),
-        ("/api/v1/card-models/?vendor=nvidia&precision=bf16&min_memory_gb=40", 3),
-        ("/api/v1/card-models/big-model-1/", 2),
+        # +4: the reader's team and its price books, once for the page (not per model)
+        ("/api/v1/card-models/", 7),
+        ("/api/v1/card-models/?vendor=nvidia&precision=bf16&min_memory_gb=40", 7),
+        ("/api/v1/card-models/big-model-1/", 6),
         ("/api/v1/nodes/", 3),
         ("/api/v1/nodes/?region=big-1&status=active&limit=1000", 4),
         ("/api/v1/cards/", 3),

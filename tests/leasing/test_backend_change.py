@@ -220,7 +220,7 @@ def test_after_a_swap_the_lease_lists_only_the_card_it_holds_and_the_notice_says
     (task,) = [t for t in sent_tasks if t.args[1:] == ("card_swapped",)]
     lease_tasks.notify_lease(*task.args)
     note = Notification.objects.get(user=alice, lease=lease)
-    assert note.kind == "card_swapped" and "swapped" in note.title
+    assert note.kind == "card_swapped" and "故障卡已更换" in note.title  # the site's language
     assert note.data["from_card"] == f"sz-4090-01:{device}"
     assert note.data["to_card"] == f"sz-4090-01:{now_device}"
     assert not Notification.objects.filter(user=alice, kind="lease_active").exists()

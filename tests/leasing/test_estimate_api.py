@@ -47,7 +47,8 @@ def test_estimate_returns_the_breakdown_and_ranked_options(api, frozen, alice):
     assert body["message"] == ""
     top = body["options"][0]
     assert (top["card_model"], top["count"], top["starts_now"]) == ("rtx-4090", 1, True)
-    assert top["cost"] == "14.00" and top["price_per_hour"] == "3.50"
+    assert top["cost"] == "14.00" and top["price_per_hour"] == "3.5000"  # in force, 4 places
+    assert top["currency"] == "CNY"
     assert top["memory_gb"] == 24 and 0 < top["headroom"] < 1
     assert top["explanation"].startswith("1 × NVIDIA GeForce RTX 4090: fits with")
     assert top["request_url"] == (

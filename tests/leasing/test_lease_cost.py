@@ -22,7 +22,7 @@ def test_cost_so_far_and_to_the_end(
     assert cost == {"so_far": Decimal("20.00"), "to_end": Decimal("80.00"), "estimated": False}
     client.force_login(alice)
     page = client.get(f"/leases/{lease.pk}/").content.decode()
-    assert 'data-cost="so-far">¥20.00' in page and 'data-cost="to-end">¥80.00' in page
+    assert 'data-cost="so-far">CNY 20.00' in page and 'data-cost="to-end">CNY 80.00' in page
     frozen.move_to(T0 + hours(1.5))
     with django_capture_on_commit_callbacks(execute=True):
         changes.lease_release(lease=lease, user=alice)
@@ -42,4 +42,4 @@ def test_a_waiting_lease_shows_the_estimate(frozen, client, alice, vision, a100,
     assert cost["estimated"] and cost["to_end"] == Decimal("30.00") and cost["so_far"] == 0
     client.force_login(alice)
     page = client.get(f"/leases/{waiting.pk}/").content.decode()
-    assert 'data-cost="so-far"' not in page and 'data-cost="to-end">¥30.00' in page
+    assert 'data-cost="so-far"' not in page and 'data-cost="to-end">CNY 30.00' in page

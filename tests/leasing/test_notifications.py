@@ -30,6 +30,14 @@ from portal.models import Membership
 from tests.factories import MembershipFactory, UserFactory
 from tests.leasing.conftest import T0, ask
 
+
+@pytest.fixture(autouse=True)
+def _site_in_english(settings):
+    """Nobody here chose a language: notices are worded in the site's (one rule,
+    ``notify.messages.person_language``), English for these assertions."""
+    settings.LANGUAGE_CODE = "en"
+
+
 SENT, FAILED, PENDING = Delivery.Status.SENT, Delivery.Status.FAILED, Delivery.Status.PENDING
 
 

@@ -202,7 +202,7 @@ def test_preview_shows_the_off_peak_start_and_price(nights, frozen, bob, nlp, a1
     assert page.status_code == 200
     assert "2026-12-01 22:00" in body
     assert 'data-offpeak="yes"' in body
-    assert "¥8.00" in body  # two hours at 40% of ¥10
+    assert "CNY 8.00" in body  # two hours at 40% of 10.00
 
 
 def test_form_books_an_off_peak_lease(nights, frozen, bob, nlp, a100, two, client):

@@ -99,7 +99,7 @@ def test_lease_across_month_boundary_charges_each_month_its_share(
 def test_money_budget(frozen, alice, vision, a100, small_pool, quota):
     quota(money_per_month=Decimal("100"))  # the test model costs ¥10 per card-hour
     ask(alice, vision, a100, count=1, duration=hours(8))
-    with pytest.raises(ValidationError, match="¥20.00 of ¥100"):
+    with pytest.raises(ValidationError, match="CNY 20.00 of CNY 100"):
         ask(alice, vision, a100, count=1, duration=hours(3))
 
 
@@ -227,6 +227,8 @@ def test_lead_is_told_about_a_request_waiting_for_approval(
 
     lena.email = "lena@example.org"
     lena.save()
+    lena.profile.language = "en"  # her email in her language (notify.messages.person_language)
+    lena.profile.save(update_fields=["language"])
     membership = Membership.objects.get(user=alice, team=vision)
     team_services.member_limit_set(
         user=lena, membership=membership, card_model=None, max_concurrent_cards=0

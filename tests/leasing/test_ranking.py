@@ -177,7 +177,7 @@ def test_the_region_energy_price_is_shown_and_weighed(frozen, demo):
     a100 = rec.options[position(rec, "a100-80g-sxm")]
     # 400 W × 2 cards × 10 h × ¥0.60/kWh
     assert a100.energy_cost == Decimal("4.80")
-    assert "energy about ¥4.80" in a100.explanation
+    assert "energy about CNY 4.80" in a100.explanation
     assert rec.options[position(rec, "ascend-910b")].energy_cost is None  # price unknown
 
 

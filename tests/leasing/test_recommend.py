@@ -59,7 +59,7 @@ def test_7b_qlora_ranks_a_24_gb_card_first_when_cheaper(frozen):
         ("h100-sxm", 1),
     ]
     assert top.explanation.startswith("1 × NVIDIA GeForce RTX 4090: fits with ")
-    assert "free now; ¥14.00 for 4 h" in top.explanation
+    assert "free now; CNY 14.00 for 4 h" in top.explanation
     assert rec.message == ""
     assert rec.purpose == Purpose.FINE_TUNING
 

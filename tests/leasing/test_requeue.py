@@ -61,7 +61,8 @@ def test_preempted_lease_is_signalled_and_requeued_with_the_same_profile(
     assert provisioning.checkpoint_step(lease_id=job.pk)
     call = BackendCall.objects.get(lease=job, action="checkpoint")
     assert call.ok and call.backend == "local"
-    assert job.events.get(kind="checkpoint_signal").data["via"] == "agent"
+    assert job.events.get(kind="checkpoint_handed").data["via"] == "agent"
+    assert not job.events.filter(kind="checkpoint_signal").exists()  # not sent: handed over
 
     frozen.move_to(job.preempt_at)
     assert endings.preemptions_due() == 1

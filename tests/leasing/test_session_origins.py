@@ -162,7 +162,7 @@ def test_the_upgrade_ends_every_earlier_login(alice, bob):
         Client().force_login(user)
     assert LoginSession.objects.count() == 2
     migration = importlib.import_module(
-        "portal.migrations.0010_end_sessions_before_session_origins"
+        "portal.migrations.0011_end_sessions_before_session_origins"
     )
     from django.apps import apps
 

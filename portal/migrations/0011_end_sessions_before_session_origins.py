@@ -16,7 +16,7 @@ def end_sessions(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("portal", "0009_directory"),
+        ("portal", "0010_profile_session_language"),
         ("sessions", "0001_initial"),
     ]
 

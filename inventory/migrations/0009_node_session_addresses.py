@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0007_card_stack_graphics_region_energy'),
+        ('inventory', '0008_price_labels_site_currency'),
     ]
 
     operations = [

@@ -22,14 +22,19 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.test import Client
 
 from inventory import agent_sessions
 from inventory.telemetry import node_token_issue
 from leasing.lifecycle import changes, provisioning
 from leasing.models import Environment, Session
 from leasing.workbench import keys, sessions
-from tests.e2e.session_proxy import JUPYTER, nginx_in_front, session_missing
+from tests.e2e.session_proxy import (
+    JUPYTER,
+    nginx_in_front,
+    portal_cookie,
+    session_missing,
+    session_pass,
+)
 from tests.factories import CardModelFactory, make_node
 from tests.inventory.test_fence import WHY_NOT as NO_FENCE
 from tests.leasing.conftest import ask
@@ -45,14 +50,11 @@ KEY = (
 )
 
 
-def _cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}"
-
-
-def _get(url: str, cookie: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Cookie": cookie})
+def _get(url: str, cookie: str, host: str | None = None) -> tuple[int, bytes]:
+    """GET *url* with *cookie*; *host*: as the site (a session's origin) named so."""
+    request = urllib.request.Request(
+        url, headers={"Cookie": cookie, **({"Host": host} if host else {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, answer.read()
@@ -60,15 +62,16 @@ def _get(url: str, cookie: str) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def _run_in_kernel(base: str, session_id: int, cookie: str, code: str) -> str:
-    """Start a kernel through the proxy and run *code* over its websocket; its stdout."""
+def _run_in_kernel(base: str, session_id: int, cookie: str, code: str, host: str) -> str:
+    """Start a kernel through the proxy (on the session's origin *host*, with its pass
+    *cookie*) and run *code* over its websocket; its stdout."""
     from tornado import httpclient, ioloop, websocket
 
     request = urllib.request.Request(
         f"{base}/sessions/{session_id}/api/kernels",
         data=b"{}",
         method="POST",
-        headers={"Cookie": cookie, "Content-Type": "application/json"},
+        headers={"Cookie": cookie, "Content-Type": "application/json", "Host": host},
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
         kernel = json.load(answer)["id"]
@@ -78,7 +81,9 @@ def _run_in_kernel(base: str, session_id: int, cookie: str, code: str) -> str:
             f"/sessions/{session_id}/api/kernels/{kernel}/channels"
         )
         conn = await websocket.websocket_connect(
-            httpclient.HTTPRequest(ws_url, headers={"Cookie": cookie}, connect_timeout=30)
+            httpclient.HTTPRequest(
+                ws_url, headers={"Cookie": cookie, "Host": host}, connect_timeout=30
+            )
         )
         msg_id = uuid.uuid4().hex
         await conn.write_message(
@@ -151,6 +156,8 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
     }
     model = CardModelFactory(slug="agent-a10", name="A10", vendor="nvidia")
     node = make_node(model, cards=4, hostname="agent-node")
+    node.session_addresses = ["127.0.0.1"]  # where the agent below says its sessions listen
+    node.save()
     token = node_token_issue(node=node)
     env = Environment.objects.create(
         slug="venv",
@@ -199,8 +206,10 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root
     pid = keeper.running()[session.pk]
 
     with nginx_in_front(live_server.url, tmp_path) as base:
-        alice_cookie, bob_cookie = _cookie(alice), _cookie(bob)
-        status, body = _get(f"{base}/sessions/{session.pk}/api/status", alice_cookie)
+        alice_cookie, bob_cookie = portal_cookie(alice), portal_cookie(bob)
+        # "Open JupyterLab": the session's own origin, with its pass (not the portal login).
+        host, alice_pass = session_pass(base, alice_cookie, lease.pk)
+        status, body = _get(f"{base}/sessions/{session.pk}/api/status", alice_pass, host)
         assert status == 200, body
         code = (
             "import os, subprocess\n"
@@ -213,7 +222,7 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root
             "    except OSError as e:\n"
             "        print(f'REFUSED{n}', type(e).__name__)\n"
         )
-        out = _run_in_kernel(base, session.pk, alice_cookie, code)
+        out = _run_in_kernel(base, session.pk, alice_pass, code, host)
         assert f"VIS={devices}" in out and "WHO=cardpool-alice" in out, out
         leased = [int(d) for d in devices.split(",")]
         fenced = sorted([f"nvidia{d}" for d in leased] + ["nvidiactl"])

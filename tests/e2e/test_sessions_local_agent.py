@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -34,6 +35,7 @@ from tests.e2e.session_proxy import (
     portal_cookie,
     session_missing,
     session_pass,
+    via_proxy,
 )
 from tests.factories import CardModelFactory, make_node
 from tests.inventory.test_fence import WHY_NOT as NO_FENCE
@@ -269,15 +271,16 @@ def _desktop_missing() -> str:
 NO_DESKTOP = _desktop_missing()
 
 
-def _rfb_banner(base: str, session_id: int, cookie: str) -> bytes:
-    """Open the desktop's websocket through the proxy; the VNC server's first words."""
+def _rfb_banner(base: str, session_id: int, cookie: str, host: str) -> bytes:
+    """Open the desktop's websocket through the proxy (on the session's origin *host*, with
+    its pass *cookie*); the VNC server's first words."""
     from tornado import httpclient, ioloop, websocket
 
     async def run() -> bytes:
         conn = await websocket.websocket_connect(
             httpclient.HTTPRequest(
                 base.replace("http://", "ws://") + f"/sessions/{session_id}/desktop/websockify",
-                headers={"Cookie": cookie},
+                headers={"Cookie": cookie, "Host": host},
                 connect_timeout=30,
             ),
             subprotocols=["binary"],
@@ -301,6 +304,8 @@ def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
     }
     model = CardModelFactory(slug="desk-l40", name="L40S", vendor="nvidia", graphics=True)
     node = make_node(model, cards=2, hostname="desk-node")
+    node.session_addresses = ["127.0.0.1"]  # where the agent below says its sessions listen
+    node.save()
     token = node_token_issue(node=node)
     lease = ask(alice, vision, model)
     assert provisioning.provision_step(lease_id=lease.pk)
@@ -318,27 +323,33 @@ def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
         try:
             running = lambda: Session.objects.get(pk=session.pk).status == "running"  # noqa: E731
             _rounds(api, token, keeper, running)
-            as_alice = Client()
-            as_alice.force_login(alice)
-            go = as_alice.get(f"/leases/{lease.pk}/session/go/?target=desktop")
-            assert go.status_code == 302 and "/desktop/vnc.html?path=" in go["Location"]
             with nginx_in_front(live_server.url, tmp_path) as base:
-                alice_cookie, bob_cookie = _cookie(alice), _cookie(bob)
+                alice_cookie, bob_cookie = portal_cookie(alice), portal_cookie(bob)
+                # "Open desktop": a ticket for the session's own origin, then noVNC there.
+                go = via_proxy(
+                    base,
+                    urlsplit(base).netloc,
+                    f"/leases/{lease.pk}/session/go/?target=desktop",
+                    {"Cookie": alice_cookie},
+                )
+                assert go[0] == 302 and "desktop/vnc.html" in unquote(go[1]["Location"])
+                host, alice_pass = session_pass(base, alice_cookie, lease.pk)
                 page = f"{base}/sessions/{session.pk}/desktop/vnc.html"
                 deadline = time.monotonic() + 30
-                while _get(page, alice_cookie)[0] != 200 and time.monotonic() < deadline:
+                while _get(page, alice_pass, host)[0] != 200 and time.monotonic() < deadline:
                     time.sleep(0.5)
-                status, body = _get(page, alice_cookie)
+                status, body = _get(page, alice_pass, host)
                 assert status == 200 and b"noVNC" in body, body[:300]
-                assert _get(page, bob_cookie)[0] == 404
+                assert _get(page, bob_cookie)[0] == 404  # on the portal: not bob's to know
+                assert _get(page, alice_cookie)[0] == 302  # the portal sends her to its origin
                 direct = (
                     f"http://127.0.0.1:{session.port + 1}/sessions/{session.pk}/desktop/vnc.html"
                 )
                 assert _get(direct, "")[0] == 403  # the node's port wants the session's token
-                assert _rfb_banner(base, session.pk, alice_cookie).startswith(b"RFB 003.")
+                assert _rfb_banner(base, session.pk, alice_pass, host).startswith(b"RFB 003.")
                 changes.lease_release(lease=lease, user=alice)
                 assert provisioning.release_step(lease_id=lease.pk)
-                assert _get(page, alice_cookie)[0] == 410
+                assert _get(page, alice_pass, host)[0] == 410
             _rounds(api, token, keeper, lambda: session.pk not in keeper.running(), seconds=20)
         finally:
             for session_id, pid in keeper.running().items():

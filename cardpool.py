@@ -180,8 +180,10 @@ def demo_env(environ: dict[str, str]) -> dict[str, str]:
         var_dir.mkdir(parents=True, exist_ok=True)
         key_file = var_dir / "demo-secret-key"
         if not key_file.exists():
-            key_file.touch(mode=0o600)
-            key_file.write_text(secrets.token_hex(32))
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        key_file.chmod(0o600)  # narrowed also when an older demo left it wider
         env["CARDPOOL_SECRET_KEY_FILE"] = str(key_file)
     return env
 

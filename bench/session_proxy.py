@@ -3,10 +3,14 @@
 a running portal with a running session (the demo will do):
 
     python bench/session_proxy.py --base http://127.0.0.1:8116 --session 1 \\
-        --cookie 'sessionid=…' --direct http://127.0.0.1:PORT --token TOKEN [-n 300]
+        --cookie 'cardpool-pass=…' --direct http://127.0.0.1:PORT --token TOKEN [-n 300]
 
-``--direct``/``--token``: the session's node address and Jupyter token (Session.port,
-Session.token in the admin or the database). Prints a table of medians and 95th percentiles.
+``--cookie``: the session origin's pass cookie (open the session in a browser, copy the
+``cardpool-pass`` cookie of ``s<id>.localhost``); the requests go to ``--base`` with the
+session's Host (``s<id>.<host of --base>``, ``localhost`` for an address; ``--host`` to
+override). ``--direct``/``--token``: the session's node address and Jupyter token
+(Session.port, Session.token in the admin or the database). Prints a table of medians and
+95th percentiles.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import statistics
 import time
 import urllib.request
+from urllib.parse import urlsplit
 
 
 def timed(url: str, headers: dict, n: int) -> list[float]:
@@ -34,13 +39,22 @@ def main() -> None:
     parser.add_argument("--base", required=True)
     parser.add_argument("--session", type=int, required=True)
     parser.add_argument("--cookie", required=True)
+    parser.add_argument("--host", default="", help="the session's Host (default s<id>.…)")
     parser.add_argument("--direct", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("-n", type=int, default=300)
     args = parser.parse_args()
+    where = urlsplit(args.base)
+    name = where.hostname or "localhost"
+    if name.replace(".", "").isdigit() or ":" in name:
+        name = "localhost"
+    host = args.host or f"s{args.session}.{name}" + (f":{where.port}" if where.port else "")
     path = f"/sessions/{args.session}/api/status"
     rows = [
-        ("through the proxy", timed(args.base + path, {"Cookie": args.cookie}, args.n)),
+        (
+            "through the proxy",
+            timed(args.base + path, {"Cookie": args.cookie, "Host": host}, args.n),
+        ),
         (
             "straight to the node",
             timed(args.direct + path, {"Authorization": f"token {args.token}"}, args.n),

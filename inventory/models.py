@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -260,6 +262,19 @@ class CardQuerySet(models.QuerySet):
         )
 
 
+def validate_session_addresses(value) -> None:
+    """A list of at most 16 IP addresses (what an operator records for a node's sessions)."""
+    if not isinstance(value, list) or len(value) > 16:
+        raise ValidationError(_("Give a list of at most 16 IP addresses."))
+    for item in value:
+        try:
+            ipaddress.ip_address(str(item))
+        except ValueError:
+            raise ValidationError(
+                _("“%(value)s” is not an IP address.") % {"value": str(item)[:64]}
+            ) from None
+
+
 class Node(models.Model):
     """A server holding cards."""
 
@@ -318,6 +333,16 @@ class Node(models.Model):
         ),
     )
     telemetry_seen_at = models.DateTimeField(_("telemetry last seen"), null=True, blank=True)
+    session_addresses = models.JSONField(
+        _("session addresses"),
+        default=list,
+        blank=True,
+        validators=[validate_session_addresses],
+        help_text=_(
+            "Addresses the node's sessions may listen on besides those its hostname resolves "
+            'to (a list of IP addresses, e.g. ["10.0.0.5"]).'
+        ),
+    )
     external_id = models.CharField(
         _("external id"),
         max_length=120,

@@ -17,7 +17,7 @@ from django.contrib.sites.shortcuts import get_current_site
 from django.db.models import Q
 from django.http import HttpRequest
 
-from portal.usernames import username_normalise
+from portal.usernames import username_check, username_normalise
 
 
 def login_credentials(login: str, password: str) -> dict:
@@ -46,8 +46,9 @@ def _account_id(login: str) -> int | None:
 
 class AccountAdapter(DefaultAccountAdapter):
     def clean_username(self, username: str, shallow: bool = False) -> str:
-        """NFKC form, then allauth's checks (a name taken in any case is taken)."""
-        return super().clean_username(username_normalise(username), shallow=shallow)
+        """The one username rule (portal/usernames.py), then allauth's checks."""
+        name = username_normalise(username) if shallow else username_check(username)
+        return super().clean_username(name, shallow=shallow)
 
     def _get_login_attempts_cache_key(self, request: HttpRequest, **credentials) -> str:
         """One counter per account (username or address alike); per typed name otherwise."""

@@ -6,13 +6,19 @@
 * Unknown fields: every API input serializer derives from ``StrictSerializer``, which names
   the fields it does not know instead of dropping them silently (tests/test_strict_input.py
   walks every write route to check).
+* Deep JSON: Python's parser recurses once per nesting level, so a body of a few thousand
+  ``[`` is a RecursionError (a 500). ``json_loads`` measures the nesting first, without
+  recursing, and refuses anything deeper than MAX_JSON_DEPTH; the API's JSON parser
+  (``BoundedJSONParser``), the NUL check below and webhook replies all parse through it.
 * Dates: far dates (year 1 or 9999) overflow the arithmetic done on them; ``validate_date``
   keeps a date within SANE_YEARS of today with a message that says so.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from datetime import date
 
 from django.conf import settings
@@ -22,6 +28,8 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from rest_framework import serializers
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
 
 NUL = "\x00"
 # Dates more than this many years from today are refused: no report, statement or lease
@@ -31,6 +39,55 @@ SANE_YEARS = 100
 MAX_CARDS = 4096
 # Most cards a team or member limit may name: far above any pool, far below the column's range.
 MAX_LIMIT_CARDS = 100_000
+# Deepest JSON nesting accepted anywhere (no body of ours needs more than a handful).
+MAX_JSON_DEPTH = 64
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+class JsonTooDeep(ValueError):
+    """A JSON document nested deeper than MAX_JSON_DEPTH (refused before parsing)."""
+
+    def __init__(self):
+        super().__init__(
+            _("The JSON body is nested more than %(most)s levels deep; send a flatter document.")
+            % {"most": MAX_JSON_DEPTH}
+        )
+
+
+def json_depth_check(body: bytes | str) -> None:
+    """JsonTooDeep when *body* nests arrays/objects deeper than MAX_JSON_DEPTH. Linear and
+    without recursion: strings are cut out, then the brackets left are counted."""
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return  # the usual body: too few brackets to nest that deep, whatever the strings hold
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if len(brackets) <= MAX_JSON_DEPTH:
+        return
+    depth = 0
+    for byte in brackets:
+        depth += 1 if byte in (0x5B, 0x7B) else -1
+        if depth > MAX_JSON_DEPTH:
+            raise JsonTooDeep
+
+
+def json_loads(body: bytes | str, **kwargs):
+    """``json.loads`` that refuses a too-deep document (JsonTooDeep, a ValueError) first."""
+    json_depth_check(body)
+    return json.loads(body, **kwargs)
+
+
+class BoundedJSONParser(JSONParser):
+    """DRF's JSON parser behind the nesting check: too deep is a 400 that says so."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        body = stream.read() if stream is not None else b""
+        try:
+            json_depth_check(body)
+        except JsonTooDeep as exc:
+            raise ParseError(str(exc)) from None
+        return super().parse(io.BytesIO(body), media_type, parser_context)
 
 
 def _has_nul(value) -> bool:
@@ -50,8 +107,8 @@ def _json_has_nul(request) -> bool:
     if b"\x00" not in body and b"\\u0000" not in body.lower():
         return False
     try:
-        return _has_nul(json.loads(body))
-    except ValueError:  # malformed JSON: the parser answers it
+        return _has_nul(json_loads(body))
+    except ValueError:  # malformed or too deep: the parser answers it
         return NUL.encode() in body
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import ValidationError
 from django_python3_ldap.auth import LDAPBackend as _LibraryBackend
 from ldap3.core.exceptions import LDAPException
 
@@ -30,6 +31,11 @@ class LDAPBackend(_LibraryBackend):
             # The library's clean-up after a failed StartTLS (unbind on a dead socket)
             # raises; the sign-in fails like any other directory that cannot be reached.
             logger.warning("LDAP sign-in as %r failed", username, exc_info=True)
+            return None
+        except ValidationError as exc:
+            # A directory name the username rule refuses (portal/usernames.py): no account
+            # is made; an operator renames the person in the directory.
+            logger.warning("LDAP sign-in as %r refused: %s", username, "; ".join(exc.messages))
             return None
         if user is None and username:
             leaver_check(username)

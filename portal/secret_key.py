@@ -3,6 +3,8 @@ up: imports nothing from Django but its exception)."""
 
 from __future__ import annotations
 
+import os
+
 from django.core.exceptions import ImproperlyConfigured
 
 DEV_SECRET_KEY = "insecure-dev-key-only-for-CARDPOOL_DEBUG"  # noqa: S105 (published: debug only)
@@ -34,3 +36,15 @@ def checked_secret_key(key: str | None, debug: bool) -> str:
             "e.g. `openssl rand -hex 32`"
         )
     return key
+
+
+def secret_file_write(path, text: str) -> None:
+    """Write *text* to *path* readable by its owner only (0600) from the first byte: created
+    with that mode, and an existing file narrowed before it is written. For every file we
+    generate that holds a secret (the session proxy's nginx.conf, a node's agent token)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)

@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from portal import directory_map
 from portal.secret_key import checked_secret_key
+from portal.session_hosts import cookie_names, session_allowed_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -102,6 +103,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.middleware.DatabaseUnavailableMiddleware",
+    "portal.session_hosts.SessionHostMiddleware",  # a session's origin: only its own paths
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "portal.input.RefuseNulMiddleware",  # NUL in any input: 404/400, never a DataError
@@ -377,6 +379,12 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "portal.api_permissions.SeesPool",  # nothing of the pool for someone in no team
     ],
+    # JSON nesting is bounded before parsing (portal/input.py): too deep is a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.input.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.pagination.Pagination",
     "PAGE_SIZE": 100,
@@ -579,6 +587,11 @@ SECURE_PROXY_SSL_HEADER = (
 )
 SESSION_COOKIE_SECURE = env_bool("CARDPOOL_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Host-only cookies, and under HTTPS the __Host- prefix: a session's origin (a sub-domain,
+# portal/session_hosts.py) never receives them and cannot set one the portal would read.
+SESSION_COOKIE_NAME, CSRF_COOKIE_NAME = cookie_names(secure=SESSION_COOKIE_SECURE)
+SESSION_COOKIE_DOMAIN = CSRF_COOKIE_DOMAIN = None
+SESSION_COOKIE_PATH = CSRF_COOKIE_PATH = "/"
 SECURE_SSL_REDIRECT = env_bool("CARDPOOL_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("CARDPOOL_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool(
@@ -699,7 +712,11 @@ CARDPOOL_SESSIONS = {
     "WORKSPACE_MEASURE_SECONDS": env_int("CARDPOOL_WORKSPACE_MEASURE_SECONDS", 3600),
     # What the session proxy sends the portal with each question ("": derived from the key).
     "PROXY_SECRET": env("CARDPOOL_SESSION_PROXY_SECRET", "") or "",
+    # Session <id> is served from its own origin, s<id>.<DOMAIN> ("": the portal's host name;
+    # localhost when the portal is reached by address). portal/session_hosts.py.
+    "DOMAIN": env("CARDPOOL_SESSION_DOMAIN", "").strip().lower().rstrip("."),
 }
+ALLOWED_HOSTS = session_allowed_hosts(ALLOWED_HOSTS, CARDPOOL_SESSIONS["DOMAIN"])
 
 # All periodic jobs, in one place.
 CELERY_BEAT_SCHEDULE = {

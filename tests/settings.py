@@ -12,9 +12,10 @@ from portal.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES["staticfiles"]["BACKEND"] = "django.contrib.staticfiles.storage.StaticFilesStorage"  # noqa: F405
-ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1", ".localhost", ".testserver"]
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
+SESSION_COOKIE_NAME, CSRF_COOKIE_NAME = cookie_names(secure=False)  # noqa: F405
 ACCOUNT_RATE_LIMITS = False
 # Unit tests keep rate limits in memory (each test clears them); tests/portal/test_lockout.py
 # runs real parallel attempts against the shared cache the site would use (database or Redis).

@@ -196,3 +196,39 @@ def test_api_hostile_values(seeded, api, who, request, vision):
     statuses: dict[int, int] = {}
     run()
     print(f"\n{who}: {sum(statuses.values())} cases, no 5xx; {sorted(statuses.items())}")
+
+
+# --- Deeply nested bodies (issue #28): every write operation, anonymous and signed in --------
+# Python's JSON parser recursed once per level (a RecursionError at about 1,000): the nesting
+# is measured before parsing, so every depth is a 400 that says so, up to 100,000.
+
+NESTINGS = st.sampled_from([65, 999, 1_000, 10_000, 100_000]).flatmap(
+    lambda depth: st.sampled_from(["[", '{"count":']).map(lambda opener: (depth, opener))
+)
+WRITES = [op for op in OPERATIONS if op[0] in ("post", "put", "patch")]
+
+
+def _deep_body(depth: int, opener: str) -> bytes:
+    closer = "]" if opener == "[" else "}"
+    middle = "1" if opener != "[" else ""
+    return (opener * depth + middle + closer * depth).encode()
+
+
+@pytest.mark.parametrize("who", [None, "alice", "ops"])
+def test_api_deep_nesting(seeded, api, who, request):
+    if who:
+        api.force_authenticate(request.getfixturevalue(who))
+    pk = str(Lease.objects.values_list("pk", flat=True).first())
+
+    @given(st.sampled_from(WRITES), NESTINGS)
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
+    def run(operation, nesting):
+        method, path = operation[0], re.sub(r"\{\w+\}", pk, operation[1])
+        response = getattr(api, method)(path, _deep_body(*nesting), content_type="application/json")
+        assert response.status_code < 500, (method, path, nesting, response.status_code)
+        if response.status_code == 400:
+            assert "64" in response.json()["detail"], (method, path)
+
+    run()

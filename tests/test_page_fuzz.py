@@ -169,3 +169,28 @@ def _fuzz(client, user, seeded, names):
 @pytest.mark.parametrize("who", ["lena", "ops"])
 def test_no_page_answers_5xx(client, seeded, field_names, who, request):
     _fuzz(client, request.getfixturevalue(who), seeded, field_names)
+
+
+# --- Deeply nested JSON posted to the pages (issue #28) -----------------------------------------
+# The NUL check reads every JSON body before any view; a deep one with a "\u0000" inside was
+# parsed by recursion there. Each page, posted nesting depths up to 100,000: never a 5xx.
+
+
+@pytest.mark.parametrize("who", [None, "lena"])
+def test_no_page_answers_5xx_to_deep_json(client, seeded, who, request):
+    if who:
+        client.force_login(request.getfixturevalue(who))
+    client.raise_request_exception = True
+
+    @given(st.sampled_from(ROUTES), st.sampled_from([65, 1_000, 10_000, 100_000]), st.booleans())
+    @settings(
+        max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
+    def run(route, depth, with_nul):
+        path = "/" + PARAM.sub(lambda m: str(seeded["int"][0]), route)
+        middle = '"\\u0000"' if with_nul else "1"
+        body = "[" * depth + middle + "]" * depth
+        response = client.post(quote(path, safe="/"), body, content_type="application/json")
+        assert response.status_code < 500, (path, depth, response.status_code)
+
+    run()

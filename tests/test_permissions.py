@@ -416,6 +416,8 @@ ROWS = [
     # --- sessions: the holder only (an operator may look and stop); the proxy's question -----
     # Without the proxy's header the question does not exist, for anyone.
     r("session_auth", "GET", "/sessions/auth/", (404,) * 6),
+    # A session's login step exists only on a session's own origin (s<id>.<domain>).
+    r("session_login", "GET", "/_cardpool/session-login/", (404,) * 6),
     r("session_page", "GET", "/sessions/{alice_session}/", (L, 404, 200, 404, 404, 404)),
     r("session_page_path", "GET", "/sessions/{alice_session}/lab", (L, 404, 200, 404, 404, 404)),
     # alice's session is starting already: opening returns it (nothing new); an operator

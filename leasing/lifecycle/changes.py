@@ -120,7 +120,8 @@ def lease_extend(
                 count=lease.count,
                 start=lease.end_at,
                 end=new_end,
-                length=new_end - lease.start_at,
+                # The whole holding: a lease moved to another model counts from the first.
+                length=new_end - quotas.holding_start(lease),
                 priority=lease.priority,
                 kind="extend",
                 lease_id=lease.pk,

@@ -52,7 +52,8 @@ def _admit(
             count=count,
             start=now,
             end=lease.end_at,
-            length=(lease.end_at - now) if moving else None,
+            # A move continues the holding: the rule measures from when it began.
+            length=(lease.end_at - quotas.holding_start(lease)) if moving else None,
             priority=lease.priority,
             kind="resize",
             lease_id=lease.pk,

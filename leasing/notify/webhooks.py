@@ -32,6 +32,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django.conf import settings
 
+from portal.input import json_loads
+
 GENERIC, WECOM, DINGTALK, FEISHU = "generic", "wecom", "dingtalk", "feishu"
 ROBOTS = (WECOM, DINGTALK, FEISHU)
 
@@ -276,7 +278,7 @@ def judge(fmt: str, response: HttpResponse) -> Verdict:
     if fmt not in ROBOTS:
         return Verdict(ok=True)
     try:
-        reply = json.loads(response.body or "")
+        reply = json_loads(response.body or "")
     except ValueError:
         return Verdict(ok=False, error="the robot's reply is not JSON")
     if not isinstance(reply, dict):
@@ -301,37 +303,50 @@ class BlockedDestination(OSError):
     """The webhook's host is (or resolves to) an address inside the network."""
 
 
-# IPv6 prefixes whose last 32 bits (or, for 6to4, bits 16-48) are an IPv4 address that the
-# packet ends up at: NAT64 (RFC 6052, and RFC 8215's local-use range) and IPv4-compatible (::/96).
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
-_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+# IANA's special-purpose address registries (iana-ipv4-special-registry, iana-ipv6-special-
+# registry), every block, "globally reachable" or not: none is where a chat robot lives.
+# Python's is_global misses some (192.0.0.8/32 and others in 192.0.0.0/24 are global to it).
+SPECIAL_PURPOSE = tuple(
+    ipaddress.ip_network(block)
+    for block in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.31.196.0/24", "192.52.193.0/24",
+        "192.88.99.0/24", "192.168.0.0/16", "192.175.48.0/24", "198.18.0.0/15",
+        "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4", "255.255.255.255/32",
+        "224.0.0.0/4",  # multicast (its own registry)
+        "::/128", "::1/128", "::ffff:0:0/96", "64:ff9b:1::/48", "100::/64",
+        "100:0:0:1::/64", "2001::/23", "2001:db8::/32", "2002::/16", "2620:4f:8000::/48",
+        "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10",
+        "ff00::/8",  # multicast
+        "::/96",  # IPv4-compatible (deprecated, RFC 4291)
+    )
+)  # fmt: skip
+# NAT64's well-known prefix (RFC 6052) is how IPv6-only networks reach public IPv4 hosts:
+# an address in it is judged by the IPv4 address it carries, not refused outright.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address stands for: mapped, compatible, NAT64, 6to4, Teredo."""
-    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    found = []
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a mapped or NAT64 IPv6 address stands for."""
     if address.ipv4_mapped:
-        found.append(address.ipv4_mapped)
-    if address in _IPV4_COMPATIBLE or any(address in net for net in _NAT64):
-        found.append(low32)
-    if address.sixtofour:
-        found.append(address.sixtofour)
-    if address.teredo:
-        found.extend(address.teredo)
-    return found
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
 
 
 def is_private_address(ip: str) -> bool:
-    """Loopback, private, link-local, shared (CGNAT), multicast, reserved or unspecified —
-    also when written as an IPv6 address that embeds such an IPv4 address."""
+    """In any IANA special-purpose block (loopback, private, link-local, shared, benchmarking,
+    documentation, reserved, 6to4, Teredo, ORCHID…), multicast, or not global to Python —
+    also when written as an IPv6 address that carries such an IPv4 address."""
     address = ipaddress.ip_address(ip.split("%", 1)[0])  # drop an IPv6 zone (fe80::1%eth0)
-    candidates: list = [address]
     if isinstance(address, ipaddress.IPv6Address):
         embedded = _embedded_ipv4(address)
-        # A mapped address is the IPv4 one; the others must be public both ways.
-        candidates = embedded if address.ipv4_mapped else [address, *embedded]
-    return any(not a.is_global or a.is_multicast for a in candidates)
+        if embedded is not None:
+            address = embedded
+    if any(address in block for block in SPECIAL_PURPOSE if block.version == address.version):
+        return True
+    return not address.is_global or address.is_multicast
 
 
 def public_addresses(host: str, port: int | None) -> list:

@@ -69,6 +69,25 @@ class Ask:
     replaces: int | None = None
 
 
+# A lease moved back and forth more often than this is judged from the oldest one reached.
+HOLDING_CHAIN_MOST = 1000
+
+
+def holding_start(lease: Lease) -> datetime:
+    """When the person's holding that *lease* carries on began: a move to another model
+    (``replaces``) makes a new lease that continues the one it replaces, so the longest-lease
+    rule measures from the first lease of the chain, not from the latest move."""
+    start, replaces_id = lease.start_at, lease.replaces_id
+    seen = {lease.pk}
+    while replaces_id and replaces_id not in seen and len(seen) < HOLDING_CHAIN_MOST:
+        seen.add(replaces_id)
+        row = Lease.objects.filter(pk=replaces_id).values_list("start_at", "replaces_id").first()
+        if row is None:
+            break
+        start, replaces_id = min(start, row[0]), row[1]
+    return start
+
+
 def _leases(team_id: int, *, card_model_id: int | None = None, user_id: int | None = None):
     leases = Lease.objects.filter(team_id=team_id)
     if card_model_id is not None:

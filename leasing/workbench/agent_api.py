@@ -10,6 +10,7 @@ agent converges on the next round, and the release path needs no call to the nod
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.urls import path
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema
@@ -21,6 +22,7 @@ from inventory.api_telemetry import IsNodeAgent, NodeRateThrottle, NodeTokenAuth
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session, SessionStatus, SshKey
 from leasing.workbench import accounts, keys, offers, sessions
+from leasing.workbench.addresses import session_address_check
 from portal.input import StrictSerializer
 
 
@@ -156,9 +158,17 @@ class AgentSessionsView(APIView):
             if not own:
                 continue
             if item["state"] == "running":
-                changed += sessions.session_running(
-                    session_id=item["id"], address=item.get("address") or node.hostname
-                )
+                port = Session.objects.values_list("port", flat=True).get(pk=item["id"])
+                try:
+                    address = session_address_check(
+                        node=node, address=item.get("address") or node.hostname, port=port
+                    )
+                except ValidationError as exc:
+                    changed += sessions.session_failed(
+                        session_id=item["id"], reason=exc.messages[0]
+                    )
+                    continue
+                changed += sessions.session_running(session_id=item["id"], address=address)
             else:
                 reason = item.get("message") or str(_("The session did not start."))
                 changed += sessions.session_failed(

@@ -7,6 +7,7 @@ from leasing.workbench import views
 
 urlpatterns = [
     path("sessions/auth/", views.session_auth, name="session_auth"),
+    path("_cardpool/session-login/", views.session_login, name="session_login"),
     path("sessions/<int:pk>/", views.session_page, name="session_page"),
     path("sessions/<int:pk>/<path:rest>", views.session_page, name="session_page_path"),
     path("leases/<int:pk>/session/", views.session_open, name="session_open"),

@@ -3,6 +3,7 @@ live server, and the checks that say why session tests cannot run somewhere."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import socket
@@ -11,7 +12,9 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
+
+from django.conf import settings
 
 from leasing.workbench.proxy import nginx_config
 
@@ -85,3 +88,44 @@ def nginx_in_front(live_server_url: str, tmp_path: Path):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def portal_cookie(user) -> str:
+    """A Cookie header with *user*'s portal login (as a browser holding it would send)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    name = settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}"
+
+
+def via_proxy(
+    proxy: str, host: str, path: str, headers: dict | None = None, method: str = "GET", body=None
+) -> tuple[int, dict, bytes]:
+    """One request to the proxy at *proxy* (``http://127.0.0.1:port``) for the site *host*
+    (a session's origin ``s<id>.localhost:port`` is not in this machine's resolver)."""
+    where = urlsplit(proxy)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers={"Host": host, **(headers or {})})
+        answer = conn.getresponse()
+        return answer.status, dict(answer.getheaders()), answer.read()
+    finally:
+        conn.close()
+
+
+def session_pass(proxy: str, cookie: str, lease_id: int) -> tuple[str, str]:
+    """What a browser does on "Open JupyterLab": ask the portal (with its login *cookie*) to
+    go to the lease's running session, follow the one-time ticket to the session's own
+    origin and keep the pass cookie it sets. Returns (the origin's Host, its Cookie header)."""
+    portal_host = urlsplit(proxy).netloc
+    status, headers, _ = via_proxy(
+        proxy, portal_host, f"/leases/{lease_id}/session/go/", {"Cookie": cookie}
+    )
+    assert status == 302, status
+    ticket = urlsplit(headers["Location"])
+    status, headers, _ = via_proxy(proxy, ticket.netloc, f"{ticket.path}?{ticket.query}")
+    assert status == 302, status
+    name, value = headers["Set-Cookie"].split(";", 1)[0].split("=", 1)
+    return ticket.netloc, f"{name}={value}"

@@ -20,16 +20,23 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
-from django.test import Client
 
 from inventory import agent_sessions
 from inventory.telemetry import node_token_issue
 from leasing.lifecycle import changes, provisioning
 from leasing.models import Environment, Session
 from leasing.workbench import keys, sessions
-from tests.e2e.session_proxy import JUPYTER, nginx_in_front, session_missing
+from tests.e2e.session_proxy import (
+    JUPYTER,
+    nginx_in_front,
+    portal_cookie,
+    session_missing,
+    session_pass,
+    via_proxy,
+)
 from tests.factories import CardModelFactory, make_node
 from tests.inventory.test_fence import WHY_NOT as NO_FENCE
 from tests.leasing.conftest import ask
@@ -45,14 +52,11 @@ KEY = (
 )
 
 
-def _cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}"
-
-
-def _get(url: str, cookie: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Cookie": cookie})
+def _get(url: str, cookie: str, host: str | None = None) -> tuple[int, bytes]:
+    """GET *url* with *cookie*; *host*: as the site (a session's origin) named so."""
+    request = urllib.request.Request(
+        url, headers={"Cookie": cookie, **({"Host": host} if host else {})}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, answer.read()
@@ -60,15 +64,16 @@ def _get(url: str, cookie: str) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def _run_in_kernel(base: str, session_id: int, cookie: str, code: str) -> str:
-    """Start a kernel through the proxy and run *code* over its websocket; its stdout."""
+def _run_in_kernel(base: str, session_id: int, cookie: str, code: str, host: str) -> str:
+    """Start a kernel through the proxy (on the session's origin *host*, with its pass
+    *cookie*) and run *code* over its websocket; its stdout."""
     from tornado import httpclient, ioloop, websocket
 
     request = urllib.request.Request(
         f"{base}/sessions/{session_id}/api/kernels",
         data=b"{}",
         method="POST",
-        headers={"Cookie": cookie, "Content-Type": "application/json"},
+        headers={"Cookie": cookie, "Content-Type": "application/json", "Host": host},
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
         kernel = json.load(answer)["id"]
@@ -78,7 +83,9 @@ def _run_in_kernel(base: str, session_id: int, cookie: str, code: str) -> str:
             f"/sessions/{session_id}/api/kernels/{kernel}/channels"
         )
         conn = await websocket.websocket_connect(
-            httpclient.HTTPRequest(ws_url, headers={"Cookie": cookie}, connect_timeout=30)
+            httpclient.HTTPRequest(
+                ws_url, headers={"Cookie": cookie, "Host": host}, connect_timeout=30
+            )
         )
         msg_id = uuid.uuid4().hex
         await conn.write_message(
@@ -151,6 +158,8 @@ def test_the_agent_runs_a_session_and_keys_for_the_local_backend(
     }
     model = CardModelFactory(slug="agent-a10", name="A10", vendor="nvidia")
     node = make_node(model, cards=4, hostname="agent-node")
+    node.session_addresses = ["127.0.0.1"]  # where the agent below says its sessions listen
+    node.save()
     token = node_token_issue(node=node)
     env = Environment.objects.create(
         slug="venv",
@@ -199,8 +208,10 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root
     pid = keeper.running()[session.pk]
 
     with nginx_in_front(live_server.url, tmp_path) as base:
-        alice_cookie, bob_cookie = _cookie(alice), _cookie(bob)
-        status, body = _get(f"{base}/sessions/{session.pk}/api/status", alice_cookie)
+        alice_cookie, bob_cookie = portal_cookie(alice), portal_cookie(bob)
+        # "Open JupyterLab": the session's own origin, with its pass (not the portal login).
+        host, alice_pass = session_pass(base, alice_cookie, lease.pk)
+        status, body = _get(f"{base}/sessions/{session.pk}/api/status", alice_pass, host)
         assert status == 200, body
         code = (
             "import os, subprocess\n"
@@ -213,7 +224,7 @@ def _flow(live_server, tmp_path, keeper, token, lease, session, alice, bob, root
             "    except OSError as e:\n"
             "        print(f'REFUSED{n}', type(e).__name__)\n"
         )
-        out = _run_in_kernel(base, session.pk, alice_cookie, code)
+        out = _run_in_kernel(base, session.pk, alice_pass, code, host)
         assert f"VIS={devices}" in out and "WHO=cardpool-alice" in out, out
         leased = [int(d) for d in devices.split(",")]
         fenced = sorted([f"nvidia{d}" for d in leased] + ["nvidiactl"])
@@ -260,15 +271,16 @@ def _desktop_missing() -> str:
 NO_DESKTOP = _desktop_missing()
 
 
-def _rfb_banner(base: str, session_id: int, cookie: str) -> bytes:
-    """Open the desktop's websocket through the proxy; the VNC server's first words."""
+def _rfb_banner(base: str, session_id: int, cookie: str, host: str) -> bytes:
+    """Open the desktop's websocket through the proxy (on the session's origin *host*, with
+    its pass *cookie*); the VNC server's first words."""
     from tornado import httpclient, ioloop, websocket
 
     async def run() -> bytes:
         conn = await websocket.websocket_connect(
             httpclient.HTTPRequest(
                 base.replace("http://", "ws://") + f"/sessions/{session_id}/desktop/websockify",
-                headers={"Cookie": cookie},
+                headers={"Cookie": cookie, "Host": host},
                 connect_timeout=30,
             ),
             subprotocols=["binary"],
@@ -292,6 +304,8 @@ def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
     }
     model = CardModelFactory(slug="desk-l40", name="L40S", vendor="nvidia", graphics=True)
     node = make_node(model, cards=2, hostname="desk-node")
+    node.session_addresses = ["127.0.0.1"]  # where the agent below says its sessions listen
+    node.save()
     token = node_token_issue(node=node)
     lease = ask(alice, vision, model)
     assert provisioning.provision_step(lease_id=lease.pk)
@@ -309,27 +323,32 @@ def test_the_desktop_runs_beside_the_lab_and_reaches_only_its_holder(
         try:
             running = lambda: Session.objects.get(pk=session.pk).status == "running"  # noqa: E731
             _rounds(api, token, keeper, running)
-            as_alice = Client()
-            as_alice.force_login(alice)
-            go = as_alice.get(f"/leases/{lease.pk}/session/go/?target=desktop")
-            assert go.status_code == 302 and "/desktop/vnc.html?path=" in go["Location"]
             with nginx_in_front(live_server.url, tmp_path) as base:
-                alice_cookie, bob_cookie = _cookie(alice), _cookie(bob)
+                alice_cookie, bob_cookie = portal_cookie(alice), portal_cookie(bob)
+                # "Open desktop": a ticket for the session's own origin, then noVNC there.
+                go = via_proxy(
+                    base,
+                    urlsplit(base).netloc,
+                    f"/leases/{lease.pk}/session/go/?target=desktop",
+                    {"Cookie": alice_cookie},
+                )
+                assert go[0] == 302 and "desktop/vnc.html" in unquote(go[1]["Location"])
+                host, alice_pass = session_pass(base, alice_cookie, lease.pk)
                 page = f"{base}/sessions/{session.pk}/desktop/vnc.html"
                 deadline = time.monotonic() + 30
-                while _get(page, alice_cookie)[0] != 200 and time.monotonic() < deadline:
+                while _get(page, alice_pass, host)[0] != 200 and time.monotonic() < deadline:
                     time.sleep(0.5)
-                status, body = _get(page, alice_cookie)
+                status, body = _get(page, alice_pass, host)
                 assert status == 200 and b"noVNC" in body, body[:300]
-                assert _get(page, bob_cookie)[0] == 404
+                assert _get(page, bob_cookie)[0] == 404  # on the portal: not bob's to know
                 direct = (
                     f"http://127.0.0.1:{session.port + 1}/sessions/{session.pk}/desktop/vnc.html"
                 )
                 assert _get(direct, "")[0] == 403  # the node's port wants the session's token
-                assert _rfb_banner(base, session.pk, alice_cookie).startswith(b"RFB 003.")
+                assert _rfb_banner(base, session.pk, alice_pass, host).startswith(b"RFB 003.")
                 changes.lease_release(lease=lease, user=alice)
                 assert provisioning.release_step(lease_id=lease.pk)
-                assert _get(page, alice_cookie)[0] == 410
+                assert _get(page, alice_pass, host)[0] == 410
             _rounds(api, token, keeper, lambda: session.pk not in keeper.running(), seconds=20)
         finally:
             for session_id, pid in keeper.running().items():

@@ -102,6 +102,8 @@ def test_jupyterlab_terminal_and_desktop_through_the_portal_on_a_local_node(
     }
     model = CardModelFactory(slug="web-l40", name="L40S", vendor="nvidia", graphics=True)
     node = make_node(model, cards=4, hostname="web-node")
+    node.session_addresses = ["127.0.0.1"]  # where the agent below says its sessions listen
+    node.save()
     lease = ask(alice, vision, model, count=2)
     assert provisioning.provision_step(lease_id=lease.pk)
     lease.refresh_from_db()

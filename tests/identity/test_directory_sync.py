@@ -4,6 +4,8 @@ flagged, and a person disabled or removed in the directory loses access at the n
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import ldap3
 import pytest
 from django.contrib.auth import get_user_model
@@ -126,6 +128,10 @@ def test_a_person_disabled_in_the_directory_loses_access_at_the_next_sync(
     lease, session, waiting = _working(dana, vision, a10, django_capture_on_commit_callbacks)
     assert waiting.status in (LeaseStatus.QUEUED, LeaseStatus.SCHEDULED)
     assert Client().get("/api/v1/leases/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
+    # dana's browser opens the session: a ticket from the portal for the session's origin.
+    ticket = urlsplit(browser.get(f"/leases/{lease.pk}/session/go/")["Location"])
+    origin = Client(HTTP_HOST=ticket.netloc)
+    assert origin.get(f"{ticket.path}?{ticket.query}").status_code == 302  # the pass is set
 
     directory.modify(
         dn("dana"), {"pwdAccountLockedTime": [(ldap3.MODIFY_REPLACE, ["000001010000Z"])]}
@@ -142,6 +148,8 @@ def test_a_person_disabled_in_the_directory_loses_access_at_the_next_sync(
         HTTP_X_CARDPOOL_PROXY=proxy_secret(),
     )
     assert gate.status_code == 403  # the proxy lets nothing through
+    # The tab dana had open on the session's origin: the session is gone (410), not a sign-in.
+    assert origin.get(f"/sessions/{session.pk}/lab").status_code == 410
     session.refresh_from_db()
     assert session.status == "ended"
     assert "leasing.tasks.session_stop" in [t.name for t in sent_tasks]  # its processes

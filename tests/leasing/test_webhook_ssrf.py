@@ -28,7 +28,32 @@ INSIDE = [
     "http://[::127.0.0.1]/hook",
     "http://[64:ff9b:1::a00:1]/hook",
     "http://[2002:a00:1::1]/hook",
+    # Special-purpose blocks Python calls global (or did): IETF protocol assignments,
+    # AS112, AMT, the documentation and benchmarking ranges, ORCHIDv2, SRv6 SIDs.
+    "http://192.0.0.8/",
 ]
+
+# One address from every IANA special-purpose block (and multicast).
+SPECIAL = [
+    "0.1.2.3", "10.0.0.1", "100.64.0.1", "127.0.0.2", "169.254.1.1", "172.16.0.1",
+    "192.0.0.8", "192.0.0.9", "192.0.0.10", "192.0.0.170", "192.0.2.1", "192.31.196.1",
+    "192.52.193.1", "192.88.99.1", "192.168.1.1", "192.175.48.1", "198.18.0.1",
+    "198.51.100.1", "203.0.113.1", "240.0.0.1", "255.255.255.255", "224.0.0.1",
+    "::", "::1", "::ffff:192.0.0.8", "64:ff9b::c000:8", "64:ff9b:1::1", "100::1",
+    "100:0:0:1::1", "2001::1", "2001:1::1", "2001:1::2", "2001:1::3", "2001:2::1",
+    "2001:3::1", "2001:4:112::1", "2001:10::1", "2001:20::1", "2001:30::1", "2001:db8::1",
+    "2002:808:808::", "2620:4f:8000::1", "3fff::1", "5f00::1", "fc00::1", "fe80::1", "ff02::1",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("ip", SPECIAL)
+def test_every_special_purpose_block_is_refused(ip):
+    assert webhooks.is_private_address(ip)
+
+
+@pytest.mark.parametrize("ip", ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "64:ff9b::808:808"])
+def test_public_addresses_pass(ip):
+    assert not webhooks.is_private_address(ip)
 
 
 def _resolves_to(monkeypatch, *ips):
@@ -100,7 +125,7 @@ def test_rebinding_to_a_private_address_at_send_is_blocked(monkeypatch):
         ("::ffff:10.0.0.1", True),
         ("2001:0:4136:e378:8000:63bf:3fff:fdd2", True),  # Teredo (2001::/32) is never global
         ("64:ff9b::808:808", False),  # NAT64 of a public address stays allowed
-        ("2002:808:808::", False),  # 6to4 of a public address
+        ("2002:808:808::", True),  # 6to4 (2002::/16) is a special-purpose block
         ("2001:4860:4860::8888", False),
         ("8.8.8.8", False),
     ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import string
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -295,8 +296,23 @@ def test_measure_counts_blocks_and_skips_links(tmp_path):
 # --- sessions ----------------------------------------------------------------------------
 
 
+def _session_client(client, session_id):
+    """A client on session *session_id*'s own origin, holding its pass when the portal login
+    of *client* is let in (a running session of theirs): "Open JupyterLab" gives the browser
+    a one-time ticket for the origin, which it trades for the origin's pass cookie."""
+    on_origin = Client(HTTP_HOST=f"s{session_id}.testserver")
+    lease_id = Session.objects.get(pk=session_id).lease_id
+    go = client.get(f"/leases/{lease_id}/session/go/")
+    if go.status_code == 302 and "/_cardpool/session-login/" in go["Location"]:
+        ticket = urlsplit(go["Location"])
+        assert ticket.netloc == f"s{session_id}.testserver"
+        assert on_origin.get(f"{ticket.path}?{ticket.query}").status_code == 302
+    return on_origin
+
+
 def _auth(client, session_id, secret=None):
-    return client.get(
+    """The proxy's question on the session's origin, as nginx asks it."""
+    return _session_client(client, session_id).get(
         "/sessions/auth/",
         HTTP_X_ORIGINAL_URI=f"/sessions/{session_id}/lab",
         HTTP_X_CARDPOOL_PROXY=proxy_secret() if secret is None else secret,
@@ -384,6 +400,8 @@ def test_the_agent_is_told_its_sessions_and_reports_them(alice, vision, a10, tor
     assert f"--ServerApp.base_url=/sessions/{session.pk}/" in item["script"]
     assert theirs.get("/api/v1/agent/work/").json()["sessions"] == []
 
+    node.session_addresses = ["10.0.0.9"]  # an address the operator recorded on the node
+    node.save()
     report = {"sessions": [{"id": session.pk, "state": "running", "address": "10.0.0.9"}]}
     theirs.post("/api/v1/agent/sessions/", report, content_type="application/json")
     assert Session.objects.get(pk=session.pk).status == "starting"  # not theirs to say

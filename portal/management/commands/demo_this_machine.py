@@ -21,6 +21,7 @@ from inventory.models import Card, CardModel, Node, Region, validate_hostname
 from inventory.telemetry import node_token_issue
 from leasing.models import Environment
 from portal.models import Profile
+from portal.secret_key import secret_file_write
 
 MODEL = "demo-card"
 
@@ -67,6 +68,10 @@ class Command(BaseCommand):
             hostname=this_hostname(),
             defaults={"region": region, "labels": {"demo": "true", "backend": "local"}},
         )
+        # The demo's agent reports its sessions on loopback (cardpool.py --session-address).
+        if "127.0.0.1" not in node.session_addresses:
+            node.session_addresses = [*node.session_addresses, "127.0.0.1"]
+            node.save(update_fields=["session_addresses"])
         for index in range(2):
             Card.objects.get_or_create(
                 node=node,
@@ -90,8 +95,7 @@ class Command(BaseCommand):
             Profile.objects.update(slurm_user=unix_user or getpass.getuser())
         path = Path(token_file)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(node_token_issue(node=node))
+        secret_file_write(path, node_token_issue(node=node))
         self.stdout.write(
             f"this machine is node {node.hostname} with 2 demo cards; token in {path}"
         )

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from leasing.workbench.proxy import nginx_config
+from portal.secret_key import secret_file_write
 
 
 class Command(BaseCommand):
@@ -21,8 +22,13 @@ class Command(BaseCommand):
         parser.add_argument("--var-dir", default="var/nginx", help="nginx's pid and temp files")
         parser.add_argument("--output", default="", help="write here instead of printing")
         parser.add_argument("--daemon", action="store_true", help="let nginx daemonize")
+        parser.add_argument(
+            "--session-domain",
+            default=None,
+            help="sessions at s<id>.DOMAIN (default CARDPOOL_SESSION_DOMAIN; empty: any host)",
+        )
 
-    def handle(self, *args, listen, portal, var_dir, output, daemon, **options):
+    def handle(self, *args, listen, portal, var_dir, output, daemon, session_domain, **options):
         for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (Path(var_dir) / sub).mkdir(parents=True, exist_ok=True)
         text = nginx_config(
@@ -30,11 +36,12 @@ class Command(BaseCommand):
             portal=portal,
             var_dir=var_dir,
             foreground=not daemon,
+            domain=session_domain,
             # CARDPOOL_BEHIND_TLS_PROXY: a TLS terminator in front of nginx says the scheme.
             behind_tls_proxy=settings.SECURE_PROXY_SSL_HEADER is not None,
         )
         if output:
-            Path(output).write_text(text)
+            secret_file_write(output, text)  # it holds the proxy's secret: 0600
             self.stdout.write(f"wrote {output}; run: nginx -c {Path(output).resolve()}")
         else:
             self.stdout.write(text)

@@ -40,7 +40,9 @@ class LocalBackend(Backend):
 
 
 def access_details(holding: Holding) -> dict:
-    """Host, device indices and environment per node, from the holding's current cards."""
+    """Host, device indices and environment per node, from the holding's current cards. The
+    ssh line is not stored: the portal builds it when read, with the holder's session account
+    (``leasing.workbench.access``)."""
     env_name = holding.devices_env
     nodes = []
     for node in sorted(holding.nodes, key=lambda n: n.hostname):
@@ -51,7 +53,6 @@ def access_details(holding: Holding) -> dict:
                 "host": node.hostname,
                 "devices": indices,
                 "env": {env_name: devices},
-                "shell": f"ssh {holding.username}@{node.hostname} && export {env_name}={devices}",
             }
         )
     return {"backend": "local", "env_var": env_name, "nodes": nodes}

@@ -17,6 +17,7 @@ from leasing.lifecycle.waiting import KINDS as WAITING_KINDS
 from leasing.lifecycle.waiting import waiting_because_many
 from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
+from leasing.workbench.access import access_for
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
 
@@ -203,11 +204,15 @@ class LeaseSerializer(serializers.ModelSerializer):
 
     def to_representation(self, lease: Lease) -> dict:
         data = super().to_representation(lease)
-        access = data.get("access")
+        access = access_for(lease) if isinstance(data.get("access"), dict) else data.get("access")
         request = self.context.get("request")
         holder = request is not None and getattr(request.user, "pk", None) == lease.user_id
-        if isinstance(access, dict) and not holder:
-            data["access"] = {k: v for k, v in access.items() if k not in self.HOLDER_ONLY_ACCESS}
+        if isinstance(access, dict):
+            data["access"] = (
+                access
+                if holder
+                else {k: v for k, v in access.items() if k not in self.HOLDER_ONLY_ACCESS}
+            )
         return data
 
     @extend_schema_field(CheckpointSerializer(allow_null=True))

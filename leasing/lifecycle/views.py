@@ -36,6 +36,7 @@ from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, le
 from leasing.lifecycle.waiting import waiting_because, waiting_because_many
 from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
+from leasing.workbench.access import access_for
 from leasing.workbench.selectors import lease_workbench
 from portal.input import local_next
 from portal.permissions import is_finance, is_operator
@@ -209,6 +210,7 @@ def lease_detail(request, pk: int):
         "cost": accrued.lease_cost(lease, now=timezone.now(), until=lease.truth.end),
         "checkpoint": checkpoint_state(lease),
         "workbench": lease_workbench(lease, request.user),
+        "access": access_for(lease),
         "family_models": (
             CardModel.objects.filter(family=lease.card_model.family, cards__isnull=False)
             .distinct()

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, Session
-from leasing.workbench import accounts, environments, offers, sessions, workspace
+from leasing.workbench import access, environments, offers, sessions, workspace
 
 
 @dataclass
@@ -30,17 +30,13 @@ def lease_workbench(lease: Lease, user) -> Workbench:
     offered = offers.lease_offers(lease) if is_holder else {}
     keys_refused = is_holder and not offered["keys"].ok  # the offers say why instead
     if lease.status == LeaseStatus.ACTIVE and not keys_refused:
-        unix = (
-            lease.access.get("slurm_user") if (lease.access or {}).get("backend") == "slurm" else ""
-        )
-        unix = unix or accounts.account_name(lease.user)
+        account = access.account_for(lease)
         for node in (lease.access or {}).get("nodes", []):
-            env = " ".join(f"{k}={v}" for k, v in sorted((node.get("env") or {}).items()))
             if node.get("job_id"):
                 # pam_slurm_adopt puts the ssh login into the lease's job on that node.
-                commands.append(f"ssh {unix}@{node['host']}")
+                commands.append(access.access_line(account, node["host"]))
             else:
-                commands.append(f"ssh -t {unix}@{node['host']} 'export {env}; exec $SHELL -l'")
+                commands.append(access.access_line(account, node["host"], node.get("env")))
     return Workbench(
         session=session,
         environments=environments.environments_for(lease.card_model) if is_holder else [],

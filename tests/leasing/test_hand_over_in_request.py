@@ -15,6 +15,7 @@ from leasing.lifecycle import provisioning
 from leasing.lifecycle.selectors import DRAIN_ANNOTATIONS, lease_truth
 from leasing.models import Allocation, BackendCall, Lease, Notification
 from leasing.scheduler import fastpath
+from leasing.workbench.access import access_for
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 
@@ -63,7 +64,7 @@ def test_the_api_answers_active_with_the_access_details(
     [node] = body["access"]["nodes"]
     assert node["devices"] == sorted(a["card_index"] for a in body["allocations"])
     lease = Lease.objects.get(pk=body["id"])
-    assert (lease.status, lease.activated_at, lease.access) == (
+    assert (lease.status, lease.activated_at, access_for(lease)) == (
         LeaseStatus.ACTIVE,
         T0,
         body["access"],

@@ -172,7 +172,7 @@ def test_actions_are_on_the_page_for_the_state_it_may_reach(
     assert "<strong>Request withdrawn</strong> → Cancelled" in page
 
 
-def test_access_details_put_each_variable_on_its_own_line(
+def test_access_details_are_one_line_that_sets_every_variable_on_the_node(
     browser, frozen, alice, vision, a100, small_pool
 ):
     lease = ask(alice, vision, a100)
@@ -181,8 +181,8 @@ def test_access_details_put_each_variable_on_its_own_line(
     Lease.objects.filter(pk=lease.pk).update(access={"nodes": [{"host": "gpu0", "env": env}]})
     page = browser.get(f"/leases/{lease.pk}/").content.decode()
     assert (
-        "ssh alice@gpu0\nexport CUDA_VISIBLE_DEVICES=0\nexport NVIDIA_VISIBLE_DEVICES=0</pre>"
-        in page
+        "ssh -t alice@gpu0 &#x27;export CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=0; "
+        "exec $SHELL -l&#x27;</pre>" in page
     )
 
 

@@ -165,7 +165,13 @@ def with_truth(leases) -> list[Lease]:
 def leases_visible_to(user) -> QuerySet[Lease]:
     """A member sees their own leases; a lead their team's; finance and operators all."""
     return with_drains(
-        Lease.objects.visible_to(user).select_related("card_model", "team", "user", "environment")
+        Lease.objects.visible_to(user).select_related(
+            # the profile: the access line's account in "profile" mode (workbench.access)
+            "card_model",
+            "team",
+            "user__profile",
+            "environment",
+        )
     )
 
 

@@ -158,3 +158,20 @@ def test_a_lease_stored_with_the_old_line_reads_the_new_one(mode, alice, vision,
     assert line.replace("'", "&#x27;") in page and "&amp;&amp; export" not in page
     lease.refresh_from_db()
     assert lease.access == old  # reading changes nothing stored
+
+
+@pytest.mark.parametrize("chosen", ["same", "profile", "managed"])
+def test_the_list_reads_the_accounts_without_a_query_per_lease(
+    mode, alice, vision, api, django_assert_max_num_queries, chosen
+):
+    mode(chosen)
+    model = CardModelFactory(slug="acc-list", name="Card list", vendor=Vendor.NVIDIA)
+    make_node(model, cards=6, hostname="gpu-node-1")
+    for _ in range(6):
+        lease = ask(alice, vision, model)
+        assert provisioning.provision_step(lease_id=lease.pk)
+    api.force_authenticate(alice)
+    with django_assert_max_num_queries(8):
+        leases = api.get("/api/v1/leases/").json()["results"]
+    assert len(leases) == 6
+    assert all(n["shell"].startswith("ssh -t ") for le in leases for n in le["access"]["nodes"])

@@ -134,8 +134,9 @@ def request_watch_and_release(page, worker, model) -> int:
     assert_not_reloaded(page)
     assert status_of(lease_pk) == LeaseStatus.ACTIVE
     access = page.locator("#lease-live pre.access")
-    expect(access).to_contain_text("CUDA_VISIBLE_DEVICES=0,1")
-    expect(access).to_contain_text("ssh alice@e2e-browser-node")
+    expect(access).to_have_text(
+        "ssh -t alice@e2e-browser-node 'export CUDA_VISIBLE_DEVICES=0,1; exec $SHELL -l'"
+    )
     expect(page.locator("#lease-timeline [data-kind=active]")).to_have_count(1)
     expect(page.locator("form[action$='/extend/']")).to_be_visible()
 

@@ -54,7 +54,7 @@ def access_for(lease) -> dict:
     account = None
     nodes = []
     for node in access["nodes"]:
-        if local or not node.get("shell"):
+        if node.get("host") and (local or not node.get("shell")):
             account = account or account_for(lease)
             node = {**node, "shell": access_line(account, node["host"], node.get("env"))}
         nodes.append(node)

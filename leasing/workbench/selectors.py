@@ -32,6 +32,8 @@ def lease_workbench(lease: Lease, user) -> Workbench:
     if lease.status == LeaseStatus.ACTIVE and not keys_refused:
         account = access.account_for(lease)
         for node in (lease.access or {}).get("nodes", []):
+            if not node.get("host"):
+                continue
             if node.get("job_id"):
                 # pam_slurm_adopt puts the ssh login into the lease's job on that node.
                 commands.append(access.access_line(account, node["host"]))

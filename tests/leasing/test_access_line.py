@@ -175,3 +175,13 @@ def test_the_list_reads_the_accounts_without_a_query_per_lease(
         leases = api.get("/api/v1/leases/").json()["results"]
     assert len(leases) == 6
     assert all(n["shell"].startswith("ssh -t ") for le in leases for n in le["access"]["nodes"])
+
+
+def test_a_node_without_a_host_gets_no_line_and_no_error(alice, vision, api):
+    lease = _active(alice, vision)
+    Lease.objects.filter(pk=lease.pk).update(access={"backend": "local", "nodes": [{"env": {}}]})
+    lease.refresh_from_db()
+    assert access.access_for(lease) == {"backend": "local", "nodes": [{"env": {}}]}
+    assert _page(alice, lease)  # renders (200), no line to show
+    api.force_authenticate(alice)
+    assert api.get(f"/api/v1/leases/{lease.pk}/").json()["access"]["nodes"] == [{"env": {}}]

@@ -200,8 +200,8 @@ def hostile_names(november):
 
     Team.objects.filter(slug="vision").update(name=HOSTILE)
     user = UsageRecord.objects.filter(team__slug="vision").first().user
-    user.username = "@SUM(1+1)"
-    user.save(update_fields=["username"])
+    # A name from before the username rule (kept, not renamed; usernames_check lists it).
+    type(user).objects.filter(pk=user.pk).update(username="@SUM(1+1)")
     return november
 
 

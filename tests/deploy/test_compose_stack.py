@@ -206,7 +206,7 @@ class Person:
         """The sign-in form (CSRF cookie, then the post), then an API token."""
         status, page, _ = self.get("/accounts/login/", api=False)
         assert status == 200
-        csrf = next(c.value for c in self.jar if c.name == "csrftoken")
+        csrf = next(c.value for c in self.jar if c.name.endswith("cardpool-csrf"))
         form = urllib.parse.urlencode(
             {"login": self.username, "password": DEMO_PASSWORD, "csrfmiddlewaretoken": csrf}
         ).encode()
@@ -218,7 +218,9 @@ class Person:
         )
         status, _, _ = self._send(req, api=False)
         assert status == 200, f"{self.username} could not sign in ({status})"
-        assert any(c.name == "sessionid" for c in self.jar), "no session after signing in"
+        assert any(c.name.endswith("cardpool-session") for c in self.jar), (
+            "no session after signing in"
+        )
         status, page, _ = self.get("/", api=False)
         assert status == 200 and self.username.encode() in page.lower()
         status, body = self.post(

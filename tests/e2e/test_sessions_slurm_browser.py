@@ -173,7 +173,8 @@ def test_jupyterlab_and_terminal_through_the_portal_on_a_slurm_lease(
             expect(page.locator("#jp-main-dock-panel")).to_be_attached(timeout=120_000)
         except AssertionError:
             pytest.fail(_diagnose(tmp_path, session_pk))
-        assert page.url.startswith(base)
+        # On the session's own origin (s<id>.localhost), never the portal's.
+        assert page.url.startswith(base.replace("127.0.0.1", f"s{session_pk}.localhost", 1))
 
         # A notebook with one cell, run in the browser: the cards and the user it runs as.
         notebook = {

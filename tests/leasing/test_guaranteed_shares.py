@@ -177,9 +177,9 @@ def test_a_team_within_its_share_always_starts_within_the_stated_time(
     asking within its guaranteed share starts within the share's stated time, and only work
     on loan or preemptible work was taken back for it."""
     from leasing.lifecycle.changes import lease_release
+    from leasing.scheduler.run import queue_advance
     from portal.models import Membership
     from tests.factories import MembershipFactory, UserFactory
-    from tests.leasing.passes import queue_advance
 
     with transaction.atomic(), time_machine.travel(T0, tick=False) as clock:
         model = CardModelFactory(slug="prop-a100", name="Prop A100")

@@ -118,6 +118,7 @@ def lease_choose_model(
             purpose=purpose,
             now=now,
             nodes=nodes,
+            team_id=team_id,
         )
         if start is None:
             continue
@@ -365,6 +366,7 @@ def lease_request_check(*, now: datetime | None = None, **asked) -> RequestOutlo
         start_policy=asked.start_policy,
         now=now,
         nodes=shape.nodes,
+        team_id=asked.team.pk if asked.team else None,
     )
     if verdict.borrowed and (when is None or when > now + STARTS_NOW):
         raise ValidationError(borrow_refusal(card_model))  # borrowing never waits

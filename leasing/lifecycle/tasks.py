@@ -38,6 +38,7 @@ from leasing.notify import wording
 from leasing.scheduler import moves, plancache
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
+from leasing.teams import fairshare
 from leasing.workbench import workspace
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,13 @@ def queue_refresh(card_model_id: int) -> int:
     while refresh_slice(card_model_id) and slices < REFRESH_SLICES_MAX:
         slices += 1
     return slices
+
+
+@shared_task(name="leasing.tasks.fair_share_recompute", acks_late=True)
+def fair_share_recompute() -> bool:
+    """Every minute: recompute the teams' fair-share factors when one of the policy's fixed
+    times has passed (``teams.fairshare.recompute_if_due``)."""
+    return fairshare.recompute_if_due()
 
 
 @shared_task(name="leasing.tasks.plan_share")

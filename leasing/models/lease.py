@@ -472,8 +472,9 @@ class QueueMark(models.Model):
         primary_key=True,
         related_name="+",
     )
-    # the service key (-rank, virtual submit time, lease id) after which plans are stale
+    # the service key (-rank, -fair, virtual submit time, lease id) after which plans are stale
     rank = models.IntegerField(_("priority rank"))
+    fair = models.FloatField(_("fair-share factor"), default=1.0)
     virtual_at = models.DateTimeField(_("virtual submit time"))
     lease_id_after = models.BigIntegerField(_("lease"))
     since = models.DateTimeField(_("stale since"))
@@ -487,7 +488,7 @@ class QueueMark(models.Model):
 
     @property
     def key(self) -> tuple:
-        return (-self.rank, self.virtual_at, self.lease_id_after)
+        return (-self.rank, -self.fair, self.virtual_at, self.lease_id_after)
 
 
 class PlanVersion(models.Model):

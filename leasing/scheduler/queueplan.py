@@ -1,13 +1,17 @@
 """The queue's order and a plan of it kept up to date instead of rebuilt.
 
-**Order** (``service_key``): priority class first; inside a class, by a *virtual submit
+**Order** (``service_key``): priority class first; inside a class, the team's fair-share
+factor (``fairshare``: a team further below its share first); then by a *virtual submit
 time*: when the lease was submitted plus a slack that grows with its size (card-hours)
 up to a cap. Every lease declares its duration, so a short one can be served ahead of a
 long one submitted a little earlier, but never ahead of one submitted more than the cap
 before it: the key is fixed when the lease is submitted, so a lease is overtaken only by
 leases submitted before its own virtual time, and everyone who waits long enough comes
-first. That bound is the aging; no key ever changes while a lease waits, which is what
-lets the plan below be updated rather than rebuilt (docs/decisions.md, "queue order").
+first. That bound is the aging. The fair-share factors change only when they are recomputed
+(at fixed times, ``leasing.teams.fairshare``), which moves the plan's version and plans the
+queue again from the start; between two recomputations no key changes while a lease waits,
+which is what lets the plan below be updated rather than rebuilt (docs/decisions.md, "queue
+order", "fair share").
 
 **Plan** (``QueuePlan``): conservative backfill as ``planner.plan_queue`` decides it: in
 service order, each waiting lease gets the earliest window around the reservations of
@@ -42,7 +46,7 @@ from leasing.scheduler.planner import (
 SLACK_PER_CARD_HOUR = timedelta(minutes=15)
 SLACK_CAP = timedelta(hours=4)
 
-Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
+Key = tuple  # (-rank, -fair-share factor, virtual submit time, lease id): smaller first
 Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
 _NOT_BEFORE = object()  # _keep: search from the old start on
 _GO_ON = object()  # _keep_earlier: no earlier start, ask the next question
@@ -67,13 +71,15 @@ def service_key(
     duration: timedelta,
     count: int,
     lease_id: int,
+    fair: float = 1.0,
     per_card_hour: timedelta = SLACK_PER_CARD_HOUR,
     cap: timedelta = SLACK_CAP,
 ) -> Key:
-    """The lease's place in the queue: higher class first, then the earlier virtual submit
-    time, then the lower id. Fixed at submit (it reads nothing that changes while waiting)."""
+    """The lease's place in the queue: higher class first, then the higher fair-share factor
+    of its team (*fair*, ``fairshare.factors``), then the earlier virtual submit time, then
+    the lower id. Changes only when the factors are recomputed."""
     virtual = submitted_at + slack(duration, count, per_card_hour=per_card_hour, cap=cap)
-    return (-rank, virtual, lease_id)
+    return (-rank, -fair, virtual, lease_id)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from django.utils import timezone
 from leasing.locking import lock_card_models
 from leasing.models import QueueMark
 from leasing.scheduler import plancache, shares
-from leasing.scheduler.joining import mark_of
+from leasing.scheduler.joining import mark_fields, mark_of
 from leasing.scheduler.planner import CardSlot
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
@@ -82,9 +82,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         more = len(planned) < len(stale)
         if more:
             last = planned[-1].key
-            QueueMark.objects.filter(card_model_id=card_model_id).update(
-                rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
-            )
+            QueueMark.objects.filter(card_model_id=card_model_id).update(**mark_fields(last))
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)

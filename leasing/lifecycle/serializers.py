@@ -110,7 +110,7 @@ class WaitingBecauseSerializer(serializers.Serializer):
     params = serializers.DictField(
         help_text=(
             "approval: approvers; requirements: reason, same_node; ahead_in_queue: count, "
-            "card_hours; cards_in_use: count, until, leases (those you may see), others; "
+            "card_hours; fair_share: count, factor; cards_in_use: count, until, leases (those you may see), others; "
             "off_peak: from, policy; unhealthy_cards, drain: count."
         )
     )
@@ -152,7 +152,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     waiting_because = serializers.SerializerMethodField(
         help_text=(
             "Why a waiting lease waits, worded for you: approval, requirements (can never "
-            "start as asked), ahead_in_queue, cards_in_use, off_peak, unhealthy_cards, drain. "
+            "start as asked), ahead_in_queue, fair_share, cards_in_use, off_peak, unhealthy_cards, drain. "
             "Empty when it does not wait."
         )
     )

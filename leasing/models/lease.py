@@ -474,7 +474,9 @@ class QueueMark(models.Model):
     )
     # the service key (-rank, -fair, virtual submit time, lease id) after which plans are stale
     rank = models.IntegerField(_("priority rank"))
-    fair = models.FloatField(_("fair-share factor"), default=1.0)
+    # null (a mark from before fair share): 1, every team's factor then. Nullable so that
+    # SQLite adds the column in place, keeping the table's PlanVersion triggers.
+    fair = models.FloatField(_("fair-share factor"), null=True, blank=True)
     virtual_at = models.DateTimeField(_("virtual submit time"))
     lease_id_after = models.BigIntegerField(_("lease"))
     since = models.DateTimeField(_("stale since"))
@@ -488,7 +490,8 @@ class QueueMark(models.Model):
 
     @property
     def key(self) -> tuple:
-        return (-self.rank, -self.fair, self.virtual_at, self.lease_id_after)
+        fair = 1.0 if self.fair is None else self.fair
+        return (-self.rank, -fair, self.virtual_at, self.lease_id_after)
 
 
 class PlanVersion(models.Model):

@@ -84,7 +84,7 @@ def mark_of(card_model_id: int) -> Key | None:
     if not found:
         return None
     rank, fair, virtual_at, lease_id = found[0]
-    return (-rank, -fair, at(virtual_at), lease_id)
+    return (-rank, -(1.0 if fair is None else fair), at(virtual_at), lease_id)
 
 
 def mark_fields(key: Key) -> dict:

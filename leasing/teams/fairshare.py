@@ -78,13 +78,17 @@ def recompute(*, now: datetime | None = None) -> bool:
     policy = FairSharePolicy.current()
     use = use_by_team(now=now, half=half_life(policy))
     rows = {r.team_id: r for r in FairShare.objects.all()}
-    weights = {t: rows[t].weight if t in rows else 1.0 for t in Team.objects.values_list("pk", flat=True)}
+    weights = {
+        t: rows[t].weight if t in rows else 1.0 for t in Team.objects.values_list("pk", flat=True)
+    }
     found = fairshare.factors(use, weights)
     changed = any(
         (rows[t].factor if t in rows else fairshare.NO_USE) != factor for t, factor in found.items()
     )
     with transaction.atomic():
-        queued = Lease.objects.filter(status=LeaseStatus.QUEUED).values_list("card_model_id", flat=True)
+        queued = Lease.objects.filter(status=LeaseStatus.QUEUED).values_list(
+            "card_model_id", flat=True
+        )
         models = lock_card_models(queued.distinct()) if changed else []
         fresh, kept = [], []
         for team_id, factor in found.items():
@@ -132,6 +136,7 @@ def team_standing(team: Team) -> dict:
         "use_fraction": use / total_use if total_use else 0.0,
         "factor": mine.factor if mine else fairshare.NO_USE,
         "computed_at": mine.computed_at if mine else None,
+        "half_life_hours": FairSharePolicy.current().half_life_hours,
     }
 
 
@@ -153,7 +158,12 @@ def weight_set(*, user, team: Team, weight) -> FairShare:
         raise ValidationError({"weight": [_("Give the weight as a number.")]}) from None
     if not (math.isfinite(weight) and 0 < weight <= WEIGHT_MAX):
         raise ValidationError(
-            {"weight": [_("The weight must be above 0 and at most %(max)s.") % {"max": f"{WEIGHT_MAX:,.0f}"}]}
+            {
+                "weight": [
+                    _("The weight must be above 0 and at most %(max)s.")
+                    % {"max": f"{WEIGHT_MAX:,.0f}"}
+                ]
+            }
         )
     with transaction.atomic():
         row, _created = FairShare.objects.update_or_create(team=team, defaults={"weight": weight})
@@ -179,8 +189,10 @@ def policy_set(*, user, half_life_hours=None, every_minutes=None) -> FairSharePo
             ]
         changes["half_life_hours"] = value
     if every_minutes is not None:
-        if isinstance(every_minutes, bool) or not isinstance(every_minutes, int) or not (
-            1 <= every_minutes <= EVERY_MAX_MINUTES
+        if (
+            isinstance(every_minutes, bool)
+            or not isinstance(every_minutes, int)
+            or not (1 <= every_minutes <= EVERY_MAX_MINUTES)
         ):
             errors["every_minutes"] = [
                 _("Recompute every 1 to %(max)s minutes (a whole number).")

@@ -15,8 +15,8 @@ from leasing.choices import LeaseStatus
 from leasing.lifecycle import pool_timeline
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import QueueMark
-from leasing.scheduler.picture import model_picture
 from leasing.scheduler.joining import mark_fields
+from leasing.scheduler.picture import model_picture
 from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.refresh import queue_tick
 from tests.factories import make_node

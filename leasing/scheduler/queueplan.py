@@ -126,6 +126,21 @@ class QueuePlan:
         self.entries = [Planned(k, r, self._plan(r)) for k, r in ordered]
         return self.decisions()
 
+    def reorder(self, key_of) -> bool:
+        """The keys changed (the fair-share factors were recomputed): *key_of(request)* gives
+        each waiting lease its new key. When the order they give is the one the plan has,
+        only the keys change (each decision depends only on the timeline and those ahead);
+        otherwise the queue is planned again from the start (``rebuild``). True when it
+        was planned again."""
+        keys = [key_of(e.request) for e in self.entries]
+        if all(a < b for a, b in zip(keys, keys[1:], strict=False)):
+            for entry, key in zip(self.entries, keys, strict=True):
+                entry.key = key
+            self.keys = keys
+            return False
+        self.rebuild(list(zip(keys, (e.request for e in self.entries), strict=True)))
+        return True
+
     def restore(
         self, stored: Iterable[tuple[Key, Request, datetime | None, Sequence[int] | None]]
     ) -> bool:

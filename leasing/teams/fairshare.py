@@ -121,22 +121,32 @@ def recompute_if_due(*, now: datetime | None = None) -> bool:
 
 def team_standing(team: Team) -> dict:
     """The team's share (its weight, and its fraction of every team's), its recent use (its
-    fraction of every team's decayed use) and its factor, as last recomputed."""
-    rows = dict(FairShare.objects.values_list("team_id", "weight"))
-    teams = Team.objects.count()
-    total_weight = sum(rows.values()) + (teams - len(rows)) * 1.0
-    mine = FairShare.objects.filter(team=team).first()
-    total_use = sum(FairShare.objects.values_list("use", flat=True))
-    weight = mine.weight if mine else 1.0
-    use = mine.use if mine else 0.0
+    fraction of every team's decayed use) and its factor, as last recomputed. Two queries."""
+    rows = Team.objects.values_list(
+        "pk",
+        "fair_share__weight",
+        "fair_share__use",
+        "fair_share__factor",
+        "fair_share__computed_at",
+    )
+    total_weight = total_use = 0.0
+    weight, use, factor, computed_at = 1.0, 0.0, fairshare.NO_USE, None
+    for pk, w, u, f, at in rows:
+        w = 1.0 if w is None else w
+        total_weight += w
+        total_use += u or 0.0
+        if pk == team.pk:
+            weight, use, computed_at = w, u or 0.0, at
+            factor = fairshare.NO_USE if f is None else f
+    half = FairSharePolicy.objects.filter(pk=1).values_list("half_life_hours", flat=True).first()
     return {
         "weight": weight,
         "share": weight / total_weight if total_weight else 0.0,
         "use": use,
         "use_fraction": use / total_use if total_use else 0.0,
-        "factor": mine.factor if mine else fairshare.NO_USE,
-        "computed_at": mine.computed_at if mine else None,
-        "half_life_hours": FairSharePolicy.current().half_life_hours,
+        "factor": factor,
+        "computed_at": computed_at,
+        "half_life_hours": half if half is not None else fairshare.HALF_LIFE / timedelta(hours=1),
     }
 
 

@@ -128,18 +128,21 @@ class QueuePlan:
 
     def reorder(self, key_of) -> bool:
         """The keys changed (the fair-share factors were recomputed): *key_of(request)* gives
-        each waiting lease its new key. When the order they give is the one the plan has,
-        only the keys change (each decision depends only on the timeline and those ahead);
-        otherwise the queue is planned again from the start (``rebuild``). True when it
-        was planned again."""
-        keys = [key_of(e.request) for e in self.entries]
-        if all(a < b for a, b in zip(keys, keys[1:], strict=False)):
-            for entry, key in zip(self.entries, keys, strict=True):
-                entry.key = key
-            self.keys = keys
-            return False
-        self.rebuild(list(zip(keys, (e.request for e in self.entries), strict=True)))
-        return True
+        each waiting lease its new key. The leases whose place in the order did not change up
+        to the first that did keep their decisions (each depends only on the timeline and
+        those ahead); from there on the queue is planned again in the new order. True when
+        anything was planned again."""
+        keyed = sorted(((key_of(e.request), e) for e in self.entries), key=lambda ke: ke[0])
+        first = next((n for n, (_k, e) in enumerate(keyed) if e is not self.entries[n]), len(keyed))
+        for entry in reversed(self.entries[first:]):
+            self._unreserve(entry)
+        for n, (key, entry) in enumerate(keyed):
+            entry.key = key
+            if n >= first:
+                entry.decision = self._plan(entry.request)
+        self.entries = [e for _k, e in keyed]
+        self.keys = [k for k, _e in keyed]
+        return first < len(keyed)
 
     def restore(
         self, stored: Iterable[tuple[Key, Request, datetime | None, Sequence[int] | None]]

@@ -171,7 +171,7 @@ def weight_set(*, user, team: Team, weight) -> FairShare:
             {
                 "weight": [
                     _("The weight must be above 0 and at most %(max)s.")
-                    % {"max": f"{WEIGHT_MAX:,.0f}"}
+                    % {"max": int(WEIGHT_MAX)}
                 ]
             }
         )

@@ -47,6 +47,7 @@ SLACK_PER_CARD_HOUR = timedelta(minutes=15)
 SLACK_CAP = timedelta(hours=4)
 
 Key = tuple  # (-rank, -fair-share factor, virtual submit time, lease id): smaller first
+KEY_FIELDS = ("-rank", "-fair", "virtual", "lease_id")  # in the plan cache's fingerprint
 Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
 _NOT_BEFORE = object()  # _keep: search from the old start on
 _GO_ON = object()  # _keep_earlier: no earlier start, ask the next question

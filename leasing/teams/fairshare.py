@@ -170,8 +170,7 @@ def weight_set(*, user, team: Team, weight) -> FairShare:
         raise ValidationError(
             {
                 "weight": [
-                    _("The weight must be above 0 and at most %(max)s.")
-                    % {"max": int(WEIGHT_MAX)}
+                    _("The weight must be above 0 and at most %(max)s.") % {"max": int(WEIGHT_MAX)}
                 ]
             }
         )

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from inventory.charts import model_colours_by_name
 from leasing import periods
 from leasing.teams import approvals, selectors, services
 from leasing.teams.forms import (
@@ -96,7 +97,7 @@ def team_detail(request, slug: str):
     context = {
         "team": team,
         **overview,
-        "chart": charts.daily_card_hours(daily, days) if daily else "",
+        "chart": charts.daily_card_hours(daily, days, model_colours_by_name()) if daily else "",
         "chart_form": range_form,
         "chart_start": start,
         "chart_end": end,

@@ -152,7 +152,7 @@ class Alternative:
     its recommendation (*rec*, for the request link)."""
 
     profile: TaskProfile
-    method: str  # worded: "QLoRA fine-tuning", "INT8 weights"
+    method: str  # worded: "QLoRA fine-tuning", "Serving with INT8 weights"
     option: Option
     rec: Recommendation
     sentence: str = ""  # "QLoRA fine-tuning fits 1 × NVIDIA A100 80GB SXM now"

@@ -222,10 +222,12 @@ def shortfall_reason(s) -> str:
 
 def method(profile, asked) -> str:
     """A smaller method's name: the task's (LoRA fine-tuning) or, for the same task, its
-    weights (INT8 weights)."""
+    weights (serving with INT8 weights)."""
     if profile.task != asked.task:
         return str(Task(profile.task).label)
-    return _("%(precision)s weights") % {"precision": (profile.precision or "").upper()}
+    return _("Serving with %(precision)s weights") % {
+        "precision": (profile.precision or "").upper()
+    }
 
 
 def alternative_text(alt, now: datetime) -> str:

@@ -138,7 +138,14 @@ def message(est: Estimate, rec, shapes: list[tuple[int, CardModel]], now: dateti
             "shape": text,
             "time": when(soonest.start, now),
         }
-    return " ".join([_nothing_fits(est, rec.shortfalls, shapes), *_smaller(rec.alternatives)])
+    problem = _nothing_fits(est, rec.shortfalls, shapes)
+    if not rec.alternatives:
+        return problem
+    # one template, so that each language joins the two sentences its own way
+    return _("%(problem)s Instead: %(methods)s.") % {
+        "problem": problem,
+        "methods": _("; ").join(a.sentence for a in rec.alternatives),
+    }
 
 
 def _nothing_fits(est: Estimate, shortfalls: list, shapes: list[tuple[int, CardModel]]) -> str:
@@ -243,12 +250,6 @@ def alternative_text(alt, now: datetime) -> str:
         "cards": cards,
         "time": when(o.start, now),
     }
-
-
-def _smaller(alternatives: list) -> list[str]:
-    if not alternatives:
-        return []
-    return [_("Instead: %(list)s.") % {"list": _("; ").join(a.sentence for a in alternatives)}]
 
 
 def when(start: datetime, now: datetime) -> str:

@@ -22,25 +22,25 @@ FONT = "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"
 GRID = "#e5e7eb"
 CONFIG = {"displaylogo": False, "responsive": True}
 
-# One colour per card model, on every chart (``inventory.charts.model_colours``): sixteen
-# hues far enough apart to tell apart on white, in no order that means anything.
+# One colour per card model, on every chart (``inventory.charts.model_colours``): Tableau's
+# ten (chosen to be told apart) and six dark ones told apart from them by lightness.
 PALETTE = (
-    "#2563eb",  # blue
-    "#dc2626",  # red
-    "#16a34a",  # green
-    "#d97706",  # amber
-    "#7c3aed",  # violet
-    "#0891b2",  # cyan
-    "#db2777",  # pink
-    "#65a30d",  # lime
-    "#92400e",  # brown
-    "#0f766e",  # teal
-    "#4b5563",  # grey
-    "#c026d3",  # fuchsia
+    "#4e79a7",  # blue
+    "#f28e2b",  # orange
+    "#e15759",  # red
+    "#76b7b2",  # teal
+    "#59a14f",  # green
+    "#edc948",  # yellow
+    "#b07aa1",  # purple
+    "#ff9da7",  # pink
+    "#9c755f",  # brown
+    "#bab0ac",  # grey
     "#1e3a8a",  # navy
-    "#ea580c",  # orange
-    "#a16207",  # ochre
-    "#9f1239",  # maroon
+    "#14532d",  # dark green
+    "#7f1d1d",  # dark red
+    "#4c1d95",  # dark violet
+    "#854d0e",  # dark ochre
+    "#111827",  # near black
 )
 
 

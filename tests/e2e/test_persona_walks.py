@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -44,7 +45,7 @@ from leasing.models import Alert
 from leasing.periods import month_of
 from leasing.teams import services as team_services
 from portal.models import Membership
-from tests.e2e.test_browser import chromium_page, db_read
+from tests.e2e.test_browser import CHROMIUM_ARGS, STATUS_TIMEOUT_MS, db_read
 from tests.e2e.test_personas_browser import confirmed, said, sign_in
 from tests.factories import CardModelFactory, make_node
 from tests.test_page_text import ALLOWED_ZH, problems_in
@@ -155,6 +156,7 @@ class Walk:
         self.page, self.language, self.who, self.shots = page, language, who, shots
         self.step = 0
         self.problems: list[str] = []
+        self.chart_texts = 0  # axis titles and ticks read: the chart check saw charts
 
     def look(self, name: str) -> None:
         from playwright.sync_api import expect
@@ -173,20 +175,22 @@ class Walk:
             self.problems.append(f"{where}: a currency sign, not {CURRENCY}")
         chinese = self.language == "zh-hans"
         self.problems += [p for p in problems_in(where, text, chinese=chinese)]
-        self.problems += chart_problems(page, where, chinese=chinese)
+        titles = page.locator(".main-svg text.xtitle, .main-svg text.ytitle, .main-svg text.gtitle")
+        ticks = page.locator(".main-svg .xtick text, .main-svg .ytick text")
+        titles, ticks = titles.all_text_contents(), ticks.all_text_contents()
+        self.chart_texts += len(titles) + len(ticks)
+        self.problems += chart_problems(titles, ticks, where, chinese=chinese)
 
 
-def chart_problems(page, where: str, *, chinese: bool) -> list[str]:
+def chart_problems(titles: list[str], ticks: list[str], where: str, *, chinese: bool) -> list[str]:
     """Drawn charts: axis and chart titles, and the ticks, in the page's language."""
-    titles = page.locator(".main-svg text.xtitle, .main-svg text.ytitle, .main-svg text.gtitle")
-    ticks = page.locator(".main-svg .xtick text, .main-svg .ytick text")
     found = []
-    for title in titles.all_text_contents():
+    for title in titles:
         if chinese and re.search(r"[A-Za-z]{3}", title) and not CJK.search(title):
             found.append(f"{where}: English chart title {title!r}")
         if not chinese and CJK.search(ALLOWED_ZH.sub("", title)):
             found.append(f"{where}: Chinese chart title {title!r}")
-    for tick in ticks.all_text_contents():
+    for tick in ticks:
         if WORDY_TICK.search(tick):
             found.append(f"{where}: a tick in words {tick!r}")
         if not chinese and CJK.search(ALLOWED_ZH.sub("", tick)):
@@ -213,6 +217,7 @@ def _researcher(walk: Walk, world) -> None:
     page.locator("input[name=count]").fill("1")
     page.locator("input[name=duration]").fill("2")
     expect(page.locator("#preview [data-verdict]")).to_have_count(1)
+    expect(page.locator("#preview")).to_contain_text(f"{CURRENCY} 8.00")  # 2 h × 4.00
     walk.look("request-preview")
 
     # Her lease: cost in the currency, the access line that works, the extend box.
@@ -365,19 +370,48 @@ def _shots(tmp_path) -> Path:
     return folder
 
 
+@contextmanager
+def chromium(live_server):
+    """One headless Chromium for the whole walk; each person gets a context of their own
+    (their own cookies), asking for Simplified Chinese as most users' browsers do."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True
+        )
+
+        def page_for():
+            context = browser.new_context(base_url=live_server.url, locale="zh-CN")
+            context.set_default_timeout(STATUS_TIMEOUT_MS)
+            return context, context.new_page()
+
+        try:
+            yield page_for
+        finally:
+            browser.close()
+
+
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_each_person_walks_their_pages(live_server, world, language, tmp_path):
     shots = _shots(tmp_path)
     problems: list[str] = []
-    for who, walk_through in (
-        ("alice", _researcher),
-        ("lena", _lead),
-        ("fin", _finance),
-        ("ops", _operator),
-    ):
-        with chromium_page(live_server) as page:
-            sign_in(page, who, language)
-            walk = Walk(page, language, who, shots)
-            walk_through(walk, world)
+    chart_texts = 0
+    with chromium(live_server) as page_for:
+        for who, walk_through in (
+            ("alice", _researcher),
+            ("lena", _lead),
+            ("fin", _finance),
+            ("ops", _operator),
+        ):
+            context, page = page_for()
+            try:
+                sign_in(page, who, language)
+                walk = Walk(page, language, who, shots)
+                walk_through(walk, world)
+            finally:
+                context.close()
             problems += walk.problems
+            chart_texts += walk.chart_texts
+    assert chart_texts > 20, "no chart was read: the chart check checked nothing"
     assert problems == [], "\n".join(problems)

@@ -115,7 +115,8 @@ def team_invite(request, slug: str):
     form = InviteForm(request.POST)
     if not form.is_valid():
         messages.error(
-            request, _("Check the invitation: %(errors)s") % {"errors": "; ".join(form_error_lines(form))}
+            request,
+            _("Check the invitation: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect("team_detail", slug=team.slug)
     try:

@@ -413,10 +413,9 @@ def _bad_posts(users: dict) -> list[tuple[str, str, dict]]:
     """(who, where, what) for the forms people post, each with input they must refuse: every
     one of them answers with an error (the test checks it shows one)."""
     from inventory.models import Card
+    from leasing.lifecycle import provisioning
     from leasing.models import Alert, Lease
     from portal.models import Membership
-
-    from leasing.lifecycle import provisioning
 
     placed = Lease.objects.filter(status__in=("active", "provisioning")).order_by("pk").first()
     assert placed is not None, "the demo has no lease holding cards to post to"
@@ -435,13 +434,21 @@ def _bad_posts(users: dict) -> list[tuple[str, str, dict]]:
         ("ops", f"/inventory/nodes/{node.hostname}/drain/", {"drain_at": "2001-01-01T10:00"}),
         ("ops", "/teams/vision/quotas/", {"quota-max_concurrent_cards": "-1"}),
         ("lena", "/teams/vision/limits/", limit),
-        ("lena", "/teams/vision/idle/", {"idle-idle_threshold_pct": "500", "idle-idle_minutes": "1"}),
+        (
+            "lena",
+            "/teams/vision/idle/",
+            {"idle-idle_threshold_pct": "500", "idle-idle_minutes": "1"},
+        ),
         ("lena", "/teams/vision/members/", {"member-username": "nobody-of-that-name"}),
         ("lena", "/teams/vision/invite/", {"username": "", "email": "not-an-address"}),
         ("alice", "/accounts/profile/", {"language": "xx", "timezone": "Mars/Base"}),
         ("alice", "/accounts/profile/tokens/", {"name": "", "expires_in_days": "-1"}),
         ("alice", "/accounts/profile/ssh-keys/", {"public_key": "not a key", "name": "k"}),
-        ("alice", "/notifications/settings/webhooks/", {"name": "", "url": "ftp://x", "format": "?"}),
+        (
+            "alice",
+            "/notifications/settings/webhooks/",
+            {"name": "", "url": "ftp://x", "format": "?"},
+        ),
     ]
     alert = Alert.objects.order_by("pk").first()
     if alert is not None:

@@ -62,6 +62,10 @@ WORDY_TICK = re.compile(
     r"\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec|Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b"
     r"|[\u4e00-\u9fff]+ \d{1,2}, \d{4}"
 )
+SETTLED = """() => document.readyState === "complete"
+    && !document.querySelector(".htmx-request, [hx-trigger='load']")
+    && [...document.querySelectorAll("div.plotly-chart[data-figure]")]
+        .every(chart => chart.dataset.ready)"""
 SAVE = Checkpoint(signal="usr1", seconds=900, requeue=False)
 
 
@@ -163,7 +167,7 @@ class Walk:
 
         page = self.page
         expect(page.locator("html")).to_have_attribute("lang", self.language)
-        page.wait_for_load_state("networkidle")
+        page.wait_for_function(SETTLED)  # no htmx request under way, every chart drawn
         self.step += 1
         page.screenshot(
             path=str(self.shots / f"{self.language}-{self.who}-{self.step:02d}-{name}.png"),

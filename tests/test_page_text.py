@@ -4,8 +4,9 @@ left untranslated.
 
 The world is the demo's (``seed_demo``: the pool, teams, leases and their history, warnings
 and notifications), so the pages show what users see. Each persona (alice the member, lena
-the lead, fin, ops) starts at the home page and follows every link inside the portal (not
-the admin, the API, downloads, sign-out or the language switch), up to ``LIMIT`` pages. The
+the lead, fin, ops) starts at the home page and follows every link inside the portal and
+every part htmx loads into a page (not the admin, the API, downloads, sign-out or the
+language switch), up to ``LIMIT`` pages. The
 text checked is what a browser shows: the HTML with tags, scripts, styles and attributes
 removed, and the text of each chart's figure (titles, axis titles, series names).
 """
@@ -54,6 +55,8 @@ class _Text(HTMLParser):
             self._skip += 1
         if tag == "a" and attrs.get("href"):
             self.links.append(attrs["href"])
+        if attrs.get("hx-get"):  # the parts htmx loads into the page are read too
+            self.links.append(attrs["hx-get"])
         if attrs.get("data-figure"):
             self.figures.append(attrs["data-figure"])
         for name in ("placeholder", "title", "aria-label", "data-confirm", "value"):
@@ -305,6 +308,7 @@ def test_no_raw_keys_on_any_page_nor_english_on_a_chinese_one(demo, db, username
     pages = crawl(client, charts=drawn)
     reached = [url for url, text in pages.items() if text]
     assert len(reached) >= 10, reached
+    assert "/notifications/bell/" in reached, "the parts htmx loads were not read"
     chinese = language == "zh-hans"
     problems = [p for url, text in pages.items() for p in problems_in(url, text, chinese=chinese)]
     problems += [f"{url}: {p}" for url, fig in drawn for p in chart_problems(fig, chinese=chinese)]

@@ -11,8 +11,8 @@ what a page says is what the system did.
   (recorded + accrued; waiting requests apart).
 - fin (finance): her home and the month's report, money in the configured currency.
 - ops (operator): his home leads with the open alerts (worst first) and the nav's alerts
-  link carries a badge; a node drained and undrained; the pool page, the pool timeline and
-  the calendar.
+  link carries a badge; a node drained (its holders' cards show the drain time, not their
+  booked end) and undrained; the pool page, the pool timeline and the calendar.
 
 On every page: the page's language (no Chinese on an English page outside names, no
 English catalogue phrase on a Chinese one, checked on the text the browser shows, charts
@@ -349,6 +349,9 @@ def _operator(walk: Walk, world) -> None:
     page.locator("#drain-form input[name=drain_at]").fill(f"{at:%Y-%m-%dT%H:%M}")
     confirmed(page, page.locator("#drain-form button[name=drain]"))
     expect(page.locator("#drain-notice")).to_be_visible()
+    # alice's cards there are held until the drain, not to their booked end.
+    expect(page.locator('[data-busy-until="drain"]')).to_have_count(2)
+    expect(page.locator('[data-busy-until="drain"]').first).to_contain_text(f"{at:%m-%d %H:%M}")
     walk.look("node-drained")
     with page.expect_navigation():
         page.locator("#undrain-form button[name=undrain]").click()

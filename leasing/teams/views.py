@@ -27,6 +27,7 @@ from leasing.teams.forms import (
     QuotaForm,
 )
 from portal import charts
+from portal.input import form_error_lines
 from portal.permissions import is_finance, is_operator, lead_memberships, leads_team
 
 
@@ -143,7 +144,8 @@ def team_set_limit(request, slug: str):
     form = MemberLimitForm(request.POST, team=team, prefix="limit")
     if not form.is_valid():
         messages.error(
-            request, _("Check the member limit: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the member limit: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect("team_detail", slug)
     membership = team.memberships.get(pk=form.cleaned_data["member"])
@@ -170,7 +172,8 @@ def team_set_quota(request, slug: str):
     form = QuotaForm(request.POST, prefix="quota")
     if not form.is_valid():
         messages.error(
-            request, _("Check the quota: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the quota: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect("team_detail", slug)
 
@@ -260,7 +263,8 @@ def team_set_idle_policy(request, slug: str):
     form = IdlePolicyForm(request.POST, prefix="idle")
     if not form.is_valid():
         messages.error(
-            request, _("Check the idle policy: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the idle policy: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect(f"{team_url(slug)}#idle-policy")
 

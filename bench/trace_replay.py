@@ -48,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from leasing.scheduler.eta import told_start  # noqa: E402
 from leasing.scheduler.planner import (  # noqa: E402
     CardSlot,
     Request,
@@ -228,14 +229,15 @@ class Planned:
         for job in new:
             self.jobs[job.id] = job
             first = plan.add(self.key(job), job.request(now))[0]
-            job.first_estimate = first.decision.start
+            job.first_estimate = told_start(first.decision.start, virtual_at=first.key[1], now=now)
         due += plan.advance(now)
-        for entry in plan.entries:  # what each waiting job is told now
+        for entry in plan.entries:  # what each waiting job is told now (the portal's rule)
             job = self.jobs[entry.request.lease_id]
+            told = told_start(entry.decision.start, virtual_at=entry.key[1], now=now)
             if job.estimates is None:
-                job.estimates = [(now, entry.decision.start)]
-            elif job.estimates[-1][1] != entry.decision.start:
-                job.estimates.append((now, entry.decision.start))
+                job.estimates = [(now, told)]
+            elif job.estimates[-1][1] != told:
+                job.estimates.append((now, told))
         if self.check_full:
             self.compare(now, due, running)
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]

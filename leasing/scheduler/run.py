@@ -93,7 +93,7 @@ def schedule_card_model(
             card_model_id, picture, now=now, joined=None if marked else joined, result=result
         )
         keep_plan = True
-    applied = apply_decisions(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
+    applied = apply_decisions(card_model_id, decisions, requests, waiting,
                               policies=policies, now=now, result=result)  # fmt: skip
     if keep_plan:
         if estimated is not None:
@@ -123,8 +123,9 @@ def _plan_whole(
 ) -> tuple[list[Decision], dict[int, Request]]:
     """The whole queue planned again: a team within its guaranteed share is served first (the
     cards a reclaim frees are its), and off-peak starts are held back later: both change the
-    plan after the service order, which a stored plan does not know. No cards are stored (the
-    next request that joins plans the whole queue too)."""
+    plan after the service order, which a stored plan does not know. The cards are stored all
+    the same, for the picture (``picture``: every view of time reads them); the next pass plans
+    the whole queue again rather than take them back, and so does the tick (``refresh``)."""
     queue = shares.entitled_first(
         card_model_id, [w.request for w in picture.waiting], covering=covering
     )
@@ -184,14 +185,14 @@ def apply_decisions(
     requests: dict[int, Request],
     waiting: list[Waiting],
     *,
-    keep_plan: bool,
     policies: dict[int, str],
     now: datetime,
     result: PassResult,
 ) -> Applied:
     """Act on a pass's decisions: start what fits now, book advance reservations, and write
-    each waiting lease's estimate, stall reason and planned cards where they changed.
-    Returns what was written (``plancache``)."""
+    each waiting lease's estimate, stall reason and planned cards where they changed (a
+    start an off-peak policy moved has no cards yet: the next pass plans it from there, and
+    the picture shows it being re-estimated until then). Returns what was written (``plancache``)."""
     shown = {
         w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards)
         for w in waiting
@@ -208,6 +209,7 @@ def apply_decisions(
     applied = Applied(started=[], booked=[], shown={})
     for decision in decisions:
         request = requests[decision.lease_id]
+        held = False
         if decision.lease_id in policies and decision.start is not None:
             # Off-peak only where the lease asked for it: a start its policy does not allow
             # waits for the next one (scheduler/offpeak.py).
@@ -215,7 +217,7 @@ def apply_decisions(
                 decision.lease_id, policies[decision.lease_id], decision.start, request.duration
             )
             if allowed != decision.start:
-                decision = Decision(decision.lease_id, allowed)
+                decision, held = Decision(decision.lease_id, allowed), True
         # (a picture kept from an earlier pass has not_before of that pass: at least now)
         wanted = max(request.not_before, now)
         fits_when_wanted = decision.start is not None and decision.start == wanted
@@ -235,7 +237,7 @@ def apply_decisions(
                     in_service = in_service_by_node(card_model_id)
                     unhealthy = unhealthy_count(card_model_id)
                 stall = planner.never_fits_because(in_service, request, unhealthy)
-            planned = decision.card_ids if keep_plan and decision.start is not None else None
+            planned = decision.card_ids if decision.start is not None and not held else None
             if shown.get(decision.lease_id) != (decision.start, stall, planned):
                 before = shown.get(decision.lease_id)
                 moved.append((decision.lease_id, before and before[0], decision.start))

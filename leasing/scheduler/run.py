@@ -209,15 +209,7 @@ def apply_decisions(
     applied = Applied(started=[], booked=[], shown={})
     for decision in decisions:
         request = requests[decision.lease_id]
-        held = False
-        if decision.lease_id in policies and decision.start is not None:
-            # Off-peak only where the lease asked for it: a start its policy does not allow
-            # waits for the next one (scheduler/offpeak.py).
-            allowed = offpeak.hold(
-                decision.lease_id, policies[decision.lease_id], decision.start, request.duration
-            )
-            if allowed != decision.start:
-                decision, held = Decision(decision.lease_id, allowed), True
+        decision, held = _offpeak_held(offpeak, decision, request, policies)
         # (a picture kept from an earlier pass has not_before of that pass: at least now)
         wanted = max(request.not_before, now)
         fits_when_wanted = decision.start is not None and decision.start == wanted
@@ -266,6 +258,21 @@ def apply_decisions(
         applied.complete = False
     moves.estimates_moved(moved, now=now)  # a big move: a timeline event and a notice
     return applied
+
+
+def _offpeak_held(
+    offpeak: OffPeakHold, decision: Decision, request: Request, policies: dict[int, str]
+) -> tuple[Decision, bool]:
+    """Off-peak only where the lease asked for it: a start its policy does not allow waits
+    for the next one (scheduler/offpeak.py), with no cards yet (True: moved)."""
+    if decision.lease_id not in policies or decision.start is None:
+        return decision, False
+    allowed = offpeak.hold(
+        decision.lease_id, policies[decision.lease_id], decision.start, request.duration
+    )
+    if allowed == decision.start:
+        return decision, False
+    return Decision(decision.lease_id, allowed), True
 
 
 def _book(request: Request, decision: Decision, *, now: datetime) -> bool:

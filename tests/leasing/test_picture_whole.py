@@ -10,7 +10,10 @@ from leasing.scheduler.refresh import queue_tick
 from leasing.teams.services import share_set
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
-from tests.leasing.test_offpeak import nights, sh  # noqa: F401 (a fixture)
+from tests.leasing.test_offpeak import nights as nights_fixture
+from tests.leasing.test_offpeak import sh
+
+nights = nights_fixture
 
 
 def active(lease):

@@ -7,13 +7,14 @@ by leases submitted before its *virtual submit time* (submit + slack). The plan'
 (``Lease.estimated_start``, what the picture and the stored plan hold) counts only the
 leases already waiting, so during that window it can only move later. The start the holder
 is told counts that work: the plan's start plus ``PASSING_FACTOR`` times the time left
-before the lease's virtual submit time. The margin shrinks as that time runs out and is
-gone once nobody can pass any more; from then the told start is the plan's.
+before the lease's virtual submit time, at most ``PASSING_CAP``. The margin shrinks as that
+time runs out and is gone once nobody can pass any more; from then the told start is the
+plan's. Moves are measured on the start told (``told_moves``, ``moves``).
 
-``PASSING_FACTOR`` was chosen on the Philly trace (bench/trace_replay.py,
-docs/performance.md "Queue policy on a real trace"): it is the smallest that keeps ≥ 80 %
-of waiting jobs started by their first told start + 15 min on every ``--table`` row. A
-request of a higher class may still pass; that move is told (``moves``).
+Both were chosen on the Philly trace (bench/trace_replay.py, docs/performance.md "Queue
+policy on a real trace"), like the slack itself: ≥ 80 % of waiting jobs start by their
+first told start + 15 min on every ``--table`` row. A request of a higher class may still
+pass; that move is told.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import datetime, timedelta
 from leasing.scheduler.queueplan import slack
 
 PASSING_FACTOR = 2
+PASSING_CAP = timedelta(hours=2)
 
 
 def virtual_submit(submitted_at: datetime, duration: timedelta, count: int) -> datetime:
@@ -39,7 +41,27 @@ def told_start(planned: datetime | None, *, virtual_at: datetime, now: datetime)
     left = virtual_at - now
     if left <= timedelta(0):
         return planned
-    return planned + PASSING_FACTOR * left
+    return planned + min(PASSING_FACTOR * left, PASSING_CAP)
+
+
+def virtual_of(key) -> datetime:
+    """The virtual submit time in a service key (``queueplan.service_key``)."""
+    return key[1]
+
+
+def told_moves(moved, keys: dict, *, now: datetime) -> list:
+    """Plan starts that moved, ``(lease id, old, new)``, as the starts told (``told_start``,
+    both at *now*), for ``moves``: a move is measured on what the holder is told. *keys*:
+    each lease's service key."""
+    out = []
+    for pk, old, new in moved:
+        key = keys.get(pk)
+        if key is not None:
+            virtual = virtual_of(key)
+            old = told_start(old, virtual_at=virtual, now=now)
+            new = told_start(new, virtual_at=virtual, now=now)
+        out.append((pk, old, new))
+    return out
 
 
 def lease_told_start(lease, *, now: datetime) -> datetime | None:

@@ -24,6 +24,7 @@ from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import moves, plancache, planner, shares
+from leasing.scheduler.eta import told_moves
 from leasing.scheduler.joining import (
     Joined,
     estimate_write,
@@ -256,7 +257,9 @@ def apply_decisions(
     )
     if not stalled_tell(stalled):
         applied.complete = False
-    moves.estimates_moved(moved, now=now)  # a big move: a timeline event and a notice
+    # a big move of the start told (scheduler.eta): a timeline event and a notice
+    keys = {w.request.lease_id: w.key for w in waiting}
+    moves.estimates_moved(told_moves(moved, keys, now=now), now=now)
     return applied
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasing.scheduler.eta import PASSING_FACTOR, told_start, virtual_submit
+from leasing.scheduler.eta import PASSING_CAP, PASSING_FACTOR, told_start, virtual_submit
 from leasing.scheduler.queueplan import service_key
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -28,7 +28,7 @@ def test_told_start_counts_what_may_still_pass(planned, duration, count, since, 
     plan = now + planned
     told = told_start(plan, virtual_at=virtual, now=now)
     assert told >= plan
-    assert told - plan == PASSING_FACTOR * max(virtual - now, timedelta(0))
+    assert told - plan == min(PASSING_FACTOR * max(virtual - now, timedelta(0)), PASSING_CAP)
     # later, with the same plan: never further out
     assert told_start(plan, virtual_at=virtual, now=now + later) <= told
     # past the virtual submit time nobody can pass: the plan's start itself

@@ -85,7 +85,8 @@ def test_a_queued_lease_ends_its_duration_after_its_estimated_start(
     assert waiting.status == LeaseStatus.QUEUED and waiting.estimated_start == T0 + hours(8)
 
     # Told: the plan's start plus room for smaller work that may pass within its slack
-    # (scheduler.eta: 2 x the 30 min of slack 1 card x 2 h gets, all of it still ahead).
+    # (scheduler.eta: 2 x the 30 min of slack 1 card x 2 h gets, all of it still ahead,
+    # under the 2 h cap).
     data = api_lease(api, alice, waiting)
     assert api_time(api, data["effective_start"]) == T0 + hours(9)
     assert api_time(api, data["effective_end"]) == T0 + hours(11)

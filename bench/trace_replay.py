@@ -28,6 +28,11 @@ Policies, on the same jobs and pool, all placing with the real ``planner.place``
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
 Events at the same second are applied together (ends, then submits) before one pass.
+
+ETA: each waiting job is told what the portal tells a waiting lease (``scheduler.eta``: the
+plan's start plus room for smaller work that may still pass it); the table gives the share
+started by the first start told + 15 min (the target: ``ETA_TARGET``) and by the one told an
+hour before it started + 15 min.
 """
 
 from __future__ import annotations

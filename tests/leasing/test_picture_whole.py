@@ -72,3 +72,23 @@ def test_an_off_peak_lease_is_placed_within_one_tick_of_its_start_moving(
     later = ask(bob, nlp, a100, count=1, duration=hours(1), start_policy=StartPolicy.NEXT_OFF_PEAK)
     later.refresh_from_db()
     assert later.estimated_start == sh(2, 3) and len(later.planned_cards) == 1
+
+
+def test_one_tick_places_a_whole_stale_queue(frozen, alice, bob, vision, nlp, a100):
+    """The bound stated (``picture.re_estimated_within``: one tick): a queue whose stored plan
+    is stale from its first lease on is on the cards again after one tick of the queue."""
+    from leasing.models import QueueMark
+
+    make_node(a100, cards=4, domains=1, hostname="st4")
+    active(ask(alice, vision, a100, count=4, duration=hours(2)))
+    waiting = [ask(bob, nlp, a100, count=1, duration=hours(1 + n % 3)) for n in range(24)]
+    assert all(w.status == LeaseStatus.QUEUED for w in waiting)
+    QueueMark.objects.create(
+        card_model_id=a100.pk, rank=30000, virtual_at=T0, lease_id_after=0, since=T0
+    )  # stale before everyone: as if a request of a class above all had joined
+    _cards, re_estimating = _booked(a100, waiting[0], now=T0)
+    assert sorted(re_estimating) == sorted(w.pk for w in waiting)
+    queue_tick(a100.pk)
+    assert not QueueMark.objects.filter(card_model_id=a100.pk).exists()
+    _cards, re_estimating = _booked(a100, waiting[0], now=T0)
+    assert re_estimating == []

@@ -66,7 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from leasing.scheduler import fairshare  # noqa: E402
-from leasing.scheduler.eta import told_start  # noqa: E402
+from leasing.scheduler.eta import told_start, virtual_of  # noqa: E402
 from leasing.scheduler.planner import (  # noqa: E402
     CardSlot,
     Request,
@@ -256,11 +256,13 @@ class Planned:
         for job in new:
             self.jobs[job.id] = job
             first = plan.add(self.key(job), job.request(now))[0]
-            job.first_estimate = told_start(first.decision.start, virtual_at=first.key[1], now=now)
+            job.first_estimate = told_start(
+                first.decision.start, virtual_at=virtual_of(first.key), now=now
+            )
         due += plan.advance(now)
         for entry in plan.entries:  # what each waiting job is told now (the portal's rule)
             job = self.jobs[entry.request.lease_id]
-            told = told_start(entry.decision.start, virtual_at=entry.key[1], now=now)
+            told = told_start(entry.decision.start, virtual_at=virtual_of(entry.key), now=now)
             if job.estimates is None:
                 job.estimates = [(now, told)]
             elif job.estimates[-1][1] != told:

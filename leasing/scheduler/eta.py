@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from leasing.scheduler.queueplan import slack
+from leasing.scheduler.queueplan import KEY_FIELDS, slack
 
 PASSING_FACTOR = 2
 PASSING_CAP = timedelta(hours=2)
@@ -46,7 +46,7 @@ def told_start(planned: datetime | None, *, virtual_at: datetime, now: datetime)
 
 def virtual_of(key) -> datetime:
     """The virtual submit time in a service key (``queueplan.service_key``)."""
-    return key[1]
+    return key[KEY_FIELDS.index("virtual")]
 
 
 def told_moves(moved, keys: dict, *, now: datetime) -> list:

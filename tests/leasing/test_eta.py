@@ -7,7 +7,13 @@ from django.utils.dateparse import parse_datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasing.scheduler.eta import PASSING_CAP, PASSING_FACTOR, told_start, virtual_submit
+from leasing.scheduler.eta import (
+    PASSING_CAP,
+    PASSING_FACTOR,
+    told_start,
+    virtual_of,
+    virtual_submit,
+)
 from leasing.scheduler.queueplan import service_key
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -24,7 +30,7 @@ minutes = st.integers(min_value=0, max_value=24 * 60).map(lambda m: timedelta(mi
 def test_told_start_counts_what_may_still_pass(planned, duration, count, since, later):
     virtual = virtual_submit(T0, duration, count)
     key = service_key(rank=0, submitted_at=T0, duration=duration, count=count, lease_id=1)
-    assert virtual == key[1]  # the queue order's own virtual submit time
+    assert virtual == virtual_of(key)  # the queue order's own virtual submit time
     now = T0 + since
     plan = now + planned
     told = told_start(plan, virtual_at=virtual, now=now)

@@ -41,7 +41,9 @@ def _expiring(lease) -> int:
     return Notification.objects.filter(lease=lease, kind="lease_expiring").count()
 
 
-def test_the_tick_sends_the_ten_minute_warning_within_a_tick(frozen, alice, vision, a100, small_pool):
+def test_the_tick_sends_the_ten_minute_warning_within_a_tick(
+    frozen, alice, vision, a100, small_pool
+):
     lease = active(ask(alice, vision, a100, duration=timedelta(minutes=30)))
     lease_tasks.tick()  # works out when its first warning is due
     lease.refresh_from_db()

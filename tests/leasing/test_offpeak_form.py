@@ -1,0 +1,98 @@
+"""Off-peak starts on the request form: offered only when an off-peak window is set (else one
+line says why), and the preview says what the submit then does for each off-peak choice."""
+
+import re
+
+import pytest
+
+from leasing.choices import LeaseStatus
+from leasing.models import Environment, Lease, OffPeakWindow
+from leasing.teams import services as team_services
+from portal.models import Membership
+
+# T0 is Tuesday 09:00 in Shanghai: off-peak Tuesday 22–24 and Wednesday 0–6.
+WINDOWS = [(1, 22, 24), (2, 0, 6)]
+VERDICT_STATUS = {
+    "approval": {LeaseStatus.PENDING_APPROVAL},
+    "now": {LeaseStatus.PROVISIONING, LeaseStatus.ACTIVE},
+    "later": {LeaseStatus.QUEUED, LeaseStatus.SCHEDULED},
+}
+
+
+@pytest.fixture
+def browser(client, alice):
+    client.force_login(alice)
+    client.cookies["django_language"] = "en"
+    return client
+
+
+@pytest.fixture
+def nights(db):
+    for weekday, start, end in WINDOWS:
+        OffPeakWindow.objects.create(weekday=weekday, start_hour=start, end_hour=end)
+
+
+def form(a100, **kw):
+    return {
+        "card_model": a100.slug,
+        "count": 1,
+        "duration": 2,
+        "unit": "hours",
+        "start": "now",
+        "team": "vision",
+        "priority": "normal",
+        "purpose": "training",
+        "same_node": "on",
+    } | kw
+
+
+def test_no_window_no_off_peak_choice_and_one_line_why(frozen, browser, a100, small_pool):
+    page = browser.get("/leases/new/").content.decode()
+    assert 'value="next_off_peak"' not in page and 'value="off_peak_only"' not in page
+    assert "Off-peak starts are not offered: no off-peak window is set." in page
+    data = form(a100, start="next_off_peak")
+    preview = browser.get("/leases/preview/", data).content.decode()
+    submitted = browser.post("/leases/new/", data)
+    assert submitted.status_code == 200 and not Lease.objects.exists()
+    assert "No off-peak window is set" in submitted.content.decode()
+    assert 'data-verdict="' not in preview  # nothing promised for a choice not offered
+
+
+def test_with_windows_the_choices_are_offered(frozen, nights, browser, a100, small_pool):
+    page = browser.get("/leases/new/").content.decode()
+    assert 'value="next_off_peak"' in page and 'value="off_peak_only"' in page
+    assert "Off-peak starts are not offered" not in page
+
+
+@pytest.mark.parametrize("start", ["next_off_peak", "off_peak_only"])
+@pytest.mark.parametrize("duration", [2, 8, 30])
+@pytest.mark.parametrize("environment", ["", "cuda-env", "cann-env"])
+def test_the_preview_says_what_the_submit_does_off_peak(
+    frozen, nights, browser, alice, lena, vision, a100, small_pool, start, duration, environment
+):
+    Environment.objects.create(slug="cuda-env", name="CUDA env", stack_family="cuda")
+    Environment.objects.create(slug="cann-env", name="CANN env", stack_family="cann")
+    team_services.member_limit_set(
+        user=lena,
+        membership=Membership.objects.get(user=alice, team=vision),
+        card_model=a100,
+        max_lease_hours=24,
+    )
+    data = form(a100, start=start, duration=duration, environment=environment)
+    preview = browser.get("/leases/preview/", data).content.decode()
+    verdict = re.search(r'data-verdict="(\w+)"', preview).group(1)
+    browser.post("/leases/new/", data)
+    lease = Lease.objects.first()
+    if verdict == "refused":
+        assert lease is None
+        return
+    assert lease is not None and lease.status in VERDICT_STATUS[verdict], (verdict, lease.status)
+    if verdict == "later":
+        shown = re.search(r"Estimated start: ([\d-]+ [\d:]+)", preview).group(1)
+        assert shown == f"{lease.start_at.astimezone(frozen_zone()):%Y-%m-%d %H:%M}"
+
+
+def frozen_zone():
+    from django.utils import timezone
+
+    return timezone.get_current_timezone()

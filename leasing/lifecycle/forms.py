@@ -28,8 +28,21 @@ from portal.models import Team
 UNIT_CHOICES = [("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days"))]
 
 
+class ModelSelect(forms.Select):
+    """The card model list, each option with its stack (``data-stack``): the page clears a
+    pre-filled stack when a model of another stack is chosen (static/js/site.js)."""
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        model = getattr(value, "instance", None)
+        if model is not None:
+            option["attrs"]["data-stack"] = model.stack_family
+        return option
+
+
 class LeaseRequestForm(forms.Form):
     card_model = forms.ModelChoiceField(
+        widget=ModelSelect,
         label=_("Card model"),
         queryset=CardModel.objects.filter(cards__isnull=False)
         .distinct()

@@ -94,6 +94,8 @@ def test_the_request_button_prefills_the_stack_only_where_it_fits(
     assert re.search(r'<option value="cuda" selected>', a100)  # it fits: kept
     plain = browser.get("/leases/new/").content.decode()
     assert re.search(r'<option value="cuda" selected>', plain)
+    # Each model says its stack, so the page clears the default when another one is chosen.
+    assert re.search(r'<option value="ascend-910b" data-stack="cann"', plain)
 
 
 def test_the_form_places_by_stack_and_region(browser, frozen, demo):

@@ -4,6 +4,9 @@ line says why), and the preview says what the submit then does for each off-peak
 import re
 
 import pytest
+from django.db import transaction
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from leasing.choices import LeaseStatus
 from leasing.models import Environment, Lease, OffPeakWindow
@@ -96,3 +99,54 @@ def frozen_zone():
     from django.utils import timezone
 
     return timezone.get_current_timezone()
+
+
+FORM_ASKS = st.fixed_dictionaries(
+    {
+        "count": st.sampled_from([1, 2, 3, 5]),
+        "duration": st.sampled_from([1, 2, 8, 25, 30]),
+        "unit": st.sampled_from(["hours", "minutes"]),
+        "start": st.sampled_from(["now", "later", "next_off_peak", "off_peak_only"]),
+        "start_at": st.sampled_from(["2026-12-01T10:00", "2026-12-01T23:00", "2026-12-02T13:00"]),
+        "priority": st.sampled_from(["normal", "preemptible", "high"]),
+        "environment": st.sampled_from(["", "cuda-env", "cann-env"]),
+    }
+)
+
+
+@pytest.mark.django_db
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(asks=st.lists(FORM_ASKS, min_size=1, max_size=3))
+def test_the_page_preview_and_submit_agree(
+    frozen, nights, browser, alice, lena, vision, a100, small_pool, asks
+):
+    """Through the form as a browser sends it: whatever the preview shows (refused, waits
+    for the lead, free now, later at a time) is what the submit then makes."""
+    Environment.objects.get_or_create(slug="cuda-env", name="CUDA env", stack_family="cuda")
+    Environment.objects.get_or_create(slug="cann-env", name="CANN env", stack_family="cann")
+    team_services.member_limit_set(
+        user=lena,
+        membership=Membership.objects.get(user=alice, team=vision),
+        card_model=a100,
+        max_lease_hours=24,
+        max_concurrent_cards=4,
+    )
+    with transaction.atomic():
+        for values in asks:
+            data = form(a100, **values)
+            preview = browser.get("/leases/preview/", data).content.decode()
+            said = re.search(r'data-verdict="(\w+)"', preview)
+            verdict = said.group(1) if said else "refused"  # the form itself says what is wrong
+            before = set(Lease.objects.values_list("pk", flat=True))
+            browser.post("/leases/new/", data)
+            made = Lease.objects.exclude(pk__in=before).first()
+            if verdict == "refused":
+                assert made is None, (values, made.status)
+                continue
+            assert made is not None, (values, verdict)
+            assert made.status in VERDICT_STATUS[verdict], (values, verdict, made.status)
+        transaction.set_rollback(True)

@@ -142,3 +142,19 @@ def test_every_admin_model_has_a_translated_plural():
             assert plural != model._meta.object_name.lower() + "s", model
     with translation.override("en"):
         assert str(Delivery._meta.verbose_name_plural) == "deliveries"
+
+
+def test_a_held_card_on_a_draining_node_shows_the_drain_as_its_end(client, held, ops):
+    """The lease ends at the drain (no lease runs past it): the card says so, not its booked
+    end; a drain after the booked end changes nothing."""
+    from leasing.lifecycle import maintenance
+
+    node, lease = held
+    maintenance.node_drain(user=ops, node=node, drain_at=T0 + timedelta(hours=2))
+    page = _as(client, ops).get("/inventory/nodes/bj-a100-01/").content.decode()
+    assert 'data-busy-until="drain"' in page and "12-01 11:00" in page
+    assert "12-01 14:00" not in page  # the booked end
+    maintenance.node_undrain(user=ops, node=node)
+    maintenance.node_drain(user=ops, node=node, drain_at=T0 + timedelta(hours=8))
+    page = _as(client, ops).get("/inventory/nodes/bj-a100-01/").content.decode()
+    assert 'data-busy-until="drain"' not in page and "12-01 14:00" in page

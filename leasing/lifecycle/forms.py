@@ -181,7 +181,11 @@ class ExtendForm(forms.Form):
     )
     unit = forms.ChoiceField(label=_("Unit"), choices=UNIT_CHOICES, initial="hours", required=False)
     minutes = forms.IntegerField(
-        min_value=1, max_value=10**9, required=False, widget=forms.HiddenInput
+        label=_("Extend by (minutes)"),
+        min_value=1,
+        max_value=10**9,
+        required=False,
+        widget=forms.HiddenInput,
     )
 
     def clean(self):

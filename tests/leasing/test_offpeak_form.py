@@ -58,7 +58,8 @@ def test_no_window_no_off_peak_choice_and_one_line_why(frozen, browser, a100, sm
     submitted = browser.post("/leases/new/", data)
     assert submitted.status_code == 200 and not Lease.objects.exists()
     assert "No off-peak window is set" in submitted.content.decode()
-    assert 'data-verdict="' not in preview  # nothing promised for a choice not offered
+    assert 'data-verdict="refused"' in preview  # the preview says it as the submit does
+    assert "No off-peak window is set" in preview
 
 
 def test_with_windows_the_choices_are_offered(frozen, nights, browser, a100, small_pool):

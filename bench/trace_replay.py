@@ -28,6 +28,11 @@ Policies, on the same jobs and pool, all placing with the real ``planner.place``
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
 Events at the same second are applied together (ends, then submits) before one pass.
+
+ETA: each waiting job is told what the portal tells a waiting lease (``scheduler.eta``: the
+plan's start plus room for smaller work that may still pass it); the table gives the share
+started by the first start told + 15 min (the target: ``ETA_TARGET``) and by the one told an
+hour before it started + 15 min.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from leasing.scheduler.eta import told_start  # noqa: E402
 from leasing.scheduler.planner import (  # noqa: E402
     CardSlot,
     Request,
@@ -228,14 +234,15 @@ class Planned:
         for job in new:
             self.jobs[job.id] = job
             first = plan.add(self.key(job), job.request(now))[0]
-            job.first_estimate = first.decision.start
+            job.first_estimate = told_start(first.decision.start, virtual_at=first.key[1], now=now)
         due += plan.advance(now)
-        for entry in plan.entries:  # what each waiting job is told now
+        for entry in plan.entries:  # what each waiting job is told now (the portal's rule)
             job = self.jobs[entry.request.lease_id]
+            told = told_start(entry.decision.start, virtual_at=entry.key[1], now=now)
             if job.estimates is None:
-                job.estimates = [(now, entry.decision.start)]
-            elif job.estimates[-1][1] != entry.decision.start:
-                job.estimates.append((now, entry.decision.start))
+                job.estimates = [(now, told)]
+            elif job.estimates[-1][1] != told:
+                job.estimates.append((now, told))
         if self.check_full:
             self.compare(now, due, running)
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]

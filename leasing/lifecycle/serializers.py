@@ -140,7 +140,11 @@ class LeaseSerializer(serializers.ModelSerializer):
     allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
     pending_change = serializers.SerializerMethodField()
     effective_start = serializers.SerializerMethodField(
-        help_text="When it starts: the estimated start while it waits (null: unknown)."
+        help_text=(
+            "When it starts: while it waits, the start it is told: the queue plan's start "
+            "(estimated_start) plus room for smaller work that may still pass it within its "
+            "slack (null: unknown)."
+        )
     )
     effective_end = serializers.SerializerMethodField(
         help_text=(
@@ -208,6 +212,14 @@ class LeaseSerializer(serializers.ModelSerializer):
             "resumes",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "estimated_start": {
+                "help_text": (
+                    "The queue plan's start for a waiting lease, where its planned cards "
+                    "begin (the card model's timeline); effective_start is the start told."
+                )
+            }
+        }
 
     # Access details only the holder may read: the Kubernetes exec token (kubeconfig) is the
     # holder's own, not their lead's or an operator's.

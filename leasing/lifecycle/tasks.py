@@ -21,7 +21,7 @@ from leasing.backends import (
     TransientBackendError,
     get_backend,
 )
-from leasing.choices import RUNNING_STATES, LeaseStatus
+from leasing.choices import RUNNING_STATES, Kind, LeaseStatus
 from leasing.enqueue import enqueue
 from leasing.lifecycle import (
     change_decisions,
@@ -36,6 +36,7 @@ from leasing.lifecycle import (
 from leasing.models import Lease
 from leasing.notify import wording
 from leasing.scheduler import moves, plancache
+from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
 from leasing.workbench import workspace
@@ -163,7 +164,11 @@ def notify_lease(lease_id: int, kind: str) -> None:
 
     Through every channel they chose (leasing.notify); idempotent per lease and event.
     """
-    wording.notify_lease_event(lease_id=lease_id, kind=kind)
+    told = None
+    if kind == Kind.LEASE_QUEUED:  # the start the lease page tells (scheduler.eta)
+        lease = Lease.objects.filter(pk=lease_id).first()
+        told = lease and lease_told_start(lease, now=timezone.now())
+    wording.notify_lease_event(lease_id=lease_id, kind=kind, told_start=told)
 
 
 def _expire_and_start_due(now) -> dict:

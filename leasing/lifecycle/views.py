@@ -175,6 +175,7 @@ def lease_preview(request):
                 outlook=outlook,
                 outcome=outlook.outcome,
                 start=start,
+                told=outlook.told,
                 card_model=outlook.card_model,
                 chosen=d["card_model"] is None,
                 count=d["count"],

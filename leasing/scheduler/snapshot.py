@@ -1,5 +1,6 @@
 """Load the planner's picture of card models from the database: usable cards, busy periods,
-the queue. The dashboard's "next free" and the queue pass read the same picture.
+the queue. The queue pass reads it; every view of time reads the plan it stores
+(``picture``).
 """
 
 from __future__ import annotations
@@ -216,16 +217,6 @@ def waiting_of(
 def waiting_for(card_model_id: int, *, now: datetime, min_rank: int | None = None) -> list[Waiting]:
     """The waiting leases of one model in service order (see ``waiting_of``)."""
     return waiting_of([card_model_id], now=now, min_rank=min_rank).get(card_model_id, [])
-
-
-def queues_of(
-    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
-) -> dict[int, list[Request]]:
-    """Per card model, its waiting leases' requests in service order (see ``waiting_of``)."""
-    return {
-        model_id: [w.request for w in queue]
-        for model_id, queue in waiting_of(card_model_ids, now=now, min_rank=min_rank).items()
-    }
 
 
 def queued_requests(

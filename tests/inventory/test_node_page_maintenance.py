@@ -76,6 +76,9 @@ def test_operator_drains_at_a_chosen_time_in_their_zone_then_undrains(client, he
     assert node.drain_at == datetime(2026, 12, 1, 12, 0, tzinfo=SHANGHAI)
     assert LeaseWarning.objects.filter(lease=lease).exists()
     assert AuditEntry.objects.filter(action="node_drain", target="bj-a100-01").exists()
+    # The form shows the drain that is set (in the operator's zone), not an hour from now.
+    page = client.get("/inventory/nodes/bj-a100-01/").content.decode()
+    assert 'value="2026-12-01T05:00"' in page
 
     past = client.post(
         "/inventory/nodes/bj-a100-01/drain/", {"drain_at": "2026-11-30T05:00"}, follow=True

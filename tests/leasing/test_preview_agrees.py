@@ -16,6 +16,7 @@ from leasing.choices import LeaseStatus, Priority, StartPolicy
 from leasing.lifecycle import request_steps
 from leasing.lifecycle import requests as lease_requests
 from leasing.models import Environment, OffPeakWindow
+from leasing.scheduler.eta import lease_told_start
 from leasing.teams import services as team_services
 from portal.models import Membership
 from tests.leasing.conftest import T0, hours
@@ -83,7 +84,9 @@ def _agree(alice, vision, a100, asks) -> None:
             if lease.status == LeaseStatus.SCHEDULED:
                 assert lease.start_at == outlook.start
             if lease.status == LeaseStatus.QUEUED:
+                # the start told, as the lease page will say it (scheduler.eta)
                 assert lease.estimated_start == outlook.start
+                assert lease_told_start(lease, now=T0) == outlook.told
         transaction.set_rollback(True)
 
 

@@ -13,10 +13,12 @@ from inventory.serializers import RequirementsSerializer
 from leasing.choices import WAITING_STATES, Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
+from leasing.lifecycle.validation import extension_minutes
 from leasing.lifecycle.waiting import KINDS as WAITING_KINDS
 from leasing.lifecycle.waiting import waiting_because_many
 from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
+from leasing.teams.approvals import approvers
 from leasing.workbench.access import access_for
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
@@ -50,6 +52,9 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
     reason = serializers.SerializerMethodField(
         help_text="The member limits the change breaks, worded in the reader's language."
     )
+    waiting_for = serializers.SerializerMethodField(
+        help_text="Who decides a pending change (the team's leads, by username); empty once decided."
+    )
 
     class Meta:
         model = LeaseChange
@@ -62,6 +67,7 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
             "card_model",
             "status",
             "reason",
+            "waiting_for",
             "requested_by",
             "requested_at",
             "decided_by",
@@ -72,6 +78,11 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
 
     def get_reason(self, change: LeaseChange) -> str:
         return breaches_text(change.breaches) or change.reason
+
+    def get_waiting_for(self, change: LeaseChange) -> list[str]:
+        if change.status != LeaseChange.Status.PENDING:
+            return []
+        return approvers(change.lease.team)
 
 
 class CheckpointSerializer(StrictSerializer):
@@ -382,7 +393,37 @@ class LeaseRequestSerializer(StrictSerializer):
 
 
 class ExtendSerializer(StrictSerializer):
-    minutes = serializers.IntegerField(min_value=1, validators=[validate_lease_minutes])
+    """How long to extend by: ``minutes``, or ``duration`` with its ``unit``."""
+
+    minutes = serializers.IntegerField(
+        min_value=1,
+        max_value=10**9,
+        required=False,
+        help_text=_("Minutes to extend by (or give duration and unit)."),
+    )
+    duration = serializers.IntegerField(
+        min_value=1,
+        max_value=10**9,
+        required=False,
+        help_text=_("How long to extend by, in unit."),
+    )
+    unit = serializers.ChoiceField(
+        choices=["minutes", "hours", "days"],
+        required=False,
+        help_text=_("The unit of duration: minutes, hours or days (default hours)."),
+    )
+
+    def validate(self, attrs):
+        if "unit" in attrs and "duration" not in attrs:
+            raise serializers.ValidationError({"unit": [_("Give a duration with the unit.")]})
+        minutes, errors = extension_minutes(
+            minutes=attrs.get("minutes"),
+            duration=attrs.get("duration"),
+            unit=attrs.get("unit", "hours"),
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {"minutes": minutes}
 
 
 class LeaseEventSerializer(serializers.ModelSerializer):

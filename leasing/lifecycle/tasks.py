@@ -183,6 +183,8 @@ def _expire_and_start_due(now) -> dict:
     # Drains end on the tick like expiries: a drained node's leases end within the tick's
     # bound of the drain time (one indexed query on nodes when none is due).
     done = {"expired": 0, "started": 0, "drained": maintenance.drains_due(now=now)}
+    # Warnings too: each goes out within a tick of its offset (``Lease.warn_at``).
+    done["warned"] = endings.warnings_send_ticked(now=now)
     due = Lease.objects.filter(status__in=RUNNING_STATES, end_at__lte=now)
     for lease_id in due.order_by("end_at").values_list("pk", flat=True)[:BATCH]:
         done["expired"] += endings.lease_expire(lease_id=lease_id, now=now)
@@ -195,7 +197,8 @@ def _expire_and_start_due(now) -> dict:
 @shared_task(name="leasing.tasks.tick")
 def tick() -> dict:
     """Every CARDPOOL_TICK_SECONDS (2 s): end the leases whose end has come and start the
-    reservations whose start has. Two indexed queries when nothing is due.
+    reservations whose start has; send the expiry warnings that are due (within a tick of
+    their offset). Indexed queries only when nothing is due.
 
     Instead of one ETA task per lease: a Redis broker hands an unacknowledged ETA task to
     another worker after its visibility timeout (an hour), so every lease longer than that

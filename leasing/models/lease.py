@@ -103,6 +103,15 @@ class Lease(models.Model):
         blank=True,
         help_text=_("Empty: the holder's profile setting."),
     )
+    warn_at = models.DateTimeField(
+        _("next warning due"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "When the tick looks at this lease's warnings next: the next one's due time, else "
+            "the end. Empty: not worked out yet."
+        ),
+    )
     idle_since = models.DateTimeField(_("idle since"), null=True, blank=True)
     preempt_at = models.DateTimeField(
         _("preempted at"),
@@ -253,6 +262,8 @@ class Lease(models.Model):
                 name="lease_queue_idx",
             ),
             models.Index(fields=["status", "end_at"], name="lease_status_end_idx"),
+            # The tick's warnings: the active leases whose next warning is due (or not known).
+            models.Index(fields=["status", "warn_at"], name="lease_status_warn_idx"),
             models.Index(fields=["user", "status"], name="lease_user_status_idx"),
             # The pool page's queue history reads the last days' submissions (bench/page_scale).
             models.Index(fields=["submitted_at"], name="lease_submitted_idx"),

@@ -204,7 +204,7 @@ def test_request_form_prefills_from_the_link(browser, frozen, a100, small_pool):
     page = browser.get(
         f"/leases/new/?card_model={a100.slug}&count=4&duration=6&unit=hours&purpose=inference"
     ).content.decode()
-    assert f'<option value="{a100.slug}" selected>' in page
+    assert f'<option value="{a100.slug}" selected data-stack="cuda">' in page
     assert 'name="count" value="4"' in page and 'name="duration" value="6"' in page
     assert '<option value="inference" selected>' in page
     ignored = browser.get("/leases/new/?count=-3&unit=weeks&purpose=mining")

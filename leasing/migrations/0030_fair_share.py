@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leasing', '0028_delivery_attempt'),
+        ('leasing', '0029_lease_warn_at'),
         ('portal', '0011_end_sessions_before_session_origins'),
     ]
 

@@ -23,6 +23,9 @@ the models left out come with the reason. When none fits, the answer says plainl
 closest models of the pool would need (``Shortfall``: "needs 3 nodes of 8; the pool has 2")
 and which smaller method fits instead (``Alternative``: LoRA or QLoRA for a full fine-tune,
 QLoRA for LoRA, 8- or 4-bit weights for inference), each with its own best option.
+
+Some 590 lines: the steps (check, pool, shape, rank, smaller methods) share the private
+``_Pool`` reading and the answer's types, and the smaller methods call ``recommend`` again.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Leases, the cards they hold (allocations), their timelines and backend calls."""
+"""Leases, the cards they hold (allocations), their timelines and backend calls.
+
+Some 530 lines: ``Lease`` carries the database's invariants on a lease as constraints (one
+per rule, each named), and its related rows are kept beside it so a reader sees them at once.
+"""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ from leasing.health import selectors as health_selectors
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Allocation, Lease, LeaseEvent
 from leasing.scheduler.availability import card_models_with_counts, covering_allocations
-from leasing.scheduler.picture import model_picture
+from leasing.scheduler.picture import model_pictures
 from portal import charts
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator, teams_led_by
@@ -247,13 +247,15 @@ def next_free(now: datetime, model_ids) -> dict[int, datetime | None]:
     future (``scheduler.picture``: held, reserved, planned for waiting leases, maintenance):
     the first such stretch from *now* within NEXT_FREE_WITHIN, None if there is none.
 
-    For the dashboard's fully busy models; a few queries per model.
+    For the dashboard's fully busy models; the same few queries however many there are.
     """
-    out = {}
-    for model_id in model_ids:
-        future = model_picture(model_id, start=now, end=now + NEXT_FREE_WITHIN, now=now)
-        out[model_id] = future.next_free(1, FREE_FOR, after=now) if future.cards else None
-    return out
+    if not model_ids:
+        return {}
+    pictures = model_pictures(model_ids, start=now, end=now + NEXT_FREE_WITHIN, now=now)
+    return {
+        model_id: future.next_free(1, FREE_FOR, after=now) if future.cards else None
+        for model_id, future in pictures.items()
+    }
 
 
 # --- charts ----------------------------------------------------------------------------------

@@ -87,6 +87,17 @@ def mark_of(card_model_id: int) -> Key | None:
     return (-rank, -(1.0 if fair is None else fair), at(virtual_at), lease_id)
 
 
+def marks_of(card_model_ids) -> dict[int, Key]:
+    """``mark_of`` for several models in one query (models without a mark are left out)."""
+    rows = QueueMark.objects.filter(card_model_id__in=list(card_model_ids)).values_list(
+        "card_model_id", "rank", "fair", EpochMicros("virtual_at"), "lease_id_after"
+    )
+    return {
+        model: (-rank, -(1.0 if fair is None else fair), at(virtual_at), lease_id)
+        for model, rank, fair, virtual_at, lease_id in rows
+    }
+
+
 def mark_fields(key: Key) -> dict:
     """A service key as ``QueueMark``'s columns (``QueueMark.key`` reads them back)."""
     return {"rank": -key[0], "fair": -key[1], "virtual_at": key[2], "lease_id_after": key[3]}

@@ -33,8 +33,8 @@ from django.db.models import DateTimeField, IntegerField, OuterRef, Subquery, Su
 from inventory.models import Card, Node
 from leasing.choices import LeaseStatus
 from leasing.models import Allocation, Lease
-from leasing.scheduler.joining import mark_of
-from leasing.scheduler.snapshot import waiting_for
+from leasing.scheduler.joining import marks_of
+from leasing.scheduler.snapshot import waiting_of
 
 HELD = "held"
 RESERVED = "reserved"
@@ -146,29 +146,35 @@ def model_picture(
 ) -> Picture:
     """The picture of one model's cards in service over [start, end) (see the module); with
     *hostnames*, of those nodes' cards only (the timeline's page). Five queries."""
-    rows = Card.objects.in_service().filter(card_model_id=card_model_id)
+    return model_pictures([card_model_id], start=start, end=end, now=now, hostnames=hostnames)[
+        card_model_id
+    ]
+
+
+def model_pictures(
+    card_model_ids,
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    hostnames: list[str] | None = None,
+) -> dict[int, Picture]:
+    """``model_picture`` for several models at once: the same five queries whatever their
+    number (the dashboard's "next free" reads every busy model's)."""
+    model_ids = list(card_model_ids)
+    rows = Card.objects.in_service().filter(card_model_id__in=model_ids)
     if hostnames is not None:
         rows = rows.filter(node__hostname__in=hostnames)
     rows = rows.values_list(
-        "pk", "node_id", "node__hostname", "index", "interconnect_domain",
+        "pk", "card_model_id", "node_id", "node__hostname", "index", "interconnect_domain",
         "status", "health", "node__status", "node__drain_at",
     ).order_by("node__hostname", "index")  # fmt: skip
-    cards: list[PictureCard] = []
+    pictures = {m: Picture(m, start, end, []) for m in model_ids}
     bookings: dict[int, list[Booking]] = defaultdict(list)
-    for pk, node_id, hostname, index, domain, status, health, node_status, drain_at in rows:
-        cards.append(PictureCard(pk, node_id, hostname, index, domain))
-        if status != Card.Status.OK or node_status in (
-            Node.Status.MAINTENANCE,
-            Node.Status.OFFLINE,
-        ):
-            bookings[pk].append(Booking(MAINTENANCE, start, end))
-        elif health != Card.Health.OK:
-            bookings[pk].append(Booking(UNHEALTHY, start, end))
-        elif node_status == Node.Status.DRAINING:
-            since = start if drain_at is None else max(start, drain_at)
-            if since < end:
-                bookings[pk].append(Booking(MAINTENANCE, since, end))
-    ids = {c.card_id for c in cards}
+    for pk, model_id, node_id, hostname, index, domain, *state in rows:
+        pictures[model_id].cards.append(PictureCard(pk, node_id, hostname, index, domain))
+        _state_booking(bookings[pk], state, start, end)
+    ids = set(bookings)
     for card_id, lease_id in (
         Allocation.objects.held_back().filter(card_id__in=ids).values_list("card_id", "lease_id")
     ):
@@ -188,9 +194,35 @@ def model_picture(
         if a_end > a_start:
             kind = RESERVED if status == LeaseStatus.SCHEDULED else HELD
             bookings[card_id].append(Booking(kind, a_start, a_end, lease_id))
-    picture = Picture(card_model_id, start, end, cards)
-    mark = mark_of(card_model_id)
-    for w in waiting_for(card_model_id, now=now):
+    marks = marks_of(model_ids)
+    for model_id, queue in waiting_of(model_ids, now=now).items():
+        _planned(pictures[model_id], bookings, queue, marks.get(model_id), ids)
+    for card_bookings in bookings.values():
+        card_bookings.sort(key=lambda b: (b.start, b.end))
+    for picture in pictures.values():
+        picture.bookings = {
+            c.card_id: bookings[c.card_id] for c in picture.cards if bookings[c.card_id]
+        }
+    return pictures
+
+
+def _state_booking(out: list[Booking], state, start: datetime, end: datetime) -> None:
+    """What the card's own state keeps busy: maintenance, unhealthy readings, a drain."""
+    status, health, node_status, drain_at = state
+    if status != Card.Status.OK or node_status in (Node.Status.MAINTENANCE, Node.Status.OFFLINE):
+        out.append(Booking(MAINTENANCE, start, end))
+    elif health != Card.Health.OK:
+        out.append(Booking(UNHEALTHY, start, end))
+    elif node_status == Node.Status.DRAINING:
+        since = start if drain_at is None else max(start, drain_at)
+        if since < end:
+            out.append(Booking(MAINTENANCE, since, end))
+
+
+def _planned(picture: Picture, bookings, queue, mark, ids) -> None:
+    """The waiting leases' planned cards (or "being re-estimated", behind the stale mark)."""
+    start, end = picture.start, picture.end
+    for w in queue:
         eta = w.estimated_start
         if eta is None:
             continue  # can never start as asked: nothing planned (its stall reason says why)
@@ -205,10 +237,6 @@ def model_picture(
         for card_id in w.planned_cards:
             if card_id in ids:
                 bookings[card_id].append(Booking(PLANNED, p_start, p_end, w.request.lease_id))
-    for card_bookings in bookings.values():
-        card_bookings.sort(key=lambda b: (b.start, b.end))
-    picture.bookings = dict(bookings)
-    return picture
 
 
 @dataclass(frozen=True)

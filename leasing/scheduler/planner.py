@@ -39,9 +39,15 @@ class Timeline:
     busy: dict[int, list[tuple[datetime, datetime]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    # Per card, the longest gap between two of its busy periods, found when first needed
+    # (``_first_free_card``: a card with no gap as long as the request is free only after its
+    # last period, no walk over its periods). ``add`` and ``remove`` forget it; ``prune``
+    # only takes gaps away, so what it leaves is never shorter than the truth.
+    gaps: dict[int, timedelta] = field(default_factory=dict, compare=False, repr=False)
 
     def add(self, card_id: int, start: datetime, end: datetime) -> None:
         bisect.insort(self.busy[card_id], (start, end))
+        self.gaps.pop(card_id, None)
 
     def remove(self, card_id: int, start: datetime, end: datetime) -> None:
         """Take back a period added with ``add`` (a reservation being re-planned)."""
@@ -50,6 +56,7 @@ class Timeline:
         if i == len(periods) or periods[i] != (start, end):
             raise KeyError((card_id, start, end))
         del periods[i]
+        self.gaps.pop(card_id, None)
 
     def prune(self, now: datetime) -> None:
         """Forget the periods that ended by *now*: they can no longer be in anyone's way."""
@@ -243,6 +250,7 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
     candidate where any card is free is the smallest such moment over the cards."""
     best: datetime | None = None
     busy = timeline.busy
+    gaps = timeline.gaps
     for card in cards:
         limit = card.usable_until
         periods = busy.get(card.card_id)
@@ -253,6 +261,13 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
             if j > 0 and periods[j - 1][1] > t0:
                 j -= 1
             n = len(periods)
+            if j < n and periods[j][0] < t0 + d:
+                gap = gaps.get(card.card_id)
+                if gap is None:
+                    gap = gaps[card.card_id] = _longest_gap(periods)
+                if gap < d:  # busy from t0 on until its last period ends: no walk
+                    t = max(t0, periods[-1][1])
+                    j = n
             while j < n:
                 s, e = periods[j]
                 if e <= s:
@@ -270,6 +285,21 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
             continue
         best = t
     return best
+
+
+def _longest_gap(periods: list[tuple[datetime, datetime]]) -> timedelta:
+    """The longest free gap between two of a card's busy periods (after the latest end so
+    far); ``timedelta.max`` when a period has no length (then ``_first_free_card`` walks)."""
+    longest = timedelta(0)
+    last_end = periods[0][1]
+    for s, e in periods:
+        if e <= s:
+            return timedelta.max
+        if s - last_end > longest:
+            longest = s - last_end
+        if e > last_end:
+            last_end = e
+    return longest
 
 
 def _first_feasible(

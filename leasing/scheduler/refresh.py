@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
@@ -26,12 +25,16 @@ from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
 
-REFRESH_BUDGET = 0.05  # seconds of planning per transaction (the model's lock is held)
+# How much a slice plans while it holds the model's lock, counted as JOIN_BUDGET is (leases
+# times cards: each planned lease costs about one pass over the model's cards), at least one
+# lease: about ten leases of a 1,600-card pool. A count, not a clock, so tests decide the same
+# and a slow moment does not make slices longer (bench/queue_length.py prints the holds).
+REFRESH_BUDGET = 16_000
 
 
 def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
     """Plan the stale stretch of a model's stored plan (``QueueMark``) exactly, a slice at a
-    time: one transaction holds the model's lock for about ``REFRESH_BUDGET`` of planning
+    time: one transaction holds the model's lock while it plans ``REFRESH_BUDGET`` (a count)
     plus the reading, so requests that join meanwhile wait one slice, not the whole queue.
     True when a stale stretch is left (the caller runs it again).
 
@@ -60,14 +63,16 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         if not plan.restore(exact):
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
-        began = time.perf_counter()
+        spend = max(1, len(plan.cards))
+        budget = REFRESH_BUDGET
         planned = []
         for w in stale:
             entry = plan.append(w.key, w.request)
             planned.append(entry)
+            budget -= spend
             if entry.decision.start is not None and entry.decision.start <= now:
                 break  # it starts now, from behind those ahead: they are planned around it
-            if time.perf_counter() - began > REFRESH_BUDGET:
+            if budget < spend:
                 break
         # A lease that fits now starts here, and those ahead of it are planned again around
         # the cards it now holds (QueuePlan.advance), as a pass over the whole queue would;

@@ -247,12 +247,16 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
     """The earliest *t* >= *t0* where some card is free over ``[t, t + d)``, None if none
     ever is, or ``_UNKNOWN`` when a period of zero or negative length makes the shortcut
     unsafe. A card's free windows begin at *t0* or at one of its own ends, so the first
-    candidate where any card is free is the smallest such moment over the cards."""
+    candidate where any card is free is the smallest such moment over the cards.
+
+    Two rounds: first the cards whose answer needs no walk over their periods (free at *t0*,
+    or no gap between their periods as long as *d*: free from their last end), then a walk
+    over the others' periods, each stopped at the best found so far."""
     best: datetime | None = None
     busy = timeline.busy
     gaps = timeline.gaps
+    walks = []
     for card in cards:
-        limit = card.usable_until
         periods = busy.get(card.card_id)
         t = t0
         if periods:
@@ -260,27 +264,34 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
             j = bisect.bisect_right(periods, (t0, t0))
             if j > 0 and periods[j - 1][1] > t0:
                 j -= 1
-            n = len(periods)
-            if j < n and periods[j][0] < t0 + d:
+            if j < len(periods) and periods[j][0] < t0 + d:
                 gap = gaps.get(card.card_id)
                 if gap is None:
                     gap = gaps[card.card_id] = _longest_gap(periods)
-                if gap < d:  # busy from t0 on until its last period ends: no walk
-                    t = max(t0, periods[-1][1])
-                    j = n
-            while j < n:
-                s, e = periods[j]
-                if e <= s:
-                    return _UNKNOWN
-                if s >= t + d:
+                if gap == timedelta.max:
+                    return _UNKNOWN  # a period of no length
+                if gap >= d:
+                    walks.append((card, periods, j))
+                    continue
+                t = max(t0, periods[-1][1])  # busy from t0 until its last period ends
+        limit = card.usable_until
+        if (best is None or t < best) and (limit is None or t + d <= limit):
+            best = t
+    for card, periods, j in walks:
+        t = t0
+        n = len(periods)
+        while j < n:
+            s, e = periods[j]
+            if s >= t + d:
+                break
+            if e > t:
+                t = e
+                if best is not None and t >= best:
                     break
-                if e > t:
-                    t = e
-                    if best is not None and t >= best:
-                        break
-                j += 1
+            j += 1
         if best is not None and t >= best:
             continue
+        limit = card.usable_until
         if limit is not None and t + d > limit:
             continue
         best = t

@@ -66,6 +66,8 @@ class Picture:
     # (None: read from the database inside this transaction)
     added: list[Waiting] = field(default_factory=list)
     taken: int | None = None
+    # the refresh's plan up to its mark, left for its next slice: (QueuePlan, mark, version)
+    refresh_plan: tuple | None = field(default=None, compare=False, repr=False)
 
     def timeline(self) -> Timeline:
         """A copy of the holders' periods for a plan to add its reservations to."""

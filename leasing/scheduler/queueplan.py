@@ -110,6 +110,10 @@ class QueuePlan:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def any_due(self, now: datetime) -> bool:
+        """Whether a planned start may have come by *now* (False: none has, for sure)."""
+        return bool(self._starts) and self._starts[0][0] <= now
+
     def decisions(self) -> list[Decision]:
         """The decisions in service order (what ``plan_queue`` returns for the queue)."""
         return [e.decision for e in self.entries]
@@ -254,7 +258,7 @@ class QueuePlan:
         may change), so those ahead of a starting lease are planned again (``_replan``)."""
         self.now = now
         self.timeline.prune(now)
-        if not self._starts or self._starts[0][0] > now:
+        if not self.any_due(now):
             return []  # no planned start has come (nothing to look at)
         due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
         if due:

@@ -76,3 +76,42 @@ def test_a_budget_below_one_lease_still_plans_one(
     while refresh.queue_refresh(a100.pk):
         pass
     assert holds and set(holds[:-1]) == {1}
+
+
+def test_a_slice_goes_on_from_the_last_slice_s_plan_when_nothing_changed(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """Committed slices keep their picture, and the next slice takes the plan up to the mark
+    from it instead of taking back the stored plan of everyone ahead (``restore``, a walk over
+    the queue); a request in between (the version moves) means the stored plan again."""
+    rng = random.Random(7)
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)
+    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)  # one lease per slice
+    restores = []
+    real_restore = QueuePlan.restore
+    monkeypatch.setattr(
+        QueuePlan, "restore", lambda self, stored: restores.append(1) or real_restore(self, stored)
+    )
+
+    def committed_ask(**kw):
+        with django_capture_on_commit_callbacks(execute=True):
+            return ask(alice, vision, a100, **kw)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for _ in range(12):
+        committed_ask(count=rng.randint(1, 4), duration=timedelta(minutes=30 * rng.randint(1, 16)))
+    slices = 0
+    more = True
+    while more:
+        if slices == 3:
+            committed_ask(count=1, duration=hours(1))  # a newcomer between two slices
+        restores.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            more = refresh.queue_refresh(a100.pk)
+        slices += 1
+        if slices not in (1, 4):  # the first slice, and the one after the newcomer, restore
+            assert not restores
+    assert slices > 5
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}

@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from leasing.enqueue import enqueue_after_commit
-from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline
+from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, longest_gap
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,14 @@ class Picture:
     def timeline(self) -> Timeline:
         """A copy of the holders' periods for a plan to add its reservations to."""
         copy = Timeline()
+        gaps = self.holders.gaps  # kept with the picture: found once per card, not per pass
         for card_id, periods in self.holders.busy.items():
             if periods:
                 copy.busy[card_id] = list(periods)
+                gap = gaps.get(card_id)
+                if gap is None:
+                    gap = gaps[card_id] = longest_gap(periods)
+                copy.gaps[card_id] = gap
         return copy
 
 

@@ -267,7 +267,7 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
             if j < len(periods) and periods[j][0] < t0 + d:
                 gap = gaps.get(card.card_id)
                 if gap is None:
-                    gap = gaps[card.card_id] = _longest_gap(periods)
+                    gap = gaps[card.card_id] = longest_gap(periods)
                 if gap == timedelta.max:
                     return _UNKNOWN  # a period of no length
                 if gap >= d:
@@ -298,7 +298,7 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
     return best
 
 
-def _longest_gap(periods: list[tuple[datetime, datetime]]) -> timedelta:
+def longest_gap(periods: list[tuple[datetime, datetime]]) -> timedelta:
     """The longest free gap between two of a card's busy periods (after the latest end so
     far); ``timedelta.max`` when a period has no length (then ``_first_free_card`` walks)."""
     longest = timedelta(0)

@@ -1,5 +1,6 @@
 """Charts of the cards' readings (utilisation, temperature, power, memory) for the lease and
-node pages: one line per card, through the one plotly helper (``portal.charts``)."""
+node pages: one line per card, through the one plotly helper (``portal.charts``); and the
+one colour of each card model, which every chart with a series per model uses."""
 
 from __future__ import annotations
 
@@ -8,9 +9,33 @@ from datetime import datetime
 import plotly.graph_objects as go
 from django.utils.translation import gettext as _
 
-from inventory.models import Card
+from inventory.models import Card, CardModel
 from inventory.selectors import card_series_many
 from portal import charts
+
+
+def model_colours() -> dict[int, str]:
+    """Each card model's colour, by id: the same on every chart and over every range
+    (``portal.charts.colours`` over the slugs of the models with cards, oldest first, so
+    that no two models of the pool share one while the pool has no more models than the
+    palette has colours). One query."""
+    return {pk: colour for pk, _name, colour in _coloured()}
+
+
+def model_colours_by_name() -> dict[str, str]:
+    """The same colours, by the model's name (the key of charts drawn by name)."""
+    return {name: colour for _pk, name, colour in _coloured()}
+
+
+def _coloured() -> list[tuple[int, str, str]]:
+    rows = list(
+        CardModel.objects.filter(cards__isnull=False)
+        .distinct()
+        .order_by("pk")
+        .values_list("pk", "slug", "name")
+    )
+    by_slug = charts.colours(slug for _pk, slug, _name in rows)
+    return [(pk, name, by_slug[slug]) for pk, slug, name in rows]
 
 
 def reading_titles() -> dict[str, str]:

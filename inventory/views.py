@@ -323,9 +323,12 @@ def node_detail(request: HttpRequest, hostname: str) -> HttpResponse:
             "operator": operator,
             "drain_form": DrainForm(
                 initial={
-                    "drain_at": timezone.localtime(now + timedelta(hours=1)).replace(
-                        second=0, microsecond=0, tzinfo=None
-                    )
+                    # The drain already set, else an hour from now.
+                    "drain_at": timezone.localtime(
+                        node.drain_at
+                        if node.status == Node.Status.DRAINING and node.drain_at
+                        else now + timedelta(hours=1)
+                    ).replace(second=0, microsecond=0, tzinfo=None)
                 }
             ),
             "can_undrain": node.status in (Node.Status.DRAINING, Node.Status.MAINTENANCE),

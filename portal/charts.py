@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
+from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from html import escape  # plotly renders a little HTML in labels; names are user data
@@ -19,6 +21,45 @@ from django.utils.translation import gettext as _
 FONT = "PingFang SC, Microsoft YaHei, Noto Sans CJK SC, sans-serif"
 GRID = "#e5e7eb"
 CONFIG = {"displaylogo": False, "responsive": True}
+
+# One colour per card model, on every chart (``inventory.charts.model_colours``): Tableau's
+# ten (chosen to be told apart) and six dark ones told apart from them by lightness.
+PALETTE = (
+    "#4e79a7",  # blue
+    "#f28e2b",  # orange
+    "#e15759",  # red
+    "#76b7b2",  # teal
+    "#59a14f",  # green
+    "#edc948",  # yellow
+    "#b07aa1",  # purple
+    "#ff9da7",  # pink
+    "#9c755f",  # brown
+    "#bab0ac",  # grey
+    "#1e3a8a",  # navy
+    "#14532d",  # dark green
+    "#7f1d1d",  # dark red
+    "#4c1d95",  # dark violet
+    "#854d0e",  # dark ochre
+    "#111827",  # near black
+)
+
+
+def colours(keys: Iterable[str]) -> dict[str, str]:
+    """A colour per key, the same whatever chart or range asks: each key takes the palette
+    slot its name hashes to (crc32, the same in every process), or the next free one when a
+    key before it in *keys* took that slot. Keys share a colour only when there are more
+    keys than colours; give the same keys in the same order for the same answer."""
+    out: dict[str, str] = {}
+    taken: set[int] = set()
+    for key in keys:
+        slot = zlib.crc32(key.encode()) % len(PALETTE)
+        for step in range(len(PALETTE)):
+            if (slot + step) % len(PALETTE) not in taken:
+                slot = (slot + step) % len(PALETTE)
+                break
+        taken.add(slot)
+        out[key] = PALETTE[slot]
+    return out
 
 
 def render(
@@ -81,14 +122,20 @@ def local_time(at: datetime, *, seconds: bool = False) -> str:
     return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
-def daily_card_hours(daily: dict[str, dict[date, Decimal]], days: list[date]) -> str:
-    """Stacked bars: card-hours per day, one colour per series (card model, team…)."""
+def daily_card_hours(
+    daily: dict[str, dict[date, Decimal]],
+    days: list[date],
+    colour_of: dict[str, str] | None = None,
+) -> str:
+    """Stacked bars: card-hours per day, one colour per series (card model, team…): the
+    series' colour in *colour_of* where it has one."""
     fig = go.Figure()
     for name, per_day in sorted(daily.items()):
         fig.add_bar(
             name=escape(name),
             x=[d.isoformat() for d in days],
             y=[float(per_day.get(d, 0)) for d in days],
+            marker_color=(colour_of or {}).get(name),
         )
     fig.update_xaxes(type="category")  # whole days, never zoomed into milliseconds
     fig.update_layout(showlegend=True)  # name the series even when there is only one

@@ -238,3 +238,20 @@ def local_next(request) -> str | None:
     ):
         return back
     return None
+
+
+def form_error_lines(form, *, given_only: bool = False) -> list[str]:
+    """A form's errors as a person reads them: "<field's label>: <reason>" (the label in the
+    reader's language, never the field's key), the form's own errors as they are. With
+    *given_only*, only errors on fields the person filled in (a live preview does not nag
+    about fields not reached yet)."""
+    lines = []
+    for name, errors in form.errors.items():
+        field = form.fields.get(name)
+        if given_only and (field is None or form.data.get(form.add_prefix(name)) in (None, "")):
+            continue
+        for error in errors:
+            if field is not None and field.label:
+                error = _("%(field)s: %(error)s") % {"field": field.label, "error": error}
+            lines.append(str(error))
+    return lines

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.forms_account import InviteForm, PreferencesForm, TokenForm
+from portal.input import form_error_lines
 from portal.models import Team
 from portal.services_account import account_invite, invitation_send, profile_update
 from portal.tokens.selectors import tokens_of
@@ -114,7 +115,8 @@ def team_invite(request, slug: str):
     form = InviteForm(request.POST)
     if not form.is_valid():
         messages.error(
-            request, _("Check the invitation: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the invitation: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect("team_detail", slug=team.slug)
     try:

@@ -35,6 +35,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from inventory.charts import model_colours
 from inventory.models import Card, CardModel, Node, node_takes_leases_q
 from leasing.choices import WAITING_STATES, LeaseStatus
 from leasing.health import selectors as health_selectors
@@ -269,12 +270,18 @@ def _local(hours: list[datetime], now: datetime) -> list[str]:
     return [charts.local_time(t) for t in ends]
 
 
-def utilisation_chart(x, series: dict[str, list[float]]) -> str:
+def _line(colour: str | None) -> dict:
+    return {"shape": "hv", "color": colour} if colour else {"shape": "hv"}
+
+
+def utilisation_chart(x, series: dict[str, list[float]], colour_of: dict[str, str]) -> str:
     """One chart for the whole pool: the share of each model's cards held, hour by hour (a
-    line per model), instead of a stacked chart per model."""
+    line per model, in the model's colour), instead of a stacked chart per model."""
     fig = go.Figure()
     for name, points in series.items():
-        fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
+        fig.add_scatter(
+            x=x, y=points, name=escape(name), mode="lines", line=_line(colour_of.get(name))
+        )
     fig.update_yaxes(range=[0, 100], ticksuffix="%")
     _numeric_dates(fig)
     return charts.render(fig, y_title=_("cards held"), height=300, titled=True)
@@ -286,17 +293,19 @@ def _numeric_dates(fig: go.Figure) -> None:
     fig.update_xaxes(tickformat="%m-%d %H:%M", hoverformat="%Y-%m-%d %H:%M")
 
 
-def queue_chart(x, series: dict[str, list[int]]) -> str:
+def queue_chart(x, series: dict[str, list[int]], colour_of: dict[str, str]) -> str:
     fig = go.Figure()
     for name, points in sorted(series.items()):
-        fig.add_scatter(x=x, y=points, name=escape(name), mode="lines", line={"shape": "hv"})
+        fig.add_scatter(
+            x=x, y=points, name=escape(name), mode="lines", line=_line(colour_of.get(name))
+        )
     _numeric_dates(fig)
     return charts.render(
         fig, y_title=_("leases waiting"), height=260, titled=True, y_from_zero=True
     )
 
 
-def wait_chart(series: dict[str, list[int]]) -> str:
+def wait_chart(series: dict[str, list[int]], colour_of: dict[str, str]) -> str:
     labels = [
         _("< 1 min"),
         _("1–5 min"),
@@ -308,7 +317,7 @@ def wait_chart(series: dict[str, list[int]]) -> str:
     ]
     fig = go.Figure()
     for name, counts in sorted(series.items()):
-        fig.add_bar(x=labels, y=counts, name=escape(name))
+        fig.add_bar(x=labels, y=counts, name=escape(name), marker_color=colour_of.get(name))
     fig.update_xaxes(type="category")
     return charts.render(
         fig, y_title=_("leases"), height=260, stack=True, titled=True, y_from_zero=True
@@ -344,6 +353,8 @@ def pool(request):
     ids = [m["pk"] for m in models]
     names = {m["pk"]: m["name"] for m in models}
     slugs = {m["pk"]: m["slug"] for m in models}
+    every_colour = model_colours()
+    colour_of = {names[i]: every_colour[i] for i in ids if i in every_colour}
     hours = _hour_starts(now)
     x = _local(hours, now)
     held = held_per_hour(now, hours, ids)
@@ -385,9 +396,9 @@ def pool(request):
         "health": health_selectors.health_summary(now),
         "summary": summary,
         "rows": rows,
-        "utilisation": utilisation_chart(x, shares) if ids else "",
-        "queue_chart": queue_chart(x, {names[i]: queue[i] for i in ids}) if ids else "",
-        "wait_chart": wait_chart({names[i]: waits[i] for i in waits}) if waits else "",
+        "utilisation": utilisation_chart(x, shares, colour_of) if ids else "",
+        "queue_chart": queue_chart(x, {names[i]: queue[i] for i in ids}, colour_of) if ids else "",
+        "wait_chart": wait_chart({names[i]: waits[i] for i in waits}, colour_of) if waits else "",
         "users_chart": top_users_chart(users) if users else "",
         "days": HOURS // 24,
         "top_days": TOP_USERS_DAYS,

@@ -19,7 +19,10 @@ the estimate (``leasing.advisor.estimator``):
 
 Then ``leasing.advisor.ranking`` scores each option by the task's figures, its cost and
 when it starts (the formula is in docs/estimator.md). Every option that fits is returned;
-the models left out come with the reason.
+the models left out come with the reason. When none fits, the answer says plainly what the
+closest models of the pool would need (``Shortfall``: "needs 3 nodes of 8; the pool has 2")
+and which smaller method fits instead (``Alternative``: LoRA or QLoRA for a full fine-tune,
+QLoRA for LoRA, 8- or 4-bit weights for inference), each with its own best option.
 """
 
 from __future__ import annotations
@@ -36,7 +39,15 @@ from inventory.models import Card, CardModel, Node, StackFamily
 from inventory.requirements import model_q, nodes_meeting, stored
 from inventory.selectors import count_per_row
 from leasing.advisor import ranking, wording
-from leasing.advisor.estimator import GB, Estimate, Task, TaskProfile, estimate
+from leasing.advisor.estimator import (
+    GB,
+    WEIGHT_BYTES,
+    Estimate,
+    EstimateError,
+    Task,
+    TaskProfile,
+    estimate,
+)
 from leasing.advisor.ranking import CARD_COUNTS, FAST_LINKS, NODE_COUNTS
 from leasing.billing import prices
 from leasing.choices import Priority, Purpose
@@ -51,6 +62,12 @@ SHOWN_FIRST = 3  # the page shows this many options, the rest folded below
 # lease_preview answers "now" for free cards; allow for the time the queries take.
 NOW_SLACK = timedelta(seconds=5)
 PRICE_HORIZON = timedelta(days=400)  # price changes announced up to this far ahead are quoted
+# When nothing fits: the smaller methods of a task tried in its place, in this order.
+SMALLER_METHODS = {
+    Task.FULL_FINETUNE: (Task.LORA, Task.QLORA),
+    Task.LORA: (Task.QLORA,),
+}
+SMALLER_WEIGHTS = ("int8", "int4")  # inference: the weights quantized
 
 PURPOSE_FOR_TASK = {
     Task.PRETRAINING: Purpose.TRAINING,
@@ -111,10 +128,41 @@ class LeftOut:
     reason: str
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """A card model of the pool that would hold the task with more cards or nodes than the
+    pool has: *cards* in all, on *nodes* nodes of *per_node* (one node: *per_node* = *cards*);
+    *have*: the nodes (a plan across nodes) or the cards (one node) the pool has for it."""
+
+    card_model: CardModel
+    cards: int
+    nodes: int
+    per_node: int
+    have: int
+
+    @property
+    def missing(self) -> int:
+        """How far the pool is from it: nodes (across nodes) or cards (one node) short."""
+        return self.nodes - self.have if self.nodes > 1 else self.cards - self.have
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A smaller method of the task (*profile*) that fits the pool: its best *option*, and
+    its recommendation (*rec*, for the request link)."""
+
+    profile: TaskProfile
+    method: str  # worded: "QLoRA fine-tuning", "Serving with INT8 weights"
+    option: Option
+    rec: Recommendation
+    sentence: str = ""  # "QLoRA fine-tuning fits 1 × NVIDIA A100 80GB SXM now"
+
+
 @dataclass
 class Recommendation:
     """The estimate, every option that fits (best first), the models left out, and a plain
-    message when none is good now."""
+    message when none is good now; when none fits, the pool's shortfalls (closest first) and
+    the smaller methods that fit."""
 
     estimate: Estimate
     duration: timedelta
@@ -123,6 +171,8 @@ class Recommendation:
     options: list[Option] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
     message: str = ""
+    shortfalls: list[Shortfall] = field(default_factory=list)
+    alternatives: list[Alternative] = field(default_factory=list)
 
     @property
     def shown_first(self) -> list[Option]:
@@ -187,11 +237,14 @@ def recommend(
     team_id: int | None = None,
     requirements: dict | None = None,
     start_policy: str = "",
+    smaller: bool = True,
 ) -> Recommendation:
     """Card models for *profile* over *duration*, best first; reads only, writes nothing.
 
     With an off-peak *start_policy* each option starts where the policy allows (the queue
-    pass's rule) and is priced at the tariff in force then (the one price book)."""
+    pass's rule) and is priced at the tariff in force then (the one price book). When no
+    option fits and *smaller*, the smaller methods of the task are asked the same way
+    (``smaller_profiles``) and those that fit are named."""
 
     if duration <= timedelta(0):
         raise ValueError("duration must be positive")
@@ -222,14 +275,7 @@ def recommend(
         else:
             checked.append((model, count or 0))
     pool = _pool([m.pk for m, _c in checked], allowed, now)
-    asks: dict[int, tuple[Ask, ranking.Shape, str]] = {}
-    for model, count in checked:
-        planned = _shape_in_pool(est, model, count, pool)
-        if isinstance(planned, str):
-            rec.left_out.append(LeftOut(model, planned))
-            continue
-        shape, network, nodes = planned
-        asks[model.pk] = (Ask(model.pk, shape.count, shape.nodes == 1, nodes), shape, network)
+    asks = _asks(rec, est, checked, pool)
     _rank(
         rec,
         est,
@@ -242,10 +288,71 @@ def recommend(
         team_id,
         start_policy,
     )
-    rec.message = wording.message(est, rec.options, shapes, now)
+    if smaller and not rec.options:
+        rec.alternatives = _smaller_that_fit(
+            profile,
+            duration=duration,
+            start_at=start_at,
+            priority=priority,
+            now=now,
+            team_id=team_id,
+            requirements=requirements,
+            start_policy=start_policy,
+        )
+    rec.message = wording.message(est, rec, shapes, now)
     if limit is not None:
         rec.options = rec.options[:limit]
     return rec
+
+
+def _asks(
+    rec: Recommendation, est: Estimate, checked: list[tuple[CardModel, int]], pool: _Pool
+) -> dict[int, tuple[Ask, ranking.Shape, str]]:
+    """What to ask the planner for each model the pool can hold (the others left out on
+    *rec*, a shortfall also kept apart, closest first)."""
+    asks: dict[int, tuple[Ask, ranking.Shape, str]] = {}
+    for model, count in checked:
+        planned = _shape_in_pool(est, model, count, pool)
+        if isinstance(planned, Shortfall):
+            rec.shortfalls.append(planned)
+            rec.left_out.append(LeftOut(model, wording.shortfall_reason(planned)))
+            continue
+        if isinstance(planned, str):
+            rec.left_out.append(LeftOut(model, planned))
+            continue
+        shape, network, nodes = planned
+        asks[model.pk] = (Ask(model.pk, shape.count, shape.nodes == 1, nodes), shape, network)
+    rec.shortfalls.sort(key=lambda s: (s.missing, s.cards, s.card_model.pk))
+    return asks
+
+
+def smaller_profiles(profile: TaskProfile) -> list[TaskProfile]:
+    """The smaller methods to try when *profile* fits nowhere, in order: LoRA then QLoRA for
+    a full fine-tune, QLoRA for LoRA, 8- then 4-bit weights for inference; the rest of the
+    profile kept (a precision the method does not take falls back to its default)."""
+    out = []
+    for task in SMALLER_METHODS.get(profile.task, ()):
+        for precision in (profile.precision, None):
+            try:
+                out.append(replace(profile, task=task, precision=precision))
+                break
+            except EstimateError:
+                continue
+    if profile.task == Task.INFERENCE:
+        weights = WEIGHT_BYTES[profile.resolved().precision or "bf16"]
+        out += [replace(profile, precision=p) for p in SMALLER_WEIGHTS if WEIGHT_BYTES[p] < weights]
+    return out
+
+
+def _smaller_that_fit(profile: TaskProfile, **asked) -> list[Alternative]:
+    """The smaller methods of *profile* with an option in the pool, each with its best."""
+    out = []
+    for smaller in smaller_profiles(profile):
+        rec = recommend(profile=smaller, smaller=False, **asked)
+        if rec.options:
+            alt = Alternative(smaller, wording.method(smaller, profile), rec.options[0], rec)
+            out.append(replace(alt, sentence=wording.alternative_text(alt, asked["now"])))
+    return out
 
 
 def _models_meeting(requirements: dict) -> dict[str, tuple[object, set[int]]]:
@@ -307,16 +414,14 @@ def _pool(model_ids: list[int], allowed: frozenset[int] | None, now: datetime) -
 
 def _shape_in_pool(
     est: Estimate, model: CardModel, count: int, pool: _Pool
-) -> tuple[ranking.Shape, str, frozenset[int] | None] | str:
-    """The shape to ask for (and its network and nodes), or why the pool cannot hold it."""
+) -> tuple[ranking.Shape, str, frozenset[int] | None] | Shortfall | str:
+    """The shape to ask for (and its network and nodes), or what the pool lacks for it (a
+    ``Shortfall``), or why it cannot hold it at all."""
     on_nodes = pool.per_node.get(model.pk, Counter())
     allowed = pool.allowed
     if count:
         if sum(on_nodes.values()) < count:
-            return _("needs %(n)s cards; the pool has %(total)s that can take it") % {
-                "n": count,
-                "total": sum(on_nodes.values()),
-            }
+            return Shortfall(model, count, 1, count, sum(on_nodes.values()))
         return ranking.Shape(count), "", allowed
     # More than one node: whole nodes of one network, the most cards per node first.
     most = max(on_nodes.values(), default=0)
@@ -335,15 +440,8 @@ def _shape_in_pool(
         if cards >= per_node:
             by_network[pool.nodes[node][0]].append(node)
     if not by_network or max(len(v) for v in by_network.values()) < nodes_needed:
-        return _(
-            "needs %(n)s cards across %(nodes)s nodes of %(per)s on one network; the pool has "
-            "%(have)s such nodes"
-        ) % {
-            "n": need,
-            "nodes": nodes_needed,
-            "per": per_node,
-            "have": max((len(v) for v in by_network.values()), default=0),
-        }
+        have = max((len(v) for v in by_network.values()), default=0)
+        return Shortfall(model, need, nodes_needed, per_node, have)
     network, members = max(
         by_network.items(),
         key=lambda kv: (len(kv[1]) >= nodes_needed, min(pool.nodes[n][1] or 0 for n in kv[1])),

@@ -243,6 +243,35 @@ class LeftOutSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class ShortfallSerializer(serializers.Serializer):
+    card_model = serializers.CharField(source="card_model.slug")
+    card_model_name = serializers.CharField(source="card_model.name")
+    cards = serializers.IntegerField(help_text="Cards the task needs of this model.")
+    nodes = serializers.IntegerField(help_text="Nodes they span (1: one node).")
+    per_node = serializers.IntegerField(help_text="Cards on each of those nodes.")
+    pool_has = serializers.IntegerField(
+        source="have",
+        help_text="What the pool has for it: such nodes (nodes > 1), else cards.",
+    )
+
+
+class AlternativeSerializer(serializers.Serializer):
+    task = serializers.CharField(source="profile.task")
+    precision = serializers.CharField(source="profile.precision", allow_null=True)
+    method = serializers.CharField(help_text="The smaller method, worded.")
+    card_model = serializers.CharField(source="option.card_model.slug")
+    card_model_name = serializers.CharField(source="option.card_model.name")
+    count = serializers.IntegerField(source="option.count")
+    nodes = serializers.IntegerField(source="option.nodes")
+    start = serializers.DateTimeField(source="option.start")
+    starts_now = serializers.BooleanField(source="option.starts_now")
+    cost = serializers.DecimalField(source="option.cost", max_digits=14, decimal_places=2)
+    request_url = serializers.SerializerMethodField()
+
+    def get_request_url(self, alt) -> str:
+        return request_url(alt.rec, alt.option)
+
+
 class RecommendationSerializer(serializers.Serializer):
     estimate = EstimateSerializer()
     requirements = serializers.DictField(help_text="The requirements the options meet.")
@@ -251,6 +280,16 @@ class RecommendationSerializer(serializers.Serializer):
     options = serializers.SerializerMethodField()
     left_out = LeftOutSerializer(many=True)
     message = serializers.CharField(help_text="Empty when the best option is free now.")
+    shortfalls = ShortfallSerializer(
+        many=True,
+        help_text="Nothing fits: the models of the pool that would with more cards or nodes, "
+        "closest first.",
+    )
+    alternatives = AlternativeSerializer(
+        many=True,
+        help_text="Nothing fits: the smaller methods (LoRA, QLoRA, quantized weights) that do, "
+        "each with its best option.",
+    )
 
     def get_duration_minutes(self, rec) -> int:
         return int(rec.duration.total_seconds() // 60)

@@ -153,6 +153,7 @@ def estimate(request):
         context.update(
             rec=rec,
             options=[(option, request_url(rec, option)) for option in rec.options],
+            alternatives=[(alt, request_url(alt.rec, alt.option)) for alt in rec.alternatives],
         )
     elif not form.is_valid():
         context["problems"] = [

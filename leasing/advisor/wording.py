@@ -118,10 +118,15 @@ def shape_text(count: int, memory_gb, fast: bool) -> str:
     return text
 
 
-def message(
-    est: Estimate, options: list, shapes: list[tuple[int, CardModel]], now: datetime
-) -> str:
-    """Empty when the best option is free at the wanted time; else what is wrong, plainly."""
+SHORTFALLS_SHOWN = 2  # the closest; the rest are in the models left out
+
+
+def message(est: Estimate, rec, shapes: list[tuple[int, CardModel]], now: datetime) -> str:
+    """Empty when the best option is free at the wanted time; else what is wrong, plainly:
+    when nothing fits, the closest models of the pool and what they would need, then the
+    smaller methods that fit (*rec*: a ``recommend.Recommendation``). Only models the pool
+    has are named."""
+    options = rec.options
     if options and options[0].starts_now:
         return ""
     if options:
@@ -133,6 +138,21 @@ def message(
             "shape": text,
             "time": when(soonest.start, now),
         }
+    problem = _nothing_fits(est, rec.shortfalls, shapes)
+    if not rec.alternatives:
+        return problem
+    # one template, so that each language joins the two sentences its own way
+    return _("%(problem)s Instead: %(methods)s.") % {
+        "problem": problem,
+        "methods": _("; ").join(a.sentence for a in rec.alternatives),
+    }
+
+
+def _nothing_fits(est: Estimate, shortfalls: list, shapes: list[tuple[int, CardModel]]) -> str:
+    if shortfalls:
+        return _("Nothing in the pool holds it now: %(needs)s.") % {
+            "needs": _("; ").join(shortfall_text(s) for s in shortfalls[:SHORTFALLS_SHOWN])
+        }
     if not shapes:
         return _(
             "Needs about %(gb)s GB per replica: more than %(n)s cards of any model in the "
@@ -143,11 +163,21 @@ def message(
             "n": CARD_COUNTS[-1] * NODE_COUNTS[-1] if est.splits else 1,
             "precision": est.required_precision.upper(),
         }
-    singles = [s for s in shapes if s[0]]
+    # Examples only from the pool: a model the pool does not have helps nobody here.
+    in_pool = [s for s in shapes if getattr(s[1], "total", 0)]
+    singles = [s for s in in_pool or shapes if s[0]]
     if singles:
         count, model = min(singles, key=lambda s: (s[0], s[1].memory_gb, s[1].price_per_hour))
     else:
-        count, model = max(shapes, key=lambda s: (s[1].memory_gb, -s[1].price_per_hour))
+        count, model = max(in_pool or shapes, key=lambda s: (s[1].memory_gb, -s[1].price_per_hour))
+    if not in_pool:
+        if not count:
+            return _(
+                "Needs more cards than one node holds; the pool has no cards that can take it."
+            )
+        return _("Needs %(shape)s; the pool has no such cards.") % {
+            "shape": shape_text(count, model.memory_gb, est.needs_fast_link)
+        }
     if not count:
         return _(
             "Needs more cards than one node holds (for example %(model)s across nodes); no "
@@ -158,6 +188,67 @@ def message(
     ) % {
         "shape": shape_text(count, model.memory_gb, est.needs_fast_link),
         "model": model.name,
+    }
+
+
+def shortfall_text(s) -> str:
+    """What a ``recommend.Shortfall`` needs, for the message: "A100: needs 3 nodes of 8 (24
+    cards); the pool has 2"."""
+    if s.nodes > 1:
+        return _(
+            "%(model)s needs %(nodes)s nodes of %(per)s (%(n)s cards), the pool has %(have)s"
+        ) % {
+            "model": s.card_model.name,
+            "nodes": s.nodes,
+            "per": s.per_node,
+            "n": s.cards,
+            "have": s.have,
+        }
+    return _("%(model)s needs %(n)s cards, the pool has %(have)s") % {
+        "model": s.card_model.name,
+        "n": s.cards,
+        "have": s.have,
+    }
+
+
+def shortfall_reason(s) -> str:
+    """The same, as the reason a model is left out."""
+    if s.nodes > 1:
+        return ngettext(
+            "needs %(n)s cards across %(nodes)s nodes of %(per)s on one network; the pool has "
+            "%(have)s such node",
+            "needs %(n)s cards across %(nodes)s nodes of %(per)s on one network; the pool has "
+            "%(have)s such nodes",
+            s.have,
+        ) % {"n": s.cards, "nodes": s.nodes, "per": s.per_node, "have": s.have}
+    return _("needs %(n)s cards; the pool has %(total)s that can take it") % {
+        "n": s.cards,
+        "total": s.have,
+    }
+
+
+def method(profile, asked) -> str:
+    """A smaller method's name: the task's (LoRA fine-tuning) or, for the same task, its
+    weights (serving with INT8 weights)."""
+    if profile.task != asked.task:
+        return str(Task(profile.task).label)
+    return _("Serving with %(precision)s weights") % {
+        "precision": (profile.precision or "").upper()
+    }
+
+
+def alternative_text(alt, now: datetime) -> str:
+    """ "QLoRA fine-tuning fits 1 × NVIDIA A100 80GB SXM now" (or from when)."""
+    o = alt.option
+    cards = _("%(count)s × %(model)s") % {"count": o.count, "model": o.card_model.name}
+    if o.across_nodes:
+        cards = _("%(cards)s across %(nodes)s nodes") % {"cards": cards, "nodes": o.nodes}
+    if o.starts_now:
+        return _("%(method)s fits %(cards)s now") % {"method": alt.method, "cards": cards}
+    return _("%(method)s fits %(cards)s from %(time)s") % {
+        "method": alt.method,
+        "cards": cards,
+        "time": when(o.start, now),
     }
 
 

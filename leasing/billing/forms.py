@@ -65,6 +65,15 @@ class ReportForm(forms.Form):
             self.add_error("end", _("A report covers at most three years."))
         return data
 
+    def show_effective(self) -> None:
+        """After a valid clean: the form shows what the report uses, the defaults spelled
+        out (this month so far, by team, by month), not the empty fields it was sent."""
+        data = self.data.copy()
+        for name in ("start", "end", "group_by", "period"):
+            value = self.cleaned_data[name]
+            data[name] = value.isoformat() if hasattr(value, "isoformat") else value
+        self.data = data
+
     def clean_team(self):
         slug = self.cleaned_data.get("team")
         if not slug:

@@ -38,6 +38,7 @@ def report(request):
         if form.cleaned_data["format"] in ("csv", "xlsx"):
             return report_response(form)
         f = form.report_filter()
+        form.show_effective()
         report_data = reports.usage_report(f)
         statements = f.group_by == "team" and f.period == "month"
         if statements:
@@ -48,7 +49,7 @@ def report(request):
             )
             for row in report_data["rows"]:
                 row["slug"] = slugs.get(row["key"], "")
-        query = request.GET.copy()
+        query = form.data.copy()
         query.pop("format", None)
         query.pop("detail", None)
         context |= {

@@ -38,7 +38,7 @@ from leasing.notify.messages import breaches_text
 from leasing.teams.approvals import may_decide
 from leasing.workbench.access import access_for
 from leasing.workbench.selectors import lease_workbench
-from portal.input import local_next
+from portal.input import form_error_lines, local_next
 from portal.permissions import is_finance, is_operator
 
 
@@ -57,10 +57,8 @@ def _form_errors_from(exc: ValidationError, form) -> None:
 
 def _form_errors_to_messages(request, form) -> None:
     """A small form posted from the lease page: its errors as messages there."""
-    for field, errors in form.errors.items():
-        label = form.fields[field].label if field in form.fields else None
-        for error in errors:
-            messages.error(request, f"{label}: {error}" if label else error)
+    for line in form_error_lines(form):
+        messages.error(request, line)
 
 
 @login_required
@@ -184,6 +182,8 @@ def lease_preview(request):
                     priority=d["priority"],
                 ),
             )
+    else:  # what was typed and cannot be asked, said now (fields not reached yet: not)
+        context["problems"] = form_error_lines(form, given_only=True)
     return render(request, "leasing/_preview.html", context)
 
 

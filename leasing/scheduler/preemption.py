@@ -41,7 +41,9 @@ def preemption_plan(
     that keeps some gives back only those. Each victim gets its grace (at least its declared
     checkpoint time, within a share's stated time) and a warning; one that declared a
     checkpoint signal or command gets it through its backend after commit. A
-    non-preemptible lease that is not on loan is never touched.
+    non-preemptible lease that is not on loan is never touched. A share's reclaim may also
+    take a victim already marked for later (for a higher class, with the site's longer grace)
+    and cut its grace to the share's time: else the team would wait for that longer grace.
 
     Runs inside the queue pass (the model is locked); *covering* is the model's guaranteed
     shares when the pass has read them. Returns the number of leases marked.
@@ -86,10 +88,15 @@ def grace_for(lease: Lease, *, now: datetime, within: int | None = None) -> date
     return now + grace
 
 
-def _running(card_model_id: int, victims_q: Q):
-    """The model's running leases matching *victims_q* not already being preempted."""
+def _running(card_model_id: int, victims_q: Q, *, sooner_than: datetime | None = None):
+    """The model's running leases matching *victims_q* not already being preempted, or (with
+    *sooner_than*) being preempted only after it: a share's reclaim may take those back
+    sooner."""
+    marked = Q(preempt_at__isnull=True)
+    if sooner_than is not None:
+        marked |= Q(preempt_at__gt=sooner_than)
     return Lease.objects.filter(
-        victims_q, card_model_id=card_model_id, status__in=RUNNING_STATES, preempt_at__isnull=True
+        victims_q, marked, card_model_id=card_model_id, status__in=RUNNING_STATES
     )
 
 
@@ -101,8 +108,11 @@ def _make_room(
     card_model_id: int, waiting: Lease, victims_q: Q, *, now: datetime, within: int | None = None
 ) -> int:
     """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan)."""
+    # A lease another waiting lease already takes back after the share's stated time is a
+    # victim too: its cards may be needed sooner (the grace it was given is cut short).
+    sooner_than = None if within is None else now + timedelta(minutes=within)
     victims = list(
-        _running(card_model_id, victims_q)
+        _running(card_model_id, victims_q, sooner_than=sooner_than)
         .select_related("user__profile")
         .order_by("count", "-activated_at", "pk")
     )
@@ -142,39 +152,64 @@ def _make_room(
         return 0
     by_pk = {v.pk: v for v in victims}
     for lease_id, card_ids in taken.items():
-        victim = by_pk[lease_id]
-        at = preempt_at[lease_id]
-        whole = len(card_ids) >= len(held[lease_id])
-        if not whole:
-            # The cards taken back are free from preempt_at: their periods end then, so the
-            # planner, the fast path and billing all see it; the lease keeps the rest.
-            Allocation.objects.filter(
-                lease_id=lease_id, card_id__in=card_ids, end_at__gt=at
-            ).update(end_at=at)
-        Lease.objects.filter(pk=lease_id, preempt_at__isnull=True).update(
-            preempt_at=at,
-            preempt_cards=None if whole else len(card_ids),
-            preempted_for=waiting,
-        )
-        event_record(
-            lease_id,
-            kind="preemption_scheduled",
-            at=now,
-            data={
-                "at": at.isoformat(),
-                "for": waiting.pk,
-                "cards": len(card_ids),
-                "whole": whole,
-                "reclaim": within is not None,
-            },
-        )
-        victim.refresh_from_db()
-        preemption_warn(victim, now=now)
-        if victim.checkpoint_signal or victim.checkpoint_command:
-            # The job saves its state during the grace: the backend delivers the signal
-            # (Slurm: scancel --signal; local: the node's agent) after commit.
-            enqueue_after_commit("leasing.tasks.checkpoint_lease", lease_id)
+        _mark(
+            by_pk[lease_id], card_ids, held[lease_id], at=preempt_at[lease_id], waiting=waiting,
+            now=now, reclaim=within is not None,
+        )  # fmt: skip
     return len(taken)
+
+
+def _mark(
+    victim: Lease,
+    card_ids: list[int],
+    held: list[int],
+    *,
+    at: datetime,
+    waiting: Lease,
+    now: datetime,
+    reclaim: bool,
+) -> None:
+    """Mark *victim* to give back *card_ids* (of the cards it *held*) at *at* for *waiting*,
+    warn its holder, and have its checkpoint signal sent. A victim already marked for later
+    (a share's reclaim cuts that short) keeps what it was giving back: all its cards, or
+    those and *card_ids*, now at *at*."""
+    before = victim.preempt_at
+    if before is not None:
+        if victim.preempt_cards is None:
+            card_ids = held  # it was ending: it still does, sooner
+        else:
+            given = Allocation.objects.filter(lease_id=victim.pk, end_at=before)
+            card_ids = sorted({*card_ids, *given.values_list("card_id", flat=True)})
+    whole = len(card_ids) >= len(held)
+    if not whole:
+        # The cards taken back are free from *at*: their periods end then, so the planner,
+        # the fast path and billing all see it; the lease keeps the rest.
+        Allocation.objects.filter(lease_id=victim.pk, card_id__in=card_ids, end_at__gt=at).update(
+            end_at=at
+        )
+    Lease.objects.filter(pk=victim.pk, preempt_at=before).update(
+        preempt_at=at,
+        preempt_cards=None if whole else len(card_ids),
+        preempted_for=waiting,
+    )
+    event_record(
+        victim.pk,
+        kind="preemption_scheduled",
+        at=now,
+        data={
+            "at": at.isoformat(),
+            "for": waiting.pk,
+            "cards": len(card_ids),
+            "whole": whole,
+            "reclaim": reclaim,
+        },
+    )
+    victim.refresh_from_db()
+    preemption_warn(victim, now=now)
+    if victim.checkpoint_signal or victim.checkpoint_command:
+        # The job saves its state during the grace: the backend delivers the signal
+        # (Slurm: scancel --signal; local: the node's agent) after commit.
+        enqueue_after_commit("leasing.tasks.checkpoint_lease", victim.pk)
 
 
 def take_back(

@@ -8,19 +8,16 @@ moment cards free up, not on a timer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Value
-from django.utils import timezone
 
 from inventory.models import Card
 from leasing.choices import RUNNING_STATES, EndReason, Kind, LeaseStatus
 from leasing.enqueue import enqueue_after_commit
-from leasing.locking import lock_card_models
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import moves, plancache, planner, shares
@@ -460,18 +457,3 @@ def release_begin(
         replan(lease.card_model_id, now=now)
     enqueue_after_commit("leasing.tasks.release_lease", lease.pk)
     return True
-
-
-def queue_advance(*, card_model_ids: Iterable[int], now: datetime | None = None) -> PassResult:
-    """A whole queue pass over the given card models (locks them, places what fits), for
-    tests and benches; production passes go through ``replan`` one model at a time."""
-    now = now or timezone.now()
-    total = PassResult()
-    with transaction.atomic():
-        for card_model_id in lock_card_models(card_model_ids):
-            result = schedule_card_model(card_model_id, now=now)
-            total.started += result.started
-            total.booked += result.booked
-            total.waiting.update(result.waiting)
-        hand_over(total.started)
-    return total

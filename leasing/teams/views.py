@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from inventory.charts import model_colours_by_name
 from leasing import periods
 from leasing.teams import approvals, selectors, services
 from leasing.teams.forms import (
@@ -26,6 +27,7 @@ from leasing.teams.forms import (
     QuotaForm,
 )
 from portal import charts
+from portal.input import form_error_lines
 from portal.permissions import is_finance, is_operator, lead_memberships, leads_team
 
 
@@ -96,7 +98,7 @@ def team_detail(request, slug: str):
     context = {
         "team": team,
         **overview,
-        "chart": charts.daily_card_hours(daily, days) if daily else "",
+        "chart": charts.daily_card_hours(daily, days, model_colours_by_name()) if daily else "",
         "chart_form": range_form,
         "chart_start": start,
         "chart_end": end,
@@ -142,7 +144,8 @@ def team_set_limit(request, slug: str):
     form = MemberLimitForm(request.POST, team=team, prefix="limit")
     if not form.is_valid():
         messages.error(
-            request, _("Check the member limit: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the member limit: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect("team_detail", slug)
     membership = team.memberships.get(pk=form.cleaned_data["member"])
@@ -169,7 +172,8 @@ def team_set_quota(request, slug: str):
     form = QuotaForm(request.POST, prefix="quota")
     if not form.is_valid():
         messages.error(
-            request, _("Check the quota: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the quota: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect("team_detail", slug)
 
@@ -259,7 +263,8 @@ def team_set_idle_policy(request, slug: str):
     form = IdlePolicyForm(request.POST, prefix="idle")
     if not form.is_valid():
         messages.error(
-            request, _("Check the idle policy: %(errors)s") % {"errors": form.errors.as_text()}
+            request,
+            _("Check the idle policy: %(errors)s") % {"errors": "; ".join(form_error_lines(form))},
         )
         return redirect(f"{team_url(slug)}#idle-policy")
 

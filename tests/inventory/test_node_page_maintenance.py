@@ -76,6 +76,9 @@ def test_operator_drains_at_a_chosen_time_in_their_zone_then_undrains(client, he
     assert node.drain_at == datetime(2026, 12, 1, 12, 0, tzinfo=SHANGHAI)
     assert LeaseWarning.objects.filter(lease=lease).exists()
     assert AuditEntry.objects.filter(action="node_drain", target="bj-a100-01").exists()
+    # The form shows the drain that is set (in the operator's zone), not an hour from now.
+    page = client.get("/inventory/nodes/bj-a100-01/").content.decode()
+    assert 'value="2026-12-01T05:00"' in page
 
     past = client.post(
         "/inventory/nodes/bj-a100-01/drain/", {"drain_at": "2026-11-30T05:00"}, follow=True
@@ -142,3 +145,19 @@ def test_every_admin_model_has_a_translated_plural():
             assert plural != model._meta.object_name.lower() + "s", model
     with translation.override("en"):
         assert str(Delivery._meta.verbose_name_plural) == "deliveries"
+
+
+def test_a_held_card_on_a_draining_node_shows_the_drain_as_its_end(client, held, ops):
+    """The lease ends at the drain (no lease runs past it): the card says so, not its booked
+    end; a drain after the booked end changes nothing."""
+    from leasing.lifecycle import maintenance
+
+    node, lease = held
+    maintenance.node_drain(user=ops, node=node, drain_at=T0 + timedelta(hours=2))
+    page = _as(client, ops).get("/inventory/nodes/bj-a100-01/").content.decode()
+    assert 'data-busy-until="drain"' in page and "12-01 11:00" in page
+    assert "12-01 14:00" not in page  # the booked end
+    maintenance.node_undrain(user=ops, node=node)
+    maintenance.node_drain(user=ops, node=node, drain_at=T0 + timedelta(hours=8))
+    page = _as(client, ops).get("/inventory/nodes/bj-a100-01/").content.decode()
+    assert 'data-busy-until="drain"' not in page and "12-01 14:00" in page

@@ -93,6 +93,62 @@ def test_past_its_share_a_team_waits_like_anyone(frozen, ops, lena, bob, vision,
     assert more.estimated_start == T0 + hours(8)
 
 
+def test_a_reclaim_cuts_short_the_longer_grace_of_work_already_being_taken_back(
+    frozen, ops, lena, bob, vision, nlp, a100, eight
+):
+    # Found by the stated-time property: nlp's preemptible lease on loan is already being
+    # taken back, with the site's 10-minute grace, for nlp's own higher-class lease when vision
+    # asks; nothing else may be taken, so vision waited those 10 minutes, past its 5.
+    share_set(user=ops, team=vision, card_model=a100, cards=4, within_minutes=5)
+    own = active(ask(bob, nlp, a100, count=4, duration=hours(8)))
+    cheap = active(ask(bob, nlp, a100, count=4, duration=hours(8), priority=Priority.PREEMPTIBLE))
+    assert (own.lent, cheap.lent) == (False, True)
+    theirs = ask(bob, nlp, a100, count=4, duration=hours(8))
+    cheap.refresh_from_db()
+    assert cheap.preempt_at == T0 + timedelta(minutes=10) and cheap.preempted_for_id == theirs.pk
+
+    mine = ask(lena, vision, a100, count=4, duration=hours(1))
+    cheap.refresh_from_db()
+    own.refresh_from_db()
+    assert cheap.preempt_at == T0 + timedelta(minutes=5) and cheap.preempt_cards is None
+    assert cheap.preempted_for_id == mine.pk and own.preempt_at is None
+    assert cheap.events.filter(kind="preemption_scheduled").count() == 2
+    assert cheap.warnings.count() == 2  # told again, with the sooner time
+    frozen.move_to(T0 + timedelta(minutes=5))
+    endings.preemptions_due()
+    mine.refresh_from_db()
+    assert mine.status == LeaseStatus.PROVISIONING and mine.start_at == T0 + timedelta(minutes=5)
+    theirs.refresh_from_db()
+    assert theirs.status == LeaseStatus.QUEUED
+
+
+def test_a_reclaim_cuts_short_a_partial_take_back_and_keeps_what_it_gave(
+    frozen, ops, lena, bob, vision, nlp, a100, eight
+):
+    share_set(user=ops, team=vision, card_model=a100, cards=4, within_minutes=5)
+    active(ask(bob, nlp, a100, count=4, duration=hours(8)))
+    cheap = active(ask(bob, nlp, a100, count=4, duration=hours(8), priority=Priority.PREEMPTIBLE))
+    theirs = ask(bob, nlp, a100, count=2, duration=hours(8))
+    cheap.refresh_from_db()
+    assert cheap.preempt_at == T0 + timedelta(minutes=10) and cheap.preempt_cards == 2
+    given = set(cheap.allocations.filter(end_at=cheap.preempt_at).values_list("card_id", flat=True))
+
+    mine = ask(lena, vision, a100, count=1, duration=hours(1))
+    cheap.refresh_from_db()
+    soon = T0 + timedelta(minutes=5)
+    assert cheap.preempt_at == soon and cheap.preempted_for_id == mine.pk
+    now_given = set(cheap.allocations.filter(end_at=soon).values_list("card_id", flat=True))
+    assert given <= now_given and cheap.preempt_cards == len(now_given) < 4
+    frozen.move_to(soon)
+    endings.preemptions_due()
+    mine.refresh_from_db()
+    cheap.refresh_from_db()
+    assert mine.status == LeaseStatus.PROVISIONING and mine.start_at == soon
+    assert cheap.status == LeaseStatus.ACTIVE and cheap.count == 4 - len(now_given)
+    theirs.refresh_from_db()
+    assert theirs.status in (LeaseStatus.QUEUED, LeaseStatus.PROVISIONING)
+
+
 def test_a_family_share_counts_every_model_of_the_family(frozen, ops, lena, bob, vision, nlp):
     small = CardModelFactory(slug="fam-a", name="Fam A", family="fam")
     big = CardModelFactory(slug="fam-b", name="Fam B", family="fam")
@@ -177,9 +233,9 @@ def test_a_team_within_its_share_always_starts_within_the_stated_time(
     asking within its guaranteed share starts within the share's stated time, and only work
     on loan or preemptible work was taken back for it."""
     from leasing.lifecycle.changes import lease_release
-    from leasing.scheduler.run import queue_advance
     from portal.models import Membership
     from tests.factories import MembershipFactory, UserFactory
+    from tests.leasing.passes import queue_advance
 
     with transaction.atomic(), time_machine.travel(T0, tick=False) as clock:
         model = CardModelFactory(slug="prop-a100", name="Prop A100")

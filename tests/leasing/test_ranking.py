@@ -199,5 +199,10 @@ def test_a_message_never_suggests_a_model_the_requirements_rule_out(frozen, demo
         requirements={"stack": "cann"},
     )
     assert rec.options == []
-    assert rec.message.startswith("Needs more cards than one node holds (for example Huawei Ascend")
+    assert rec.message.startswith(
+        "Nothing in the pool holds it now: Huawei Ascend 910B2 needs 3 nodes of 8 (24 cards), "
+        "the pool has 2."
+    )
     assert "MI300X" not in rec.message and "A100" not in rec.message
+    # the smaller methods keep the requirements: Ascend again
+    assert {a.option.card_model.slug for a in rec.alternatives} == {"ascend-910b"}

@@ -28,12 +28,29 @@ Policies, on the same jobs and pool, all placing with the real ``planner.place``
 * ``conservative`` the project's policy before issue 18: every waiting lease gets a
              reservation in submit order (conservative backfill, ``planner.plan_queue``);
 * ``portal`` the project's policy now, the real code (``scheduler.queueplan``):
-             conservative backfill in the order of ``service_key`` (virtual submit time =
-             submit + slack by size), kept up to date by ``QueuePlan`` as the portal keeps it.
+             conservative backfill in the order of ``service_key`` (the team's fair-share
+             factor, ``scheduler.fairshare``, recomputed every ``--fair-every`` minutes
+             with a ``--half-life``; then virtual submit time = submit + slack by size),
+             kept up to date by ``QueuePlan`` as the portal keeps it (``reorder`` at each
+             recomputation);
+* ``portal-before`` the same without fair share (the order before it), run beside
+             ``portal`` when two or more teams share the pool, for the fairness figure.
+
+Fairness (two or more teams, equal weights): *unfair starts* is, of all starts while two
+or more teams wait, the share that went to a team above its share (cards held over the pool
+divided among the teams holding or waiting) while a team below its share had a waiting job
+no larger than the cards free for that pass (``unfair_starts``); "below share" is the old
+figure: the worst team's share of its waiting time spent below its share while another team
+was above it.
 
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
 Events at the same second are applied together (ends, then submits) before one pass.
+
+ETA: each waiting job is told what the portal tells a waiting lease (``scheduler.eta``: the
+plan's start plus room for smaller work that may still pass it); the table gives the share
+started by the first start told + 15 min (the target: ``ETA_TARGET``) and by the one told an
+hour before it started + 15 min.
 """
 
 from __future__ import annotations
@@ -54,6 +71,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from leasing.scheduler import fairshare  # noqa: E402
+from leasing.scheduler.eta import told_start, virtual_of  # noqa: E402
 from leasing.scheduler.planner import (  # noqa: E402
     CardSlot,
     Request,
@@ -78,6 +97,9 @@ MACHINES = DATA / "inventory/alibaba-pai-machines.csv"
 SAME_NODE_MAX = 8
 NEVER = datetime.max.replace(tzinfo=UTC)
 POLICIES = ("fifo", "easy", "conservative", "portal")
+# the portal's order before fair share (priority class, then virtual submit time): the
+# "before" figure beside the portal's fairness, run with it when two or more teams share
+BEFORE = "portal-before"
 NORMAL_RANK = 100
 
 
@@ -209,11 +231,12 @@ class Fifo:
 class Planned:
     """Conservative backfill through ``QueuePlan`` in FIFO or the portal's order."""
 
-    def __init__(self, cards, portal: bool, check_full: bool, per_card_hour, cap, start):
+    def __init__(self, cards, portal: bool, check_full: bool, per_card_hour, cap, start, fair=None):
         self.plan = QueuePlan(cards, Timeline(), now=start)
         self.portal, self.check_full = portal, check_full
         self.per_card_hour, self.cap = per_card_hour, cap
         self.jobs: dict[int, Job] = {}
+        self.fair = fair  # FairShare, or None: no fair share
 
     def key(self, job: Job):
         if not self.portal:
@@ -224,24 +247,32 @@ class Planned:
             duration=job.duration,
             count=job.count,
             lease_id=job.id,
+            fair=self.fair.factor(job.team) if self.fair else fairshare.NO_USE,
             per_card_hour=self.per_card_hour,
             cap=self.cap,
         )
 
     def step(self, now, new, running):
         plan = self.plan
+        if self.fair is not None and self.fair.recompute(now):
+            # the recomputation falls between the last pass and this one: the plan takes the
+            # new keys as it stood then, and time moves on from there (``advance``)
+            plan.reorder(lambda r: self.key(self.jobs[r.lease_id]))
         due = plan.advance(now)
         for job in new:
             self.jobs[job.id] = job
             first = plan.add(self.key(job), job.request(now))[0]
-            job.first_estimate = first.decision.start
+            job.first_estimate = told_start(
+                first.decision.start, virtual_at=virtual_of(first.key), now=now
+            )
         due += plan.advance(now)
-        for entry in plan.entries:  # what each waiting job is told now
+        for entry in plan.entries:  # what each waiting job is told now (the portal's rule)
             job = self.jobs[entry.request.lease_id]
+            told = told_start(entry.decision.start, virtual_at=virtual_of(entry.key), now=now)
             if job.estimates is None:
-                job.estimates = [(now, entry.decision.start)]
-            elif job.estimates[-1][1] != entry.decision.start:
-                job.estimates.append((now, entry.decision.start))
+                job.estimates = [(now, told)]
+            elif job.estimates[-1][1] != told:
+                job.estimates.append((now, told))
         if self.check_full:
             self.compare(now, due, running)
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
@@ -264,6 +295,75 @@ class Planned:
             assert (d.start, d.card_ids) == (m.start, m.card_ids), (now, d, m)
 
 
+class FairShare:
+    """The portal's fair share in the replay: the teams' use kept by ``fairshare.Ledger``
+    (one card model: every card-hour weighs the same), the factors recomputed by
+    ``fairshare.factors`` at the fixed times ``fairshare.due`` gives (equal weights)."""
+
+    def __init__(self, teams, half_life: timedelta, every: timedelta, start: datetime):
+        self.ledger = fairshare.Ledger(half_life, start)
+        self.weights = {t: 1.0 for t in teams}
+        self.every, self.last = every, None
+        self.factors: dict[str, float] = {}
+
+    def factor(self, team) -> float:
+        return self.factors.get(team, fairshare.NO_USE)
+
+    def recompute(self, now: datetime) -> bool:
+        """At a fixed time: the factors now; True when one changed."""
+        if not fairshare.due(self.last, now, self.every):
+            return False
+        self.last = now
+        self.ledger.move(now)
+        found = fairshare.factors(self.ledger.use, self.weights)
+        changed, self.factors = found != self.factors, found
+        return changed
+
+
+class Fairness:
+    """``unfair_starts``: of all starts while two or more teams wait, those that went to a
+    team above its share while a team below its share had a waiting job that fitted the cards
+    free for that pass (see the module)."""
+
+    def __init__(self, pool: int):
+        self.pool = pool
+        self.sizes: dict[str, Counter] = defaultdict(Counter)  # team -> waiting job sizes
+        self.starts = self.unfair = 0
+
+    def join(self, job: Job) -> None:
+        self.sizes[job.team][job.count] += 1
+
+    def passed(self, started: list, held: Counter, idle: int) -> None:
+        """A pass started *started* (in order) with *idle* cards free before it; *held*: the
+        cards each team held before the pass."""
+        waiting = {t for t, sizes in self.sizes.items() if any(sizes.values())}
+        if len(waiting) < 2 or not started:
+            for job, _cards in started:
+                self._leave(job)
+            return
+        held = Counter(held)
+        for job, _cards in started:
+            active = waiting | {t for t, n in held.items() if n > 0}
+            share = self.pool / len(active)
+            self.starts += 1
+            if held[job.team] > share and any(
+                held[t] < share
+                and min((c for c, n in self.sizes[t].items() if n), default=idle + 1) <= idle
+                for t in waiting
+                if t != job.team
+            ):
+                self.unfair += 1
+            self._leave(job)
+            held[job.team] += job.count
+            waiting = {t for t, sizes in self.sizes.items() if any(sizes.values())}
+
+    def _leave(self, job: Job) -> None:
+        self.sizes[job.team][job.count] -= 1
+
+    def figure(self) -> float | None:
+        return self.unfair / self.starts if self.starts else None
+
+
 def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
     for job in jobs:
         job.start, job.first_estimate, job.cards, job.estimates = None, None, (), None
@@ -272,14 +372,24 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
     if policy in ("fifo", "easy"):
         runner = Fifo(cards, easy=policy == "easy")
     else:
+        teams = sorted({j.team for j in jobs})
+        fair = None
+        if policy == "portal" and len(teams) > 1:
+            fair = FairShare(
+                teams, timedelta(hours=args.half_life), timedelta(minutes=args.fair_every),
+                jobs[0].submit,
+            )  # fmt: skip
         runner = Planned(
             cards,
-            portal=policy == "portal",
+            portal=policy in ("portal", BEFORE),
             check_full=args.check_full,
             per_card_hour=timedelta(minutes=args.slack_per_card_hour),
             cap=timedelta(hours=args.slack_cap),
             start=jobs[0].submit,
+            fair=fair,
         )
+    ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
+    fairness = Fairness(pool)
     teams = sorted({j.team for j in jobs})
     running: dict[int, tuple[datetime, datetime]] = {}  # card -> the period it is busy
     held: Counter = Counter()  # team -> cards held now
@@ -309,15 +419,23 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             _, jid = heapq.heappop(ends)
             job = jobs[jid - 1]
             held[job.team] -= job.count
+            if ledger is not None:
+                ledger.hold(job.team, -job.count, now)
             for c in job.cards:
                 del running[c]
         new = []
         while i < len(jobs) and jobs[i].submit == now:
             new.append(jobs[i])
             waiting[jobs[i].team] += 1
+            fairness.join(jobs[i])
             i += 1
         passes += 1
-        for job, chosen in runner.step(now, new, running):
+        idle_before, held_before = pool - len(running), Counter(held)
+        started = runner.step(now, new, running)
+        fairness.passed(started, held_before, idle_before)
+        for job, chosen in started:
+            if ledger is not None:
+                ledger.hold(job.team, job.count, now)
             job.start, job.cards = now, tuple(chosen)
             end = now + job.duration
             waiting[job.team] -= 1
@@ -372,6 +490,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         "eta_first15": kept_first / len(late) if late else None,
         "eta_1h15": kept_1h / len(late) if late else None,
         "deprived": {t: deprived[t] / waited_time[t] for t in teams if waited_time[t]},
+        "unfair": fairness.figure() if len(teams) > 1 else None,
         "team_mean": {
             t: statistics.fmean((j.start - j.submit).total_seconds() for j in jobs if j.team == t)
             for t in teams
@@ -458,6 +577,50 @@ def verdict(label: str, by: dict[str, dict]) -> list[str]:
     return bad
 
 
+def add_fair_share_arguments(parser) -> None:
+    parser.add_argument(
+        "--half-life", type=float, default=fairshare.HALF_LIFE / timedelta(hours=1),
+        help="hours: the half-life of the teams' use (fair share)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fair-every", type=float, default=fairshare.EVERY / timedelta(minutes=1),
+        help="minutes between two recomputations of the fair-share factors",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-before", action="store_true", help="do not run portal-before beside portal"
+    )
+
+
+def with_before(policies: list[str], args) -> list[str]:
+    """``portal-before`` beside ``portal`` when two or more teams share the pool."""
+    teams = args.vc and len(args.vc.split(",")) > 1
+    if teams and "portal" in policies and BEFORE not in policies and not args.no_before:
+        return [*policies, BEFORE]
+    return policies
+
+
+def print_fairness_table(rows_out: list[tuple[str, dict]]) -> None:
+    """Per row with two or more teams: unfair starts (target <= 5 %) beside the portal's
+    order before fair share, and the old "time below share" of the worst team."""
+    rows_out = [(label, r) for label, r in rows_out if r.get("unfair") is not None]
+    if not rows_out:
+        return
+    before = {label: r["unfair"] for label, r in rows_out if r["policy"] == BEFORE}
+    print(
+        "\n| jobs of | policy | unfair starts (target <= 5 %) | before fair share | "
+        "worst team's waiting time below share |"
+    )
+    print("| --- | --- | ---: | ---: | ---: |")
+    for label, r in rows_out:
+        name = f"**{r['policy']}**" if r["policy"] == "portal" else r["policy"]
+        was = before.get(label) if r["policy"] == "portal" else None
+        worst = max(r["deprived"].values(), default=0.0)
+        print(
+            f"| {label} | {name} | {r['unfair']:.1%} | "
+            f"{'–' if was is None else f'{was:.1%}'} | {worst:.0%} |"
+        )
+
+
 def rel(a, b):
     return f"{a / b - 1:+.0%}" if b else "0 vs 0"
 
@@ -477,6 +640,7 @@ def main() -> int:
     )
     parser.add_argument("--slack-cap", type=float, default=SLACK_CAP / timedelta(hours=1))
     parser.add_argument("--check-full", action="store_true", help="hold QueuePlan to plan_queue")
+    add_fair_share_arguments(parser)
     parser.add_argument("--profile", action="store_true", help="cProfile the last policy")
     parser.add_argument(
         "--overload", action="store_true", help="each big VC alone on 12 x 8, all on 24 x 8"
@@ -494,6 +658,7 @@ def main() -> int:
         f"portal slack {args.slack_per_card_hour:g} min per card-hour, cap {args.slack_cap:g} h"
     )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = with_before(policies, args)
     if args.table:
         groups = [[vc] for vc, n in vc_sizes().most_common() if n >= args.min_jobs]
     else:
@@ -538,6 +703,7 @@ def main() -> int:
         bad += verdict(label, by)
     print()
     print_table(table)
+    print_fairness_table(table)
     if any(r["double"] for _l, r in table):
         print("\nDOUBLE ALLOCATIONS")
         return 1
@@ -562,10 +728,10 @@ def overload_groups(min_jobs: int) -> list[tuple[list[str], int]]:
 
 
 def fmt_fairness(r: dict) -> str:
-    """The decisions' fairness figure (``r["fairness"]``: of the starts while two or more
-    teams waited, the share that went to a team above its share while one below it had work
-    waiting that fitted), when the replay measures it; '—' otherwise."""
-    value = r.get("fairness")
+    """The decisions' fairness figure (``r["unfair"]``: of the starts while two or more teams
+    waited, the share that went to a team above its share while one below it had work waiting
+    that fitted), when the replay measures it (two or more teams); '—' otherwise."""
+    value = r.get("unfair")
     return "—" if value is None else f"{value:.1%}"
 
 

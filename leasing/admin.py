@@ -14,6 +14,8 @@ from leasing.models import (
     Delivery,
     DeliveryAttempt,
     Environment,
+    FairShare,
+    FairSharePolicy,
     GuaranteedShare,
     Lease,
     LeaseEvent,
@@ -28,6 +30,7 @@ from leasing.models import (
     UsageRecord,
     WorkspaceUsage,
 )
+from leasing.teams import fairshare as fair_services
 from leasing.teams import services as team_services
 
 
@@ -153,6 +156,39 @@ class GuaranteedShareAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         team_services.share_remove(user=request.user, share=obj)
+
+
+@admin.register(FairShare)
+class FairShareAdmin(admin.ModelAdmin):
+    """A team's fair-share weight; its use and factor are what the last recomputation found
+    (read-only: they change only at the fixed recomputation times)."""
+
+    list_display = ["team", "weight", "use", "factor", "computed_at"]
+    readonly_fields = ["use", "factor", "computed_at"]
+
+    def save_model(self, request, obj, form, change):
+        fair_services.weight_set(user=request.user, team=obj.team, weight=obj.weight)
+
+
+@admin.register(FairSharePolicy)
+class FairSharePolicyAdmin(admin.ModelAdmin):
+    """How fast use is forgotten (half-life) and how often the factors are recomputed."""
+
+    list_display = ["half_life_hours", "every_minutes", "computed_at"]
+    readonly_fields = ["computed_at"]
+
+    def has_add_permission(self, request):
+        return not FairSharePolicy.objects.exists() and super().has_add_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        fair_services.policy_set(
+            user=request.user,
+            half_life_hours=obj.half_life_hours,
+            every_minutes=obj.every_minutes,
+        )
 
 
 @admin.register(OffPeakWindow)

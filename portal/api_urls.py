@@ -28,6 +28,7 @@ urlpatterns = [
     path("auth/token/", portal_api.ObtainTokenView.as_view(), name="api-token"),
     *advisor_api.urlpatterns,
     *billing_api.urlpatterns,
+    *team_api.urlpatterns,
     *api_telemetry.urlpatterns,
     *api_agent.urlpatterns,
     *api_timeline.urlpatterns,

@@ -726,6 +726,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": float(CARDPOOL["TICK_SECONDS"])},  # a late tick is redundant
     },
     "leasing-sweep": {"task": "leasing.tasks.sweep", "schedule": float(CARDPOOL["SWEEP_SECONDS"])},
+    # The fair-share factors, at the policy's fixed times (FairSharePolicy.every_minutes).
+    "fair-share-recompute": {
+        "task": "leasing.tasks.fair_share_recompute",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
     "slurm-reconcile": {
         "task": "leasing.tasks_slurm.reconcile_slurm",
         "schedule": float(CARDPOOL_SLURM["RECONCILE_SECONDS"]),

@@ -41,8 +41,8 @@ from leasing.choices import WAITING_STATES, LeaseStatus
 from leasing.health import selectors as health_selectors
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import Allocation, Lease, LeaseEvent
-from leasing.scheduler import planner, snapshot
 from leasing.scheduler.availability import card_models_with_counts, covering_allocations
+from leasing.scheduler.picture import model_picture
 from portal import charts
 from portal.models import Membership
 from portal.permissions import is_finance, is_operator, teams_led_by
@@ -238,26 +238,21 @@ def top_users(now: datetime, viewer) -> list[dict]:
     ]
 
 
-def next_free(now: datetime, model_ids) -> dict[int, datetime | None]:
-    """When a 1-card, FREE_FOR request made now would start, per model, behind the queue.
+# How far ahead the dashboard looks for a free card of a fully busy model.
+NEXT_FREE_WITHIN = timedelta(days=60)
 
-    For the dashboard's fully busy models; three queries for all of them together.
-    None: no card of the model is in service.
+
+def next_free(now: datetime, model_ids) -> dict[int, datetime | None]:
+    """When one card of each model is free for FREE_FOR, per the model's one picture of the
+    future (``scheduler.picture``: held, reserved, planned for waiting leases, maintenance):
+    the first such stretch from *now* within NEXT_FREE_WITHIN, None if there is none.
+
+    For the dashboard's fully busy models; a few queries per model.
     """
-    if not model_ids:
-        return {}
-    slots = snapshot.card_slots_of(model_ids, now=now)
-    timelines = snapshot.timelines_of(model_ids, now=now)
-    queues = snapshot.queues_of(model_ids, now=now)
     out = {}
     for model_id in model_ids:
-        cards, timeline = slots.get(model_id, []), timelines[model_id]
-        if not cards:
-            out[model_id] = None
-            continue
-        planner.plan_queue(cards, timeline, queues.get(model_id, []))
-        decision = planner.earliest(cards, timeline, planner.Request(0, 1, FREE_FOR, now))
-        out[model_id] = decision.start
+        future = model_picture(model_id, start=now, end=now + NEXT_FREE_WITHIN, now=now)
+        out[model_id] = future.next_free(1, FREE_FOR, after=now) if future.cards else None
     return out
 
 

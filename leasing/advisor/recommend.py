@@ -477,6 +477,7 @@ def _rank(
         start_policy=start_policy,
         now=now,
         cards=pool.slots,
+        team_id=team_id,
     )
     books = prices.PriceBooks(team_id=team_id or 0, until=wanted + duration + PRICE_HORIZON)
     books.preload(models)

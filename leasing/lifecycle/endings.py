@@ -24,7 +24,7 @@ from leasing.lifecycle.provisioning import backend_change_after_commit
 from leasing.lifecycle.requests import lease_request
 from leasing.lifecycle.validation import Checkpoint
 from leasing.locking import lock_card_models
-from leasing.models import Lease
+from leasing.models import Lease, LeaseWarning
 from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_record_once
 from leasing.scheduler.preemption import preemption_warn
@@ -68,43 +68,86 @@ def offsets_for(lease: Lease) -> list[int]:
     return sorted({int(m) for m in offsets if 0 < int(m) < length}, reverse=True)
 
 
+def warnings_due(*, end: datetime, offsets: list[int], sent: set[int], now: datetime) -> list[int]:
+    """The offsets (minutes before *end*) whose warning is due at *now* and not yet *sent*:
+    due from exactly ``end - offset`` on, not a second earlier."""
+    return [m for m in offsets if m not in sent and end - timedelta(minutes=m) <= now]
+
+
+def next_warning_at(*, end: datetime, offsets: list[int], sent: set[int]) -> datetime:
+    """When a lease's next unsent warning is due; its *end* when none is left (``Lease.warn_at``:
+    the tick looks at the lease again then)."""
+    return min((end - timedelta(minutes=m) for m in offsets if m not in sent), default=end)
+
+
 def warnings_send_due(*, now: datetime | None = None) -> int:
-    """Warn holders at each offset before their lease ends; each warning exactly once."""
+    """The sweep's pass: every active lease ending within the furthest warning's reach (a
+    warning the tick missed, offsets changed since ``warn_at`` was worked out)."""
     now = now or timezone.now()
     horizon = now + timedelta(minutes=max(settings.CARDPOOL["MAX_WARNING_MINUTES"], 1))
-    leases = (
-        Lease.objects.filter(status=LeaseStatus.ACTIVE, end_at__gt=now, end_at__lte=horizon)
-        .select_related("user__profile", "card_model")
-        .order_by("end_at")[:BATCH]
-    )
+    leases = Lease.objects.filter(status=LeaseStatus.ACTIVE, end_at__gt=now, end_at__lte=horizon)
+    return _warnings_send(leases.order_by("end_at")[:BATCH], now)
+
+
+def warnings_send_ticked(*, now: datetime | None = None) -> int:
+    """The tick's pass (every ``TICK_SECONDS``): the active leases whose next warning is due
+    by ``warn_at``, or not worked out yet, so a warning goes out within a tick of its offset.
+    Two index range reads (status, warn_at) when none is due; a lease past its end is left
+    to the expiry on the same tick."""
+    now = now or timezone.now()
+    active = Lease.objects.filter(status=LeaseStatus.ACTIVE)
+    due = list(active.filter(warn_at__lte=now).values_list("pk", flat=True)[:BATCH])
+    due += active.filter(warn_at__isnull=True).values_list("pk", flat=True)[: BATCH - len(due)]
+    if not due:
+        return 0
+    leases = Lease.objects.filter(pk__in=due, status=LeaseStatus.ACTIVE, end_at__gt=now)
+    return _warnings_send(leases.order_by("end_at"), now)
+
+
+def _warnings_send(leases, now: datetime) -> int:
+    """Warn holders at each offset before their lease ends, each warning exactly once; then
+    keep when the next one is due on the lease (``warn_at``)."""
+    leases = list(leases.select_related("user__profile", "card_model"))
+    sent_before: dict[int, set[int]] = {}
+    for lease_id, offset in LeaseWarning.objects.filter(
+        lease_id__in=[lease.pk for lease in leases], kind=WarningKind.EXPIRY
+    ).values_list("lease_id", "offset_minutes"):
+        sent_before.setdefault(lease_id, set()).add(offset)
     sent = 0
     for lease in leases:
-        for offset in offsets_for(lease):
-            if lease.end_at - timedelta(minutes=offset) > now:
-                continue
-            with transaction.atomic():
-                if not warning_record_once(lease, WarningKind.EXPIRY, offset, now):
-                    continue
-                # The warning's own offset (10 for the 10-minute warning, though the sweep ran
-                # seconds after it); what is left, rounded up, if it went out much later.
-                left = math.ceil((lease.end_at - now) / timedelta(minutes=1))
-                left = offset if abs(left - offset) <= 1 else max(left, 0)
-                notice_send(
-                    lease,
-                    kind=Kind.LEASE_EXPIRING,
-                    message="expiring",
-                    params={
-                        "id": lease.pk,
-                        "minutes": left,
-                        "n": lease.count,
-                        "model": lease.card_model.name,
-                        "end": lease.end_at,
-                    },
-                    anchor="#extend",
-                    key=f"lease:{lease.pk}:expiring:{offset}",
-                )
-                sent += 1
+        offsets, done = offsets_for(lease), sent_before.get(lease.pk, set())
+        for offset in warnings_due(end=lease.end_at, offsets=offsets, sent=done, now=now):
+            done.add(offset)  # sent now, or by another worker
+            sent += _expiry_warn(lease, offset, now)
+        warn_at = next_warning_at(end=lease.end_at, offsets=offsets, sent=done)
+        if warn_at != lease.warn_at:
+            Lease.objects.filter(pk=lease.pk, end_at=lease.end_at).update(warn_at=warn_at)
     return sent
+
+
+def _expiry_warn(lease: Lease, offset: int, now: datetime) -> bool:
+    with transaction.atomic():
+        if not warning_record_once(lease, WarningKind.EXPIRY, offset, now):
+            return False
+        # The warning's own offset (10 for the 10-minute warning, though the pass ran
+        # seconds after it); what is left, rounded up, if it went out much later.
+        left = math.ceil((lease.end_at - now) / timedelta(minutes=1))
+        left = offset if abs(left - offset) <= 1 else max(left, 0)
+        notice_send(
+            lease,
+            kind=Kind.LEASE_EXPIRING,
+            message="expiring",
+            params={
+                "id": lease.pk,
+                "minutes": left,
+                "n": lease.count,
+                "model": lease.card_model.name,
+                "end": lease.end_at,
+            },
+            anchor="#extend",
+            key=f"lease:{lease.pk}:expiring:{offset}",
+        )
+    return True
 
 
 # --- idle cards --------------------------------------------------------------------------

@@ -14,16 +14,35 @@ from inventory.models import CardModel
 from inventory.requirements import REQUIREMENTS, form_field, requirement_errors, stored
 from leasing.advisor.recommend import default_stack
 from leasing.choices import Priority, Purpose, StartPolicy
-from leasing.lifecycle.validation import CHECKPOINT_SIGNALS, Checkpoint, priorities_for
-from leasing.models import REQUEST_KEY_MAX, Environment
+from leasing.lifecycle.validation import (
+    CHECKPOINT_SIGNALS,
+    UNITS,
+    Checkpoint,
+    extension_minutes,
+    priorities_for,
+)
+from leasing.models import REQUEST_KEY_MAX, Environment, OffPeakWindow
 from portal.input import MAX_CARDS, validate_date, validate_lease_minutes
 from portal.models import Team
 
-UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
+UNIT_CHOICES = [("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days"))]
+
+
+class ModelSelect(forms.Select):
+    """The card model list, each option with its stack (``data-stack``): the page clears a
+    pre-filled stack when a model of another stack is chosen (static/js/site.js)."""
+
+    def create_option(self, name, value, *args, **kwargs):
+        option = super().create_option(name, value, *args, **kwargs)
+        model = getattr(value, "instance", None)
+        if model is not None:
+            option["attrs"]["data-stack"] = model.stack_family
+        return option
 
 
 class LeaseRequestForm(forms.Form):
     card_model = forms.ModelChoiceField(
+        widget=ModelSelect,
         label=_("Card model"),
         queryset=CardModel.objects.filter(cards__isnull=False)
         .distinct()
@@ -39,7 +58,7 @@ class LeaseRequestForm(forms.Form):
     unit = forms.ChoiceField(
         label=_("Unit"),
         initial="hours",
-        choices=[("minutes", _("minutes")), ("hours", _("hours")), ("days", _("days"))],
+        choices=UNIT_CHOICES,
     )
     start = forms.ChoiceField(
         label=_("Start"),
@@ -105,6 +124,15 @@ class LeaseRequestForm(forms.Form):
         # Only the classes this person may ask for (the service refuses the others).
         allowed = priorities_for(user)
         self.fields["priority"].choices = [c for c in Priority.choices if c[0] in allowed]
+        # Off-peak starts only where an off-peak window is set (else the page says why).
+        self.offpeak_offered = OffPeakWindow.objects.exists()
+        if not self.offpeak_offered:
+            start = self.fields["start"]
+            start.choices = [c for c in start.choices if c[0] not in StartPolicy.values]
+            start.error_messages["invalid_choice"] = _(
+                "No off-peak window is set, so a start in one cannot be asked for; start as soon "
+                "as possible or at a set time."
+            )
 
     def clean(self):
         data = super().clean()
@@ -145,12 +173,35 @@ class LeaseRequestForm(forms.Form):
 
 
 class ExtendForm(forms.Form):
+    """The extend box on the lease page: a number and its unit (minutes, hours or days);
+    ``minutes`` alone is still read (older links and scripts)."""
+
+    duration = forms.IntegerField(
+        label=_("Extend by"), min_value=1, max_value=10**9, initial=1, required=False
+    )
+    unit = forms.ChoiceField(label=_("Unit"), choices=UNIT_CHOICES, initial="hours", required=False)
     minutes = forms.IntegerField(
         label=_("Extend by (minutes)"),
         min_value=1,
-        initial=60,
-        validators=[validate_lease_minutes],  # no extension is longer than the longest lease
+        max_value=10**9,
+        required=False,
+        widget=forms.HiddenInput,
     )
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        minutes, errors = extension_minutes(
+            minutes=data.get("minutes"),
+            duration=data.get("duration"),
+            unit=data.get("unit") or "hours",
+        )
+        for field, messages in errors.items():
+            for message in messages:
+                self.add_error(field, message)
+        data["minutes"] = minutes
+        return data
 
 
 # A number a link pre-fills: parsed as the form parses it (so "²" or "10**20" is ignored).
@@ -167,6 +218,22 @@ class ResizeForm(forms.Form):
         to_field_name="slug",
         required=False,
     )
+
+
+def prefilled_stack(user, card_model_slug: str | None) -> str:
+    """The stack the request form starts with: the user's default (``default_stack``), unless
+    the card model named is of another stack ("" then: a model asked for by name is not
+    refused for a stack the person never chose)."""
+    stack = default_stack(user)
+    if stack and card_model_slug:
+        family = (
+            CardModel.objects.filter(slug=card_model_slug)
+            .values_list("stack_family", flat=True)
+            .first()
+        )
+        if family is not None and family != stack:
+            return ""
+    return stack
 
 
 def lease_request_initial(request) -> dict:
@@ -200,8 +267,9 @@ def lease_request_initial(request) -> dict:
         initial["purpose"] = request.GET["purpose"]
     if request.GET.get("same_node") == "0":
         initial["same_node"] = False  # a plan across nodes
-    # The stack the user last leased (or set on their profile), unless the link says.
-    if stack := default_stack(request.user):
+    # The stack the user last leased (or set on their profile), unless the link says, and
+    # only where it fits the model the link names (no CUDA pre-filled for an Ascend card).
+    if stack := prefilled_stack(request.user, initial.get("card_model")):
         initial["stack"] = stack
     for req in REQUIREMENTS:
         value = request.GET.get(req.name)

@@ -25,6 +25,7 @@ from leasing.choices import Priority, Purpose, StartPolicy
 from leasing.lifecycle.validation import capacity_errors, lease_validate_request
 from leasing.models import Environment
 from leasing.scheduler.availability import card_models_with_counts
+from leasing.scheduler.eta import told_start, virtual_submit
 from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.picture import model_picture
 from leasing.scheduler.preview import lease_preview
@@ -118,6 +119,7 @@ def lease_choose_model(
             purpose=purpose,
             now=now,
             nodes=nodes,
+            team_id=team_id,
         )
         if start is None:
             continue
@@ -329,6 +331,10 @@ class RequestOutlook:
     # maintenance, unhealthy) keeps busy then, read from the model's one picture.
     asked: datetime | None = None
     in_the_way: dict[str, int] | None = None
+    # The start it would be told while it waits (``scheduler.eta``: the plan's start plus
+    # room for smaller work that may pass it), as the lease page will say it; *start* is
+    # the plan's (where the picture's next free stretch begins).
+    told: datetime | None = None
 
     @property
     def outcome(self) -> str:
@@ -365,11 +371,16 @@ def lease_request_check(*, now: datetime | None = None, **asked) -> RequestOutlo
         start_policy=asked.start_policy,
         now=now,
         nodes=shape.nodes,
+        team_id=asked.team.pk if asked.team else None,
     )
     if verdict.borrowed and (when is None or when > now + STARTS_NOW):
         raise ValidationError(borrow_refusal(card_model))  # borrowing never waits
-    outlook = RequestOutlook(card_model=card_model, verdict=verdict, start=when, now=now)
     start_at, duration = shape.start_at, asked.duration
+    outlook = RequestOutlook(card_model=card_model, verdict=verdict, start=when, now=now)
+    outlook.told = when
+    if when is not None and when > max(start_at or now, now):  # it would wait in the queue
+        virtual = virtual_submit(now, duration, asked.count)
+        outlook.told = told_start(when, virtual_at=virtual, now=now)
     if start_at is not None and start_at > now + STARTS_NOW and (when is None or when > start_at):
         picture = model_picture(card_model.pk, start=start_at, end=start_at + duration, now=now)
         outlook.asked = start_at

@@ -45,6 +45,7 @@ from leasing.models import (
     LeaseEvent,
 )
 from leasing.scheduler import fastpath, plancache, shares
+from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.run import (
     replan,
 )
@@ -365,11 +366,13 @@ def _queued_tell(lease: Lease, now: datetime) -> None:
     if lease.status != LeaseStatus.QUEUED:
         return
     notify_after_commit(lease.pk, "lease_queued")
+    # the start told (the lease page's; moves are measured from it): scheduler.eta
+    told = lease_told_start(lease, now=now)
     event_record(
         lease.pk,
         kind="queued",
         at=now,
-        data={"estimated_start": lease.estimated_start and lease.estimated_start.isoformat()},
+        data={"estimated_start": told and told.isoformat()},
     )
 
 

@@ -20,6 +20,7 @@ from leasing.choices import (
 )
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
+from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.picture import PLANNED, model_picture
 from leasing.scheduler.snapshot import card_slots, waiting_for
 from portal.permissions import is_finance, is_operator, lead_memberships, teams_led_by
@@ -110,7 +111,10 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
     now = now or timezone.now()
     if lease.status in WAITING_STATES:
         if lease.status == LeaseStatus.QUEUED:
-            start = lease.estimated_start or (lease.start_at if lease.start_at > now else None)
+            # the plan's start plus room for work that may still pass it (scheduler.eta)
+            start = lease_told_start(lease, now=now) or (
+                lease.start_at if lease.start_at > now else None
+            )
         else:
             start = max(lease.start_at, now)
         why = todo = ""

@@ -13,10 +13,12 @@ from inventory.serializers import RequirementsSerializer
 from leasing.choices import WAITING_STATES, Priority, Purpose, StartPolicy
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.selectors import LeaseTruth, lease_truth
+from leasing.lifecycle.validation import extension_minutes
 from leasing.lifecycle.waiting import KINDS as WAITING_KINDS
 from leasing.lifecycle.waiting import waiting_because_many
 from leasing.models import Allocation, Environment, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import breaches_text
+from leasing.teams.approvals import approvers
 from leasing.workbench.access import access_for
 from portal.input import DateTimeField, StrictSerializer, validate_lease_minutes
 from portal.models import Team
@@ -50,6 +52,9 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
     reason = serializers.SerializerMethodField(
         help_text="The member limits the change breaks, worded in the reader's language."
     )
+    waiting_for = serializers.SerializerMethodField(
+        help_text="Who decides a pending change (the team's leads, by username); empty once decided."
+    )
 
     class Meta:
         model = LeaseChange
@@ -62,6 +67,7 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
             "card_model",
             "status",
             "reason",
+            "waiting_for",
             "requested_by",
             "requested_at",
             "decided_by",
@@ -72,6 +78,11 @@ class LeaseChangeSerializer(serializers.ModelSerializer):
 
     def get_reason(self, change: LeaseChange) -> str:
         return breaches_text(change.breaches) or change.reason
+
+    def get_waiting_for(self, change: LeaseChange) -> list[str]:
+        if change.status != LeaseChange.Status.PENDING:
+            return []
+        return approvers(change.lease.team)
 
 
 class CheckpointSerializer(StrictSerializer):
@@ -110,7 +121,7 @@ class WaitingBecauseSerializer(serializers.Serializer):
     params = serializers.DictField(
         help_text=(
             "approval: approvers; requirements: reason, same_node; ahead_in_queue: count, "
-            "card_hours; cards_in_use: count, until, leases (those you may see), others; "
+            "card_hours; fair_share: count, factor; cards_in_use: count, until, leases (those you may see), others; "
             "off_peak: from, policy; unhealthy_cards, drain: count."
         )
     )
@@ -129,7 +140,11 @@ class LeaseSerializer(serializers.ModelSerializer):
     allocations = AllocationSerializer(many=True, read_only=True, source="cards_held")
     pending_change = serializers.SerializerMethodField()
     effective_start = serializers.SerializerMethodField(
-        help_text="When it starts: the estimated start while it waits (null: unknown)."
+        help_text=(
+            "When it starts: while it waits, the start it is told: the queue plan's start "
+            "(estimated_start) plus room for smaller work that may still pass it within its "
+            "slack (null: unknown)."
+        )
     )
     effective_end = serializers.SerializerMethodField(
         help_text=(
@@ -152,7 +167,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     waiting_because = serializers.SerializerMethodField(
         help_text=(
             "Why a waiting lease waits, worded for you: approval, requirements (can never "
-            "start as asked), ahead_in_queue, cards_in_use, off_peak, unhealthy_cards, drain. "
+            "start as asked), ahead_in_queue, fair_share, cards_in_use, off_peak, unhealthy_cards, drain. "
             "Empty when it does not wait."
         )
     )
@@ -197,6 +212,14 @@ class LeaseSerializer(serializers.ModelSerializer):
             "resumes",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "estimated_start": {
+                "help_text": (
+                    "The queue plan's start for a waiting lease, where its planned cards "
+                    "begin (the card model's timeline); effective_start is the start told."
+                )
+            }
+        }
 
     # Access details only the holder may read: the Kubernetes exec token (kubeconfig) is the
     # holder's own, not their lead's or an operator's.
@@ -370,7 +393,37 @@ class LeaseRequestSerializer(StrictSerializer):
 
 
 class ExtendSerializer(StrictSerializer):
-    minutes = serializers.IntegerField(min_value=1, validators=[validate_lease_minutes])
+    """How long to extend by: ``minutes``, or ``duration`` with its ``unit``."""
+
+    minutes = serializers.IntegerField(
+        min_value=1,
+        max_value=10**9,
+        required=False,
+        help_text=_("Minutes to extend by (or give duration and unit)."),
+    )
+    duration = serializers.IntegerField(
+        min_value=1,
+        max_value=10**9,
+        required=False,
+        help_text=_("How long to extend by, in unit."),
+    )
+    unit = serializers.ChoiceField(
+        choices=["minutes", "hours", "days"],
+        required=False,
+        help_text=_("The unit of duration: minutes, hours or days (default hours)."),
+    )
+
+    def validate(self, attrs):
+        if "unit" in attrs and "duration" not in attrs:
+            raise serializers.ValidationError({"unit": [_("Give a duration with the unit.")]})
+        minutes, errors = extension_minutes(
+            minutes=attrs.get("minutes"),
+            duration=attrs.get("duration"),
+            unit=attrs.get("unit", "hours"),
+        )
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {"minutes": minutes}
 
 
 class LeaseEventSerializer(serializers.ModelSerializer):

@@ -21,7 +21,7 @@ from leasing.backends import (
     TransientBackendError,
     get_backend,
 )
-from leasing.choices import RUNNING_STATES, LeaseStatus
+from leasing.choices import RUNNING_STATES, Kind, LeaseStatus
 from leasing.enqueue import enqueue
 from leasing.lifecycle import (
     change_decisions,
@@ -36,8 +36,10 @@ from leasing.lifecycle import (
 from leasing.models import Lease
 from leasing.notify import wording
 from leasing.scheduler import moves, plancache
+from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
+from leasing.teams import fairshare
 from leasing.workbench import workspace
 
 logger = logging.getLogger(__name__)
@@ -145,6 +147,13 @@ def queue_refresh(card_model_id: int) -> int:
     return slices
 
 
+@shared_task(name="leasing.tasks.fair_share_recompute", acks_late=True)
+def fair_share_recompute() -> bool:
+    """Every minute: recompute the teams' fair-share factors when one of the policy's fixed
+    times has passed (``teams.fairshare.recompute_if_due``)."""
+    return fairshare.recompute_if_due()
+
+
 @shared_task(name="leasing.tasks.plan_share")
 def plan_share(card_model_id: int) -> bool:
     """Leave a fresh base of the model's queue picture in the cache, so that the processes
@@ -163,13 +172,19 @@ def notify_lease(lease_id: int, kind: str) -> None:
 
     Through every channel they chose (leasing.notify); idempotent per lease and event.
     """
-    wording.notify_lease_event(lease_id=lease_id, kind=kind)
+    told = None
+    if kind == Kind.LEASE_QUEUED:  # the start the lease page tells (scheduler.eta)
+        lease = Lease.objects.filter(pk=lease_id).first()
+        told = lease and lease_told_start(lease, now=timezone.now())
+    wording.notify_lease_event(lease_id=lease_id, kind=kind, told_start=told)
 
 
 def _expire_and_start_due(now) -> dict:
     # Drains end on the tick like expiries: a drained node's leases end within the tick's
     # bound of the drain time (one indexed query on nodes when none is due).
     done = {"expired": 0, "started": 0, "drained": maintenance.drains_due(now=now)}
+    # Warnings too: each goes out within a tick of its offset (``Lease.warn_at``).
+    done["warned"] = endings.warnings_send_ticked(now=now)
     due = Lease.objects.filter(status__in=RUNNING_STATES, end_at__lte=now)
     for lease_id in due.order_by("end_at").values_list("pk", flat=True)[:BATCH]:
         done["expired"] += endings.lease_expire(lease_id=lease_id, now=now)
@@ -182,7 +197,8 @@ def _expire_and_start_due(now) -> dict:
 @shared_task(name="leasing.tasks.tick")
 def tick() -> dict:
     """Every CARDPOOL_TICK_SECONDS (2 s): end the leases whose end has come and start the
-    reservations whose start has. Two indexed queries when nothing is due.
+    reservations whose start has; send the expiry warnings that are due (within a tick of
+    their offset). Indexed queries only when nothing is due.
 
     Instead of one ETA task per lease: a Redis broker hands an unacknowledged ETA task to
     another worker after its visibility timeout (an hour), so every lease longer than that

@@ -19,6 +19,7 @@ from leasing.choices import (
     Priority,
     Purpose,
 )
+from portal.input import validate_lease_minutes
 from portal.models import Membership, Team
 from portal.permissions import is_operator, lead_memberships
 
@@ -27,6 +28,9 @@ logger = logging.getLogger(__name__)
 # Requests that start within this much of "now" count as "start now": clocks of
 # browsers and scripts drift, and a form takes a while to submit.
 START_NOW_TOLERANCE = timedelta(seconds=60)
+
+# A length given with its unit (the request form's duration, an extension).
+UNITS = {"minutes": 1, "hours": 60, "days": 24 * 60}
 
 
 def pool_capacity(card_model: CardModel, nodes: frozenset[int] | None = None) -> tuple[int, int]:
@@ -236,3 +240,24 @@ def checkpoint_validate(checkpoint: Checkpoint | None) -> Checkpoint | None:
     if errors:
         raise ValidationError(errors)
     return Checkpoint(signal, command, checkpoint.seconds, checkpoint.requeue)
+
+
+def extension_minutes(
+    *, minutes: int | None, duration: int | None, unit: str | None
+) -> tuple[int | None, dict]:
+    """An extension's length in minutes from ``minutes``, or ``duration`` in ``unit``
+    (minutes, hours or days); with the errors, by field, of what was given wrong. The page's
+    extend box and the API's read it the same way."""
+    if minutes is not None and duration is not None:
+        return None, {"duration": [_("Give minutes, or a duration with its unit, not both.")]}
+    if minutes is None and duration is None:
+        return None, {"duration": [_("Say how long to extend by (minutes, hours or days).")]}
+    if duration is not None:
+        if unit not in UNITS:
+            return None, {"unit": [_("Choose minutes, hours or days.")]}
+        minutes = duration * UNITS[unit]
+    try:
+        validate_lease_minutes(minutes)  # no extension is longer than the longest lease
+    except ValidationError as exc:
+        return None, {"duration" if duration is not None else "minutes": exc.messages}
+    return minutes, {}

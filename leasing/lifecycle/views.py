@@ -15,7 +15,6 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from inventory.models import CardModel, StackFamily
-from leasing.advisor.recommend import default_stack
 from leasing.billing import accrued, prices
 from leasing.choices import OPEN_STATES, TERMINAL_STATES
 from leasing.lifecycle import (
@@ -32,10 +31,16 @@ from leasing.lifecycle import (
 from leasing.lifecycle.change_requests import pending_change
 from leasing.lifecycle.checkpoints import checkpoint_state
 from leasing.lifecycle.filters import LeaseFilterSet
-from leasing.lifecycle.forms import ExtendForm, LeaseRequestForm, ResizeForm, lease_request_initial
+from leasing.lifecycle.forms import (
+    ExtendForm,
+    LeaseRequestForm,
+    ResizeForm,
+    lease_request_initial,
+    prefilled_stack,
+)
 from leasing.lifecycle.waiting import waiting_because, waiting_because_many
-from leasing.notify.messages import breaches_text
-from leasing.teams.approvals import may_decide
+from leasing.notify.messages import approvers_text, breaches_text
+from leasing.teams.approvals import approvers, may_decide
 from leasing.workbench.access import access_for
 from leasing.workbench.selectors import lease_workbench
 from portal.input import form_error_lines, local_next
@@ -125,7 +130,9 @@ def lease_new(request):
                 return redirect("leasing:detail", lease.pk)
     else:
         form = LeaseRequestForm(initial=lease_request_initial(request), user=request.user)
-    stack = default_stack(request.user)
+    stack = prefilled_stack(
+        request.user, request.GET.get("card_model") or request.POST.get("card_model")
+    )
     return render(
         request,
         "leasing/lease_new.html",
@@ -168,6 +175,7 @@ def lease_preview(request):
                 outlook=outlook,
                 outcome=outlook.outcome,
                 start=start,
+                told=outlook.told,
                 card_model=outlook.card_model,
                 chosen=d["card_model"] is None,
                 count=d["count"],
@@ -290,8 +298,14 @@ def _waits_for_lead(request, lease) -> bool:
         return False
     messages.info(
         request,
-        _("This change is above your limits, so it waits for your team lead's approval: %(why)s")
-        % {"why": breaches_text(change.breaches) or change.reason},
+        _(
+            "This change is above your limits: it now waits for %(who)s to approve it, and you "
+            "are told the decision. %(why)s"
+        )
+        % {
+            "who": approvers_text(approvers(lease.team)),
+            "why": breaches_text(change.breaches) or change.reason,
+        },
     )
     return True
 

@@ -7,6 +7,9 @@ Kinds, in the order they are listed:
 * ``requirements`` — it can never start as asked (``reason``: the queue pass's
   ``Lease.stall_reason``, told once by ``run.stalled_tell``);
 * ``ahead_in_queue`` — leases the queue serves first (``count``, their ``card_hours``);
+* ``fair_share`` — ``count`` of those were asked for later and are served first only
+  because their teams are further below their fair share (``factor``: the lease's team's
+  fair-share factor, ``scheduler.fairshare``);
 * ``cards_in_use`` — from the start it asked for, ``count`` cards are held, reserved or
   planned for a lease ahead ``until`` its estimated start; ``leases``: those the reader may
   see, ``others``: how many other leases (other teams') are in the way;
@@ -40,6 +43,7 @@ KINDS = (
     "approval",
     "requirements",
     "ahead_in_queue",
+    "fair_share",
     "cards_in_use",
     "off_peak",
     "unhealthy_cards",
@@ -124,6 +128,9 @@ def waiting_because_many(leases, *, user, now: datetime | None = None) -> dict[i
                             "ahead_in_queue", {"count": len(ahead), "card_hours": round(hours, 1)}
                         )
                     )
+                    fair = fair_share_ahead(mine, ahead)
+                    if fair:
+                        out.append(Because("fair_share", {"count": fair, "factor": -mine[1]}))
                 wanted = max(now, lease.start_at)
                 eta = lease.estimated_start
                 if eta is None or eta > wanted:
@@ -166,6 +173,14 @@ def waiting_because_many(leases, *, user, now: datetime | None = None) -> dict[i
     return found
 
 
+def fair_share_ahead(mine, ahead) -> int:
+    """How many of the leases *ahead* (their service keys smaller than *mine*) are there only
+    because of fair share: same class, a higher factor, a later virtual submit time."""
+    return sum(
+        1 for w in ahead if w.key[0] == mine[0] and w.key[1] < mine[1] and w.key[2] > mine[2]
+    )
+
+
 def _at(value) -> str:
     if value is None:
         return _("unknown")
@@ -187,6 +202,22 @@ def because_text(b: Because) -> str:
             "%(n)s leases ahead in the queue (%(hours)s card-hours)",
             p["count"],
         ) % {"n": p["count"], "hours": p["card_hours"]}
+    if b.kind == "fair_share":
+        return ngettext(
+            "%(n)s lease asked for later is served first: its team is further below its fair "
+            "share (your team's fair-share factor: %(factor)s)",
+            "%(n)s leases asked for later are served first: their teams are further below their "
+            "fair share (your team's fair-share factor: %(factor)s)",
+            p["count"],
+        ) % {"n": p["count"], "factor": f"{p['factor']:.2f}"}
+    if b.kind == "fair_share":
+        return ngettext(
+            "%(n)s lease asked for later is served first: its team is further below its fair "
+            "share (your team's fair-share factor: %(factor)s)",
+            "%(n)s leases asked for later are served first: their teams are further below their "
+            "fair share (your team's fair-share factor: %(factor)s)",
+            p["count"],
+        ) % {"n": p["count"], "factor": f"{p['factor']:.2f}"}
     if b.kind == "cards_in_use":
         whose = [_("lease %(id)s") % {"id": i} for i in p.get("leases", [])]
         if p.get("others"):

@@ -32,7 +32,14 @@ from leasing.models.notify import (
     NotificationPreference,
     Webhook,
 )
-from leasing.models.teams import GuaranteedShare, MemberLimit, Quota, QuotaLimits
+from leasing.models.teams import (
+    FairShare,
+    FairSharePolicy,
+    GuaranteedShare,
+    MemberLimit,
+    Quota,
+    QuotaLimits,
+)
 from leasing.models.workbench import (
     LIVE_SESSION_STATES,
     Environment,
@@ -51,6 +58,8 @@ __all__ = [
     "BackendCall",
     "Delivery",
     "DeliveryAttempt",
+    "FairShare",
+    "FairSharePolicy",
     "GuaranteedShare",
     "Environment",
     "Lease",

@@ -103,6 +103,15 @@ class Lease(models.Model):
         blank=True,
         help_text=_("Empty: the holder's profile setting."),
     )
+    warn_at = models.DateTimeField(
+        _("next warning due"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "When the tick looks at this lease's warnings next: the next one's due time, else "
+            "the end. Empty: not worked out yet."
+        ),
+    )
     idle_since = models.DateTimeField(_("idle since"), null=True, blank=True)
     preempt_at = models.DateTimeField(
         _("preempted at"),
@@ -253,6 +262,8 @@ class Lease(models.Model):
                 name="lease_queue_idx",
             ),
             models.Index(fields=["status", "end_at"], name="lease_status_end_idx"),
+            # The tick's warnings: the active leases whose next warning is due (or not known).
+            models.Index(fields=["status", "warn_at"], name="lease_status_warn_idx"),
             models.Index(fields=["user", "status"], name="lease_user_status_idx"),
             # The pool page's queue history reads the last days' submissions (bench/page_scale).
             models.Index(fields=["submitted_at"], name="lease_submitted_idx"),
@@ -472,8 +483,11 @@ class QueueMark(models.Model):
         primary_key=True,
         related_name="+",
     )
-    # the service key (-rank, virtual submit time, lease id) after which plans are stale
+    # the service key (-rank, -fair, virtual submit time, lease id) after which plans are stale
     rank = models.IntegerField(_("priority rank"))
+    # null (a mark from before fair share): 1, every team's factor then. Nullable so that
+    # SQLite adds the column in place, keeping the table's PlanVersion triggers.
+    fair = models.FloatField(_("fair-share factor"), null=True, blank=True)
     virtual_at = models.DateTimeField(_("virtual submit time"))
     lease_id_after = models.BigIntegerField(_("lease"))
     since = models.DateTimeField(_("stale since"))
@@ -487,7 +501,8 @@ class QueueMark(models.Model):
 
     @property
     def key(self) -> tuple:
-        return (-self.rank, self.virtual_at, self.lease_id_after)
+        fair = 1.0 if self.fair is None else self.fair
+        return (-self.rank, -fair, self.virtual_at, self.lease_id_after)
 
 
 class PlanVersion(models.Model):

@@ -145,3 +145,78 @@ class GuaranteedShare(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} / {self.card_model or self.family}: {self.cards}"
+
+
+class FairShare(models.Model):
+    """A team's fair share of the pool (``scheduler.fairshare``): the *weight* operators give
+    it, and the decayed *use* and *factor* the last recomputation found (the queue orders
+    inside a priority class by the factor). A team without a row weighs 1 and has used
+    nothing."""
+
+    team = models.OneToOneField(
+        "portal.Team",
+        verbose_name=_("team"),
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="fair_share",
+    )
+    weight = models.FloatField(
+        _("share weight"),
+        default=1.0,
+        help_text=_("The team's share is its weight over the weights of every team."),
+    )
+    use = models.FloatField(_("recent use"), default=0.0)
+    factor = models.FloatField(_("fair-share factor"), default=1.0)
+    computed_at = models.DateTimeField(_("computed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("fair share")
+        verbose_name_plural = _("fair shares")
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gt=0), name="fair_share_weight_positive"),
+            models.CheckConstraint(condition=Q(use__gte=0), name="fair_share_use_not_negative"),
+            models.CheckConstraint(
+                condition=Q(factor__gte=0) & Q(factor__lte=1), name="fair_share_factor_0_1"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}: {self.weight:g}"
+
+
+class FairSharePolicy(models.Model):
+    """The site's fair-share settings (one row, id 1): how fast use is forgotten and how
+    often the factors are recomputed."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    half_life_hours = models.FloatField(
+        _("half-life of use (hours)"),
+        default=7 * 24,
+        help_text=_("Use this long ago counts half."),
+    )
+    every_minutes = models.PositiveIntegerField(
+        _("recompute every (minutes)"),
+        default=5,
+        help_text=_("The factors are recomputed at fixed times, this many minutes apart."),
+    )
+    computed_at = models.DateTimeField(_("last computed at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("fair-share policy")
+        verbose_name_plural = _("fair-share policy")
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="fair_share_policy_one_row"),
+            models.CheckConstraint(
+                condition=Q(half_life_hours__gt=0), name="fair_share_half_life_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(every_minutes__gt=0), name="fair_share_every_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"half-life {self.half_life_hours:g} h, every {self.every_minutes} min"
+
+    @classmethod
+    def current(cls) -> FairSharePolicy:
+        return cls.objects.get_or_create(pk=1)[0]

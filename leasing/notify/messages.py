@@ -22,6 +22,7 @@ from django.conf import settings
 from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from leasing.choices import AlertKind, AlertSeverity, EndReason, StallReason
 from leasing.models import Lease, Notification
@@ -298,9 +299,9 @@ def _card_swapped(p: Mapping) -> tuple[str, str]:
 def _change(p: Mapping) -> tuple[str, str]:
     """A change to a lease above a member's limit: asked (to the leads) or decided (holder)."""
     if p["kind"] == "extend":
-        what = _("extend lease %(id)s by %(minutes)s minutes") % {
+        what = _("extend lease %(id)s by %(duration)s") % {
             "id": p["id"],
-            "minutes": p["minutes"],
+            "duration": duration_text(p["minutes"]),
         }
     else:
         what = _("resize lease %(id)s to %(n)s × %(model)s") % {
@@ -321,46 +322,121 @@ def _change(p: Mapping) -> tuple[str, str]:
 
 def breach_text(limit: str, p: Mapping) -> str:
     """A quota or member limit a request or change would break, worded for the reader (the
-    active language and time zone): the limit, what is left and when it frees or renews."""
+    active language and time zone): the limit, what is left and when it frees or renews.
+    What was asked (``p["ask"]``: a request, an extension, a resize) counts only what it adds
+    — an extension no cards, a resize the cards it adds; advice on what to ask instead only
+    where the team's rule refuses (a member's limit waits for the lead)."""
     who = _("Team “%(team)s”") % {"team": p["team"]} if p.get("team") else p.get("user", "")
     scope = p.get("model") or _("all models")
     base = {"who": who, "scope": scope}
     if limit == "max_lease_hours" and p.get("hours") is not None:
-        return _(
+        text = _(
             "%(who)s may lease %(scope)s for at most %(max)s hours at a time; this extension would "
-            "make the lease %(hours)s hours long. Extend by less, or release and ask again."
+            "make the lease %(hours)s hours long."
         ) % {**base, "max": p["max"], "hours": p["hours"]}
+        if p.get("team"):
+            text += " " + _("Extend by less, or release and ask again.")
+        return text
     if limit == "max_lease_hours":
         return _(
             "%(who)s may lease %(scope)s for at most %(max)s hours at a time; ask for %(max)s hours or less "
             "(and extend later if the cards are still free)."
         ) % {**base, "max": p["max"]}
     if limit == "max_concurrent_cards":
-        text = _(
-            "%(who)s may hold at most %(limit)s cards of %(scope)s at once; %(used)s are held or waiting, "
-            "so %(left)s are left and this request needs %(count)s."
-        ) % {**base, **{k: p[k] for k in ("limit", "used", "left", "count")}}
-        if p.get("frees"):
-            when = parse_datetime(p["frees"])
-            local = f"{timezone.localtime(when):%Y-%m-%d %H:%M}" if when else p["frees"]
-            text += " " + _("The next ones free up at %(when)s.") % {"when": local}
-        return text
+        return _concurrent_text(p, base)
     if limit == "card_hours_per_month":
-        return _(
-            "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
-            "needs %(need)s there. The budget renews on %(renew)s."
-        ) % {**base, **{k: p[k] for k in ("left", "limit", "month", "need", "renew")}}
+        return CARD_HOURS_TEXT.get(p.get("ask"), CARD_HOURS_TEXT["request"])() % {
+            **base,
+            **{k: p[k] for k in ("left", "limit", "month", "need", "renew")},
+        }
     # The amounts in the configured currency (billing.prices.money's form; notify reads the
     # setting itself, as billing is its sibling).
     code = settings.CARDPOOL_CURRENCY
-    return _(
-        "%(who)s has %(left)s of %(limit)s left in %(month)s; this request costs %(cost)s "
-        "there. The budget renews on %(renew)s."
-    ) % {
+    return MONEY_TEXT.get(p.get("ask"), MONEY_TEXT["request"])() % {
         **base,
         **{k: f"{code} {p[k]}" for k in ("left", "limit", "cost")},
         **{k: p[k] for k in ("month", "renew")},
     }
+
+
+def _concurrent_text(p: Mapping, base: dict) -> str:
+    values = {**base, **{k: p[k] for k in ("limit", "used", "left", "count")}}
+    if p.get("ask") == "extend" and p.get("kept") is not None:
+        text = _(
+            "%(who)s may hold at most %(limit)s cards of %(scope)s at once. This extension adds no "
+            "cards, but keeps this lease's %(kept)s cards longer while %(used)s others are held "
+            "or waiting: %(total)s in all."
+        ) % {**values, "kept": p["kept"], "total": p["used"] + p["kept"]}
+    elif p.get("ask") == "resize":
+        text = (
+            _(
+                "%(who)s may hold at most %(limit)s cards of %(scope)s at once; %(used)s are held or "
+                "waiting, so %(left)s are left and this resize adds %(count)s."
+            )
+            % values
+        )
+    else:
+        text = (
+            _(
+                "%(who)s may hold at most %(limit)s cards of %(scope)s at once; %(used)s are held or waiting, "
+                "so %(left)s are left and this request needs %(count)s."
+            )
+            % values
+        )
+    if p.get("frees"):
+        when = parse_datetime(p["frees"])
+        local = f"{timezone.localtime(when):%Y-%m-%d %H:%M}" if when else p["frees"]
+        text += " " + _("The next ones free up at %(when)s.") % {"when": local}
+    return text
+
+
+# A monthly budget broken, by what was asked (older rows, without ``ask``: a request).
+CARD_HOURS_TEXT = {
+    "request": lambda: _(
+        "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this request "
+        "needs %(need)s there. The budget renews on %(renew)s."
+    ),
+    "extend": lambda: _(
+        "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; this "
+        "extension needs %(need)s there. The budget renews on %(renew)s."
+    ),
+    "resize": lambda: _(
+        "%(who)s has %(left)s of %(limit)s card-hours of %(scope)s left in %(month)s; the cards "
+        "this resize adds need %(need)s there. The budget renews on %(renew)s."
+    ),
+}
+MONEY_TEXT = {
+    "request": lambda: _(
+        "%(who)s has %(left)s of %(limit)s left in %(month)s; this request costs %(cost)s "
+        "there. The budget renews on %(renew)s."
+    ),
+    "extend": lambda: _(
+        "%(who)s has %(left)s of %(limit)s left in %(month)s; this extension costs %(cost)s "
+        "there. The budget renews on %(renew)s."
+    ),
+    "resize": lambda: _(
+        "%(who)s has %(left)s of %(limit)s left in %(month)s; the cards this resize adds cost "
+        "%(cost)s there. The budget renews on %(renew)s."
+    ),
+}
+
+
+def duration_text(minutes: int) -> str:
+    """A length in minutes as a person says it: whole days, else whole hours, else minutes."""
+    if minutes and minutes % (24 * 60) == 0:
+        n = minutes // (24 * 60)
+        return ngettext("%(n)s day", "%(n)s days", n) % {"n": n}
+    if minutes and minutes % 60 == 0:
+        n = minutes // 60
+        return ngettext("%(n)s hour", "%(n)s hours", n) % {"n": n}
+    return ngettext("%(n)s minute", "%(n)s minutes", minutes) % {"n": minutes}
+
+
+def approvers_text(names: list[str]) -> str:
+    """Who a change or request waits for, by name (the team's leads; an operator if none)."""
+    if not names:
+        return _("an operator")
+    return _(" or ").join(names)
 
 
 def breaches_text(breaches) -> str:

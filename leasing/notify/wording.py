@@ -30,14 +30,20 @@ def _in_language_of(user):
 
 
 def notify_lease_event(
-    *, lease_id: int, kind: str, now: datetime | None = None, lease: Lease | None = None
+    *,
+    lease_id: int,
+    kind: str,
+    now: datetime | None = None,
+    lease: Lease | None = None,
+    told_start: datetime | None = None,
 ) -> list[Notification]:
     """Word and send a lease event: to the holder, or to the team's leads for an approval request.
 
     Takes the kinds above and the older names ``failed``, ``approved``, ``rejected``.
     Idempotent per lease and event (a task that runs twice tells once). A caller that has
     just written the lease passes it (*lease*, with its user, team and model loaded) instead
-    of having it read again.
+    of having it read again. *told_start*: the start a queued lease is told
+    (``scheduler.eta``, worked out by the caller), else its plan's start.
     """
     if lease is None:
         lease = (
@@ -49,6 +55,8 @@ def notify_lease_event(
         return []
     if kind in (Kind.APPROVAL_REQUESTED, Kind.RELEASE_FAILED):  # told to others, not the holder
         return _notify_lease_event(lease, kind=kind, now=now)
+    if told_start is not None:
+        lease.estimated_start = told_start  # worded only, never saved
     with _in_language_of(lease.user):  # a worker's own language is the site's, the default
         return _notify_lease_event(lease, kind=kind, now=now)
 

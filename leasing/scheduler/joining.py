@@ -98,7 +98,7 @@ def _find(waiting: list[Waiting], joined: int, newcomer: Waiting | None) -> Wait
 
 def _mark(model: int):
     mark = QueueMark.objects.filter(card_model_id=model)
-    return mark.values_list("rank", EpochMicros("virtual_at"), "lease_id_after")[:1]
+    return mark.values_list("rank", "fair", EpochMicros("virtual_at"), "lease_id_after")[:1]
 
 
 def mark_of(card_model_id: int) -> Key | None:
@@ -106,23 +106,22 @@ def mark_of(card_model_id: int) -> Key | None:
     found = statements.rows("joining.mark", _mark, model=card_model_id)
     if not found:
         return None
-    rank, virtual_at, lease_id = found[0]
-    return (-rank, at(virtual_at), lease_id)
+    rank, fair, virtual_at, lease_id = found[0]
+    return (-rank, -(1.0 if fair is None else fair), at(virtual_at), lease_id)
+
+
+def mark_fields(key: Key) -> dict:
+    """A service key as ``QueueMark``'s columns (``QueueMark.key`` reads them back)."""
+    return {"rank": -key[0], "fair": -key[1], "virtual_at": key[2], "lease_id_after": key[3]}
 
 
 def mark_put(card_model_id: int, key: Key, *, now: datetime, had: Key | None) -> None:
     """Plans after *key* are stale (replacing the mark there was, *had*)."""
-    rank, virtual, lease_id = -key[0], key[1], key[2]
     if had is None:
-        QueueMark.objects.create(
-            card_model_id=card_model_id, rank=rank, virtual_at=virtual,
-            lease_id_after=lease_id, since=now,
-        )  # fmt: skip
+        QueueMark.objects.create(card_model_id=card_model_id, since=now, **mark_fields(key))
         enqueue_after_commit("leasing.tasks.queue_refresh", card_model_id)
     elif key != had:
-        QueueMark.objects.filter(card_model_id=card_model_id).update(
-            rank=rank, virtual_at=virtual, lease_id_after=lease_id
-        )
+        QueueMark.objects.filter(card_model_id=card_model_id).update(**mark_fields(key))
 
 
 def estimate_write(decision: Decision) -> None:

@@ -11,12 +11,14 @@ reservation asked for a free stretch starts where it was shown
 (tests/leasing/test_picture.py holds that on random pools and queues).
 
 Waiting leases behind a stale stretch of the stored plan (``QueueMark``: planned around
-before someone joined ahead of them), or planned with no cards stored (off-peak starts and
-guaranteed shares plan the whole queue on every pass and store no cards), are not on any
-card: they are listed as ``re_estimating`` for the model as a whole. The refresh plans a
-stale stretch right after the commit that left it and on every queue tick
-(``refresh.queue_refresh``), so a lease stays there for at most about one tick
-(``re_estimated_within``).
+before someone joined ahead of them), and a lease whose off-peak policy just moved its start
+(planned again from there by the next pass), are not on any card: they are listed as
+``re_estimating`` for the model as a whole. Queues with guaranteed shares or off-peak
+policies are planned whole on every pass and their cards stored like any other's. The
+refresh plans a stale stretch right after the commit that left it and on every queue tick
+(``refresh.queue_refresh``), and the tick plans a queue with shares or off-peak policies
+whole every time, so a lease stays re-estimated for at most about one tick
+(``re_estimated_within``; tests/leasing/test_picture_whole.py).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from django.utils import timezone
 
 from leasing.enqueue import enqueue_after_commit
 from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, longest_gap
+from leasing.scheduler.queueplan import KEY_FIELDS
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 
 logger = logging.getLogger(__name__)
@@ -243,7 +244,7 @@ def shape_fingerprint() -> str:
     shape = [
         (cls.__qualname__, [(f.name, str(f.type)) for f in fields(cls)])
         for cls in (Picture, Applied, CardSlot, Timeline, Request, Decision, Waiting)
-    ]
+    ] + [("Key", KEY_FIELDS)]  # a waiting lease's service key (a tuple: no fields of its own)
     return hashlib.sha256(repr(shape).encode()).hexdigest()[:12]
 
 

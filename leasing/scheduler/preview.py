@@ -16,6 +16,7 @@ from leasing.scheduler.queueplan import QueuePlan, service_key
 from leasing.scheduler.snapshot import (
     card_slots,
     card_slots_of,
+    fair_factor,
     queued_requests,
     timeline_for,
     timelines_of,
@@ -41,13 +42,15 @@ def lease_preview(
     start_policy: str = "",
     now: datetime | None = None,
     nodes: frozenset[int] | None = None,
+    team_id: int | None = None,
 ) -> datetime | None:
     """When a request like this would start if made now: its place in the queue (everyone
     the queue order serves before it: ``queueplan.service_key``), no writes.
     *nodes*: the nodes its requirements allow (``inventory.requirements.nodes_meeting``).
     With an off-peak *start_policy* the start is the first the policy allows where the cards
     are free (the queue pass's rule, ``offpeak.OffPeakHold``). The same code as the
-    advisor's previews (``lease_previews``), for one model."""
+    advisor's previews (``lease_previews``), for one model. *team_id*: the asking team (its
+    fair-share factor places it in the queue; None: a team that used nothing)."""
     ask = Ask(card_model.pk, count, same_node, nodes)
     return lease_previews(
         [ask],
@@ -57,6 +60,7 @@ def lease_preview(
         purpose=purpose,
         start_policy=start_policy,
         now=now,
+        team_id=team_id,
     )[card_model.pk].start
 
 
@@ -80,6 +84,7 @@ def lease_previews(
     start_policy: str = "",
     now: datetime | None = None,
     cards: dict[int, list[planner.CardSlot]] | None = None,
+    team_id: int | None = None,
 ) -> dict[int, planner.Decision]:
     """``lease_preview`` for many models at once (one ask per model): three queries in all,
     whatever the number of models (the advisor ranks the whole pool). Each decision's
@@ -93,6 +98,7 @@ def lease_previews(
         cards = card_slots_of(ids, now=now)
     timelines = timelines_of(ids, now=now)
     queues = waiting_of(ids, now=now, min_rank=rank)
+    fair = fair_factor(team_id)
     offpeak = OffPeakHold()
     out: dict[int, planner.Decision] = {}
     for ask in asks:
@@ -101,8 +107,9 @@ def lease_previews(
         # Ahead: those the queue order serves first (a smaller key). The plan the last pass
         # stored for them is the plan; planned again only when it is stale.
         key = service_key(
-            rank=rank, submitted_at=now, duration=duration, count=ask.count, lease_id=NEWCOMER
-        )
+            rank=rank, submitted_at=now, duration=duration, count=ask.count, lease_id=NEWCOMER,
+            fair=fair,
+        )  # fmt: skip
         ahead = [w for w in queues.get(ask.card_model_id, []) if w.key < key]
         plan = QueuePlan(model_cards, timeline, now=now)
         if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):

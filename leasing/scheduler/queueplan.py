@@ -1,13 +1,17 @@
 """The queue's order and a plan of it kept up to date instead of rebuilt.
 
-**Order** (``service_key``): priority class first; inside a class, by a *virtual submit
+**Order** (``service_key``): priority class first; inside a class, the team's fair-share
+factor (``fairshare``: a team further below its share first); then by a *virtual submit
 time*: when the lease was submitted plus a slack that grows with its size (card-hours)
 up to a cap. Every lease declares its duration, so a short one can be served ahead of a
 long one submitted a little earlier, but never ahead of one submitted more than the cap
 before it: the key is fixed when the lease is submitted, so a lease is overtaken only by
 leases submitted before its own virtual time, and everyone who waits long enough comes
-first. That bound is the aging; no key ever changes while a lease waits, which is what
-lets the plan below be updated rather than rebuilt (docs/decisions.md, "queue order").
+first. That bound is the aging. The fair-share factors change only when they are recomputed
+(at fixed times, ``leasing.teams.fairshare``), which moves the plan's version and plans the
+queue again from the start; between two recomputations no key changes while a lease waits,
+which is what lets the plan below be updated rather than rebuilt (docs/decisions.md, "queue
+order", "fair share").
 
 **Plan** (``QueuePlan``): conservative backfill as ``planner.plan_queue`` decides it: in
 service order, each waiting lease gets the earliest window around the reservations of
@@ -43,7 +47,8 @@ from leasing.scheduler.planner import (
 SLACK_PER_CARD_HOUR = timedelta(minutes=15)
 SLACK_CAP = timedelta(hours=4)
 
-Key = tuple  # (-rank, virtual submit time, lease id): smaller is served first
+Key = tuple  # (-rank, -fair-share factor, virtual submit time, lease id): smaller first
+KEY_FIELDS = ("-rank", "-fair", "virtual", "lease_id")  # in the plan cache's fingerprint
 Window = tuple  # (start, end, frozenset of node ids): busy time added to or freed from a plan
 _NOT_BEFORE = object()  # _keep: search from the old start on
 _GO_ON = object()  # _keep_earlier: no earlier start, ask the next question
@@ -68,13 +73,15 @@ def service_key(
     duration: timedelta,
     count: int,
     lease_id: int,
+    fair: float = 1.0,
     per_card_hour: timedelta = SLACK_PER_CARD_HOUR,
     cap: timedelta = SLACK_CAP,
 ) -> Key:
-    """The lease's place in the queue: higher class first, then the earlier virtual submit
-    time, then the lower id. Fixed at submit (it reads nothing that changes while waiting)."""
+    """The lease's place in the queue: higher class first, then the higher fair-share factor
+    of its team (*fair*, ``fairshare.factors``), then the earlier virtual submit time, then
+    the lower id. Changes only when the factors are recomputed."""
     virtual = submitted_at + slack(duration, count, per_card_hour=per_card_hour, cap=cap)
-    return (-rank, virtual, lease_id)
+    return (-rank, -fair, virtual, lease_id)
 
 
 @dataclass
@@ -128,6 +135,24 @@ class QueuePlan:
         self.entries = [Planned(k, r, self._plan(r)) for k, r in ordered]
         self._starts_reset()
         return self.decisions()
+
+    def reorder(self, key_of) -> bool:
+        """The keys changed (the fair-share factors were recomputed): *key_of(request)* gives
+        each waiting lease its new key. The leases whose place in the order did not change up
+        to the first that did keep their decisions (each depends only on the timeline and
+        those ahead); from there on the queue is planned again in the new order. True when
+        anything was planned again."""
+        keyed = sorted(((key_of(e.request), e) for e in self.entries), key=lambda ke: ke[0])
+        first = next((n for n, (_k, e) in enumerate(keyed) if e is not self.entries[n]), len(keyed))
+        for entry in reversed(self.entries[first:]):
+            self._unreserve(entry)
+        for n, (key, entry) in enumerate(keyed):
+            entry.key = key
+            if n >= first:
+                entry.decision = self._plan(entry.request)
+        self.entries = [e for _k, e in keyed]
+        self.keys = [k for k, _e in keyed]
+        return first < len(keyed)
 
     def restore(
         self, stored: Iterable[tuple[Key, Request, datetime | None, Sequence[int] | None]]

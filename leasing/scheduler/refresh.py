@@ -17,7 +17,7 @@ from django.utils import timezone
 from leasing.locking import lock_card_models
 from leasing.models import QueueMark
 from leasing.scheduler import plancache, shares
-from leasing.scheduler.joining import mark_of
+from leasing.scheduler.joining import mark_fields, mark_of
 from leasing.scheduler.planner import CardSlot
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
@@ -82,14 +82,12 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         result = PassResult()
         applied = apply_decisions(card_model_id, [e.decision for e in entries],
                                   {e.request.lease_id: e.request for e in entries}, waiting,
-                                  keep_plan=True, policies={}, now=now, result=result)  # fmt: skip
+                                  policies={}, now=now, result=result)  # fmt: skip
         hand_over(result.started)
         more = len(planned) < len(stale)
         if more:
             last = planned[-1].key
-            QueueMark.objects.filter(card_model_id=card_model_id).update(
-                rank=-last[0], virtual_at=last[1], lease_id_after=last[2]
-            )
+            QueueMark.objects.filter(card_model_id=card_model_id).update(**mark_fields(last))
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
@@ -152,13 +150,14 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         pool = _pool_digest(cards)
         key = f"cardpool:queue-pass:{card_model_id}"
         last = _last_pass(key)
+        # shares and off-peak policies plan the whole queue on every pass (``run``)
+        whole = any(w.start_policy for w in waiting) or bool(shares.shares_covering(card_model_id))
         trusted = (
             last is not None
             and last[0] == pool
             and now - last[1] < FULL_PASS_EVERY
-            and not any(w.start_policy for w in waiting)
+            and not whole
             and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
-            and not shares.shares_covering(card_model_id)
         )
         if trusted and preemption_plan(card_model_id, now=now, covering=[]):
             trusted = False  # a higher class needed room: plan the queue around the victims
@@ -169,7 +168,10 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         if not trusted:
             result = schedule_card_model(card_model_id, now=now)
             hand_over(result.started)
-            transaction.on_commit(lambda: _last_pass_put(key, (pool, now)), robust=True)
+            # a plan made out of service order (shares, off-peak) is never taken back: the
+            # next tick plans the whole queue again
+            done = None if whole else (pool, now)
+            transaction.on_commit(lambda: _last_pass_put(key, done), robust=True)
             return result
         # nothing due, nothing changed: the stored plan stands
         plancache.keep_after_commit(card_model_id, picture, plancache.Applied([], [], {}), now=now)

@@ -21,6 +21,7 @@ from leasing.enqueue import enqueue_after_commit
 from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, QueueMark, Session
 from leasing.notify.messages import notice_send
 from leasing.scheduler import moves, plancache, planner, shares
+from leasing.scheduler.eta import told_moves
 from leasing.scheduler.joining import (
     Joined,
     estimate_write,
@@ -90,7 +91,7 @@ def schedule_card_model(
             card_model_id, picture, now=now, joined=None if marked else joined, result=result
         )
         keep_plan = True
-    applied = apply_decisions(card_model_id, decisions, requests, waiting, keep_plan=keep_plan,
+    applied = apply_decisions(card_model_id, decisions, requests, waiting,
                               policies=policies, now=now, result=result)  # fmt: skip
     if keep_plan:
         if estimated is not None:
@@ -120,8 +121,9 @@ def _plan_whole(
 ) -> tuple[list[Decision], dict[int, Request]]:
     """The whole queue planned again: a team within its guaranteed share is served first (the
     cards a reclaim frees are its), and off-peak starts are held back later: both change the
-    plan after the service order, which a stored plan does not know. No cards are stored (the
-    next request that joins plans the whole queue too)."""
+    plan after the service order, which a stored plan does not know. The cards are stored all
+    the same, for the picture (``picture``: every view of time reads them); the next pass plans
+    the whole queue again rather than take them back, and so does the tick (``refresh``)."""
     queue = shares.entitled_first(
         card_model_id, [w.request for w in picture.waiting], covering=covering
     )
@@ -182,14 +184,14 @@ def apply_decisions(
     requests: dict[int, Request],
     waiting: list[Waiting],
     *,
-    keep_plan: bool,
     policies: dict[int, str],
     now: datetime,
     result: PassResult,
 ) -> Applied:
     """Act on a pass's decisions: start what fits now, book advance reservations, and write
-    each waiting lease's estimate, stall reason and planned cards where they changed.
-    Returns what was written (``plancache``)."""
+    each waiting lease's estimate, stall reason and planned cards where they changed (a
+    start an off-peak policy moved has no cards yet: the next pass plans it from there, and
+    the picture shows it being re-estimated until then). Returns what was written (``plancache``)."""
     shown = {
         w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards)
         for w in waiting
@@ -206,14 +208,7 @@ def apply_decisions(
     applied = Applied(started=[], booked=[], shown={})
     for decision in decisions:
         request = requests[decision.lease_id]
-        if decision.lease_id in policies and decision.start is not None:
-            # Off-peak only where the lease asked for it: a start its policy does not allow
-            # waits for the next one (scheduler/offpeak.py).
-            allowed = offpeak.hold(
-                decision.lease_id, policies[decision.lease_id], decision.start, request.duration
-            )
-            if allowed != decision.start:
-                decision = Decision(decision.lease_id, allowed)
+        decision, held = _offpeak_held(offpeak, decision, request, policies)
         # (a picture kept from an earlier pass has not_before of that pass: at least now)
         wanted = max(request.not_before, now)
         fits_when_wanted = decision.start is not None and decision.start == wanted
@@ -233,7 +228,7 @@ def apply_decisions(
                     in_service = in_service_by_node(card_model_id)
                     unhealthy = unhealthy_count(card_model_id)
                 stall = planner.never_fits_because(in_service, request, unhealthy)
-            planned = decision.card_ids if keep_plan and decision.start is not None else None
+            planned = decision.card_ids if decision.start is not None and not held else None
             if shown.get(decision.lease_id) != (decision.start, stall, planned):
                 before = shown.get(decision.lease_id)
                 moved.append((decision.lease_id, before and before[0], decision.start))
@@ -260,8 +255,25 @@ def apply_decisions(
     )
     if not stalled_tell(stalled):
         applied.complete = False
-    moves.estimates_moved(moved, now=now)  # a big move: a timeline event and a notice
+    # a big move of the start told (scheduler.eta): a timeline event and a notice
+    keys = {w.request.lease_id: w.key for w in waiting}
+    moves.estimates_moved(told_moves(moved, keys, now=now), now=now)
     return applied
+
+
+def _offpeak_held(
+    offpeak: OffPeakHold, decision: Decision, request: Request, policies: dict[int, str]
+) -> tuple[Decision, bool]:
+    """Off-peak only where the lease asked for it: a start its policy does not allow waits
+    for the next one (scheduler/offpeak.py), with no cards yet (True: moved)."""
+    if decision.lease_id not in policies or decision.start is None:
+        return decision, False
+    allowed = offpeak.hold(
+        decision.lease_id, policies[decision.lease_id], decision.start, request.duration
+    )
+    if allowed == decision.start:
+        return decision, False
+    return Decision(decision.lease_id, allowed), True
 
 
 def _book(request: Request, decision: Decision, *, now: datetime) -> bool:

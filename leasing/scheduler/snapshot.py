@@ -1,5 +1,6 @@
 """Load the planner's picture of card models from the database: usable cards, busy periods,
-the queue. The dashboard's "next free" and the queue pass read the same picture.
+the queue. The queue pass reads it; every view of time reads the plan it stores
+(``picture``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from inventory.models import Node
 from inventory.requirements import NODE_KEYS, nodes_meeting
 from leasing import statements
 from leasing.choices import LeaseStatus
-from leasing.models import Allocation, Lease
+from leasing.models import Allocation, FairShare, Lease
 from leasing.scheduler.availability import usable_cards
+from leasing.scheduler.fairshare import NO_USE
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 from leasing.scheduler.queueplan import Key, service_key
 from leasing.scheduler.rows import EpochMicros, at, fetch, json_value, micros
@@ -142,6 +144,7 @@ def _waiting_values(leases):
         "stall_reason",
         "start_policy",
         "requirements",
+        "team__fair_share__factor",
     )
 
 
@@ -159,7 +162,8 @@ def waiting_of(
     lease_ids: Iterable[int] | None = None,
 ) -> dict[int, list[Waiting]]:
     """Per card model, its waiting leases in service order (``queueplan.service_key``:
-    priority class, then virtual submit time). With *min_rank*, only those of that class or
+    priority class, then the team's fair-share factor as last recomputed, then virtual
+    submit time). With *min_rank*, only those of that class or
     above; with *lease_ids*, only those."""
     card_model_ids = list(card_model_ids)
     lease_ids = None if lease_ids is None else list(lease_ids)
@@ -192,6 +196,7 @@ def waiting_of(
         stall,
         policy,
         wanted,
+        fair,
     ) in rows:
         nodes = None
         if wanted is not None and wanted not in ("{}", {}):
@@ -203,8 +208,9 @@ def waiting_of(
                 nodes = allowed[text]
         duration = timedelta(microseconds=duration)
         key = service_key(
-            rank=rank, submitted_at=at(submitted), duration=duration, count=count, lease_id=pk
-        )
+            rank=rank, submitted_at=at(submitted), duration=duration, count=count, lease_id=pk,
+            fair=NO_USE if fair is None else fair,
+        )  # fmt: skip
         request = Request(pk, count, duration, at(max(start, now_us)), bool(same_node), nodes)
         planned = None if planned is None else tuple(json_value(planned))
         queues[model_id].append(Waiting(key, request, at(eta), planned, stall, policy))
@@ -213,19 +219,17 @@ def waiting_of(
     return queues
 
 
+def fair_factor(team_id: int | None) -> float:
+    """The team's fair-share factor as last recomputed (``fairshare.NO_USE`` without one)."""
+    if team_id is None:
+        return NO_USE
+    found = FairShare.objects.filter(team_id=team_id).values_list("factor", flat=True).first()
+    return NO_USE if found is None else found
+
+
 def waiting_for(card_model_id: int, *, now: datetime, min_rank: int | None = None) -> list[Waiting]:
     """The waiting leases of one model in service order (see ``waiting_of``)."""
     return waiting_of([card_model_id], now=now, min_rank=min_rank).get(card_model_id, [])
-
-
-def queues_of(
-    card_model_ids: Iterable[int], *, now: datetime, min_rank: int | None = None
-) -> dict[int, list[Request]]:
-    """Per card model, its waiting leases' requests in service order (see ``waiting_of``)."""
-    return {
-        model_id: [w.request for w in queue]
-        for model_id, queue in waiting_of(card_model_ids, now=now, min_rank=min_rank).items()
-    }
 
 
 def queued_requests(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404
+from django.urls import path
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
@@ -11,9 +12,13 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from leasing.teams import selectors, services
+from leasing.models import FairSharePolicy
+from leasing.teams import fairshare, selectors, services
 from leasing.teams.serializers import (
+    FairSharePolicySerializer,
+    FairShareSerializer,
     MemberAddSerializer,
     MemberSerializer,
     QuotaRuleSerializer,
@@ -78,6 +83,20 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         rows = team.shares.select_related("card_model").order_by("card_model__slug", "family")
         return Response(ShareSerializer(rows, many=True).data)
 
+    @extend_schema(methods=["GET"], responses=FairShareSerializer)
+    @extend_schema(methods=["PUT"], request=FairShareSerializer, responses=FairShareSerializer)
+    @action(detail=True, methods=["get", "put"], url_path="fair-share", url_name="fair-share")
+    def fair_share(self, request, slug=None):
+        """The team's fair share (share, recent use, factor); operators set its weight."""
+        team = self.get_object()
+        if request.method == "PUT":
+            given = FairShareSerializer(data=request.data)
+            given.is_valid(raise_exception=True)
+            fairshare.weight_set(
+                user=request.user, team=team, weight=given.validated_data["weight"]
+            )
+        return Response(FairShareSerializer(fairshare.team_standing(team)).data)
+
     def _members(self, team):
         memberships = team.memberships.select_related("user").order_by("role", "user__username")
         return Response(MemberSerializer(memberships, many=True).data)
@@ -118,6 +137,27 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         )
         services.membership_remove(user=request.user, membership=membership)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class FairSharePolicyView(APIView):
+    """The site's fair-share settings: the half-life of use and the minutes between two
+    recomputations of the factors. Everyone signed in reads them; operators change them."""
+
+    @extend_schema(responses=FairSharePolicySerializer)
+    def get(self, request):
+        return Response(FairSharePolicySerializer(FairSharePolicy.current()).data)
+
+    @extend_schema(request=FairSharePolicySerializer, responses=FairSharePolicySerializer)
+    def put(self, request):
+        given = FairSharePolicySerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        policy = fairshare.policy_set(user=request.user, **given.validated_data)
+        return Response(FairSharePolicySerializer(policy).data)
+
+
+urlpatterns = [
+    path("fair-share/", FairSharePolicyView.as_view(), name="api-fair-share"),
+]
 
 
 def register(router) -> None:

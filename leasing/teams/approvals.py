@@ -24,7 +24,7 @@ from leasing.scheduler.run import (
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, admit
 from leasing.transitions import notify_after_commit, transition
-from portal.permissions import is_operator, leads_team
+from portal.permissions import is_operator, leads_of, leads_team
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,12 @@ def may_decide(user, lease: Lease) -> bool:
     """A lead of the lease's team or an operator: decides its requests and changes (and needs
     nobody's approval for their own changes to it)."""
     return is_operator(user) or leads_team(user, lease.team_id)
+
+
+def approvers(team) -> list[str]:
+    """Who decides a request or change of *team* above a member's limit, by username: its
+    leads (operators only when it has none: an empty list)."""
+    return [user.get_username() for user in leads_of(team)]
 
 
 def lease_approve(*, lease: Lease, user, note: str = "", now: datetime | None = None) -> Lease:

@@ -249,7 +249,9 @@ def _check(*, scope: str, rule, who: dict, ask: Ask, user_id: int | None) -> lis
     breaches = []
     team, count, start, end = ask.team, ask.count, ask.start, ask.end
     model_id = rule.card_model_id
-    base = {**who, "model": rule.card_model.name if rule.card_model else ""}
+    # What is asked (a request, an extension, a resize) words the breach: an extension adds
+    # no cards, a resize only those it adds (``notify.messages.breach_text``).
+    base = {**who, "model": rule.card_model.name if rule.card_model else "", "ask": ask.kind}
     if rule.max_lease_hours is not None and ask.length is not None:
         if ask.length > rule.max_lease_hours * HOUR:
             params = {**base, "max": rule.max_lease_hours}
@@ -266,9 +268,12 @@ def _check(*, scope: str, rule, who: dict, ask: Ask, user_id: int | None) -> lis
                 "limit": rule.max_concurrent_cards,
                 "used": used,
                 "left": max(rule.max_concurrent_cards - used, 0),
-                "count": count,
+                # an extension keeps the lease's cards longer and adds none
+                "count": 0 if ask.kind == "extend" else count,
                 "frees": frees.isoformat() if frees is not None else None,
             }
+            if ask.kind == "extend":
+                params["kept"] = count
             breaches.append(Breach(scope, "max_concurrent_cards", params))
     budget = rule.card_hours_per_month
     money = getattr(rule, "money_per_month", None)

@@ -114,3 +114,27 @@ class MemberSerializer(serializers.Serializer):
 
 class MemberAddSerializer(StrictSerializer):
     username = serializers.CharField(max_length=150)
+
+
+class FairShareSerializer(StrictSerializer):
+    """A team's fair share: the weight operators set (PUT), and what the last recomputation
+    found (read only): its share of the pool, recent use and factor."""
+
+    weight = serializers.FloatField(min_value=0.000001, max_value=1_000_000)
+    share = serializers.FloatField(read_only=True, help_text="Its weight over every team's.")
+    use = serializers.FloatField(
+        read_only=True, help_text="Decayed card-hours weighted by list price."
+    )
+    use_fraction = serializers.FloatField(read_only=True, help_text="Of every team's use.")
+    factor = serializers.FloatField(
+        read_only=True, help_text="2^(-use fraction / share): 1 no use, 0.5 at its share."
+    )
+    computed_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
+class FairSharePolicySerializer(StrictSerializer):
+    """The site's fair-share settings; PUT changes the fields given."""
+
+    half_life_hours = serializers.FloatField(min_value=0.001, max_value=24 * 365, required=False)
+    every_minutes = serializers.IntegerField(min_value=1, max_value=24 * 60, required=False)
+    computed_at = serializers.DateTimeField(read_only=True, allow_null=True)

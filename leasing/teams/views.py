@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from inventory.charts import model_colours_by_name
 from leasing import periods
-from leasing.teams import approvals, selectors, services
+from leasing.teams import approvals, fairshare, selectors, services
 from leasing.teams.forms import (
     ChartRangeForm,
     DecisionForm,
@@ -106,6 +106,7 @@ def team_detail(request, slug: str):
         "can_lead": can_lead,
         "manager": manager,
         "can_set_quota": is_operator(request.user),
+        "fair": fairshare.team_standing(team),
         "limit_form": MemberLimitForm(team=team, prefix="limit"),
         "quota_form": QuotaForm(prefix="quota"),
         "decision_form": DecisionForm(),

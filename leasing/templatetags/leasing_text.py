@@ -5,9 +5,22 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from leasing.notify.messages import breaches_text, estimate_why
+from leasing.notify.messages import approvers_text, breaches_text, duration_text, estimate_why
+from leasing.teams.approvals import approvers as team_approvers
 
 register = template.Library()
+
+
+@register.filter
+def approvers(team) -> str:
+    """Who a change of *team* waits for, by name (its leads)."""
+    return approvers_text(team_approvers(team))
+
+
+@register.filter
+def minutes_text(minutes) -> str:
+    """A length in minutes as a person says it (2 hours, 3 days, 45 minutes)."""
+    return duration_text(int(minutes or 0))
 
 
 @register.filter

@@ -11,6 +11,36 @@
     }
   });
 
+  // The request form: a stack pre-filled from the person's last lease (data-default-stack)
+  // is cleared when a card model of another stack is chosen (its option's data-stack), and
+  // comes back when a model of that stack is chosen again; the preview then asks again.
+  document.addEventListener("change", function (event) {
+    var select = event.target;
+    if (!select.matches || !select.matches("#request-form select[name=card_model]")) {
+      return;
+    }
+    var form = select.form;
+    var stack = form.querySelector("select[name=stack]");
+    var note = form.querySelector("[data-default-stack]");
+    var option = select.options[select.selectedIndex];
+    if (!stack || !note || !option) {
+      return;
+    }
+    var wanted = note.dataset.defaultStack;
+    var fits = !option.dataset.stack || option.dataset.stack === wanted;
+    var next = stack.value;
+    if (!fits && stack.value === wanted) {
+      next = "";
+    } else if (fits && stack.value === "" && stack.dataset.cleared === "yes") {
+      next = wanted;
+    }
+    if (next !== stack.value) {
+      stack.dataset.cleared = next === "" ? "yes" : "";
+      stack.value = next;
+      stack.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+  });
+
   // <form data-confirm="Release the 6 cards now?" data-confirm-ok="Release">: a destructive
   // action asks first, in the page's own dialog (#confirm-dialog in base.html); the form is
   // sent only when the person confirms. The button that was pressed is sent along.

@@ -15,6 +15,7 @@ from leasing.lifecycle.maintenance import node_drain
 from leasing.models import LeaseEvent, Notification
 from leasing.notify.messages import notice_text
 from leasing.scheduler import moves
+from leasing.scheduler.eta import lease_told_start
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
 
@@ -49,6 +50,9 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
     waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
     waiting.refresh_from_db()
     assert waiting.estimated_start == T0 + hours(2)
+    # told 13:00: the plan's 11:00 and room for smaller work that may pass (scheduler.eta:
+    # 2 h at most); moves are measured on the start told
+    assert lease_told_start(waiting, now=T0) == T0 + hours(4)
 
     # 1. a request of higher priority joins ahead of him: 11:00 → 13:00
     frozen.shift(timedelta(minutes=10))
@@ -69,10 +73,10 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
 
     events = _moves(waiting)
     assert [(e.data["from"][11:16], e.data["to"][11:16], e.data["why"]) for e in events] == [
-        ("03:00", "05:00", "higher_priority"),
-        ("05:00", "06:00", "drain"),
-        ("06:00", "03:00", "released"),
-    ]  # UTC: 11:00 → 13:00, 13:00 → 14:00, 14:00 → 11:00 in Shanghai
+        ("05:00", "07:00", "higher_priority"),
+        ("07:00", "08:00", "drain"),
+        ("08:00", "05:00", "released"),
+    ]  # UTC, told: 13:00 → 15:00, 15:00 → 16:00, 16:00 → 13:00 in Shanghai
     told = _notices(waiting)
     assert len(told) == 1 and told[0].user == bob
     assert "预计开始时间" in told[0].title  # worded in bob's language when sent
@@ -80,7 +84,7 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
     client.force_login(bob)
     page = client.get(f"/leases/{waiting.pk}/").content.decode()
     assert page.count('data-kind="estimate_moved"') == 3
-    assert "12-01 11:00 → 12-01 13:00" in page
+    assert "12-01 13:00 → 12-01 15:00" in page
 
     # after the hour, the moves left untold are told once, with the latest estimate
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=40)) == 0
@@ -100,8 +104,9 @@ def test_a_move_under_the_threshold_is_not_told(frozen, alice, bob, vision, nlp,
     waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
     with override_settings(CARDPOOL={**_cardpool(), "ESTIMATE_MOVE_MINUTES": 180}):
         ask(bob, nlp, a100, count=8, duration=hours(1), priority=Priority.NORMAL)
+        told = lease_told_start(waiting, now=T0)
         moved = moves.estimates_moved(
-            [(waiting.pk, T0 + hours(2), T0 + hours(4))], now=T0
+            [(waiting.pk, told, told + hours(2))], now=T0
         )  # two hours: under a three-hour threshold
     assert moved == [] and _moves(waiting) == []
 
@@ -135,7 +140,7 @@ def test_a_pass_that_moves_many_tells_a_few_and_the_tick_the_rest(
     ask(alice, vision, a100, count=8, duration=hours(4))
     waiting = [ask(bob, nlp, a100, count=8, duration=hours(2)) for _ in range(3)]
     monkeypatch.setattr(moves, "INLINE_NOTICES", 1)
-    told = moves.estimates_moved([(w.pk, T0 + hours(2), T0 + hours(6)) for w in waiting], now=T0)
+    told = moves.estimates_moved([(w.pk, T0 + hours(2), T0 + hours(12)) for w in waiting], now=T0)
     assert len(told) == 1
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=1)) == 2
     assert sum(len(_notices(w)) for w in waiting) == 3
@@ -148,7 +153,7 @@ def test_small_steps_add_up_to_a_move(frozen, alice, bob, vision, nlp, a100, two
     ask(alice, vision, a100, count=8, duration=hours(2))
     ask(alice, vision, a100, count=8, duration=hours(4))
     waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
-    given = T0 + hours(2)
+    given = lease_told_start(waiting, now=T0)  # what the queued event recorded
     step = timedelta(minutes=10)
     assert moves.estimates_moved([(waiting.pk, given, given + step)], now=T0) == []
     told = moves.estimates_moved([(waiting.pk, given + step, given + 2 * step)], now=T0)

@@ -255,8 +255,8 @@ def test_pending_change_on_the_lease_list_lease_page_and_team_page(
     client.force_login(alice)
     response = client.post(f"/leases/{lease.pk}/extend/", {"minutes": "60"}, follow=True)
     page = response.content.decode()
-    assert "waits for your team lead" in page
-    assert "Extend by 60 minutes" in page and 'name="withdraw"' in page
+    assert "waits for lena to approve it" in page  # what happens next, by name
+    assert "Extend by 1 hour" in page and 'name="withdraw"' in page
     assert 'name="approve"' not in page  # alice does not decide her own change
     assert "change waiting for approval" in client.get("/leases/").content.decode()
 

@@ -84,16 +84,24 @@ def test_a_queued_lease_ends_its_duration_after_its_estimated_start(
     waiting = ask(alice, vision, a100, duration=hours(2))
     assert waiting.status == LeaseStatus.QUEUED and waiting.estimated_start == T0 + hours(8)
 
+    # Told: the plan's start plus room for smaller work that may pass within its slack
+    # (scheduler.eta: 2 x the 30 min of slack 1 card x 2 h gets, all of it still ahead,
+    # under the 2 h cap).
     data = api_lease(api, alice, waiting)
-    assert api_time(api, data["effective_start"]) == T0 + hours(8)
-    assert api_time(api, data["effective_end"]) == T0 + hours(10)
+    assert api_time(api, data["effective_start"]) == T0 + hours(9)
+    assert api_time(api, data["effective_end"]) == T0 + hours(11)
 
     client.force_login(alice)
     listing = client.get("/leases/").content.decode()
-    assert "12-01 17:00" in listing and "12-01 19:00" in listing
+    assert "12-01 18:00" in listing and "12-01 20:00" in listing
     assert "12-01 11:00" not in listing  # the wanted window's end, before the start
     page = client.get(f"/leases/{waiting.pk}/").content.decode()
-    assert "2026-12-01 19:00" in page
+    assert "2026-12-01 20:00" in page
+
+    # Once nobody can pass it any more (its virtual submit time has come), the plan's start.
+    frozen.shift(timedelta(minutes=30))
+    data = api_lease(api, alice, waiting)
+    assert api_time(api, data["effective_start"]) == T0 + hours(8)
 
 
 # --- a queued lease that can never start says why, once ----------------------------------------

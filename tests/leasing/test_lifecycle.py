@@ -80,10 +80,11 @@ def test_the_tick_ends_leases_and_starts_reservations_when_due(
     booked = ask(bob, nlp, a100, start_at=T0 + hours(1) + timedelta(seconds=1))
     assert booked.status == LeaseStatus.SCHEDULED
     frozen.move_to(T0 + hours(1) - timedelta(seconds=1))
-    assert lease_tasks.tick() == {"expired": 0, "started": 0, "drained": 0}
+    # (the 10-minute warning, due since 50 minutes in, goes out on this first tick)
+    assert lease_tasks.tick() == {"expired": 0, "started": 0, "drained": 0, "warned": 1}
     frozen.move_to(T0 + hours(1) + timedelta(seconds=1))
-    assert lease_tasks.tick() == {"expired": 1, "started": 1, "drained": 0}
-    assert lease_tasks.tick() == {"expired": 0, "started": 0, "drained": 0}  # once
+    assert lease_tasks.tick() == {"expired": 1, "started": 1, "drained": 0, "warned": 0}
+    assert lease_tasks.tick() == {"expired": 0, "started": 0, "drained": 0, "warned": 0}  # once
     held.refresh_from_db()
     booked.refresh_from_db()
     assert held.status == LeaseStatus.RELEASING  # cards free; the backend is told next

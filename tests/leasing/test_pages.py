@@ -76,7 +76,9 @@ def test_preview_says_free_now_or_estimated_start(browser, frozen, alice, vision
     later = browser.get(
         "/leases/preview/", form_data(a100), HTTP_HX_REQUEST="true"
     ).content.decode()
-    assert "Estimated start: 2026-12-01 11:00" in later
+    # told as the lease page will: free at 11:00, plus room for smaller work that may pass
+    # it within its slack (scheduler.eta: 2 x 1.5 h, at most 2 h)
+    assert "Estimated start: 2026-12-01 13:00" in later
     assert not Lease.objects.filter(status=LeaseStatus.QUEUED).exists()
 
 
@@ -202,7 +204,7 @@ def test_request_form_prefills_from_the_link(browser, frozen, a100, small_pool):
     page = browser.get(
         f"/leases/new/?card_model={a100.slug}&count=4&duration=6&unit=hours&purpose=inference"
     ).content.decode()
-    assert f'<option value="{a100.slug}" selected>' in page
+    assert f'<option value="{a100.slug}" selected data-stack="cuda">' in page
     assert 'name="count" value="4"' in page and 'name="duration" value="6"' in page
     assert '<option value="inference" selected>' in page
     ignored = browser.get("/leases/new/?count=-3&unit=weeks&purpose=mining")

@@ -15,6 +15,7 @@ from leasing.choices import LeaseStatus
 from leasing.lifecycle import pool_timeline
 from leasing.lifecycle import selectors as lease_selectors
 from leasing.models import QueueMark
+from leasing.scheduler.joining import mark_fields
 from leasing.scheduler.picture import model_picture
 from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.refresh import queue_tick
@@ -182,10 +183,8 @@ def test_a_stale_stretch_is_shown_as_being_re_estimated(h800_case, api, alice, b
     )
     QueueMark.objects.create(
         card_model_id=waiting.card_model_id,
-        rank=-key[0],
-        virtual_at=key[1],
-        lease_id_after=key[2],
         since=T0,
+        **mark_fields(key),
     )
     answer = _api(api, bob).json()
     assert not any(b["kind"] == "planned" for c in answer["cards"] for b in c["bookings"])

@@ -78,6 +78,7 @@ def test_the_preview_counts_the_lifted_class_like_the_request(
     """The request form's preview (``lease_request_check``) runs the same order: an inference
     request would start before the training already waiting, a training one after it."""
     from leasing.lifecycle.request_steps import lease_request_check
+    from leasing.scheduler.eta import lease_told_start
 
     training, _inference = fill_then_queue(alice, bob, vision, nlp, a100)
     shape = {"user": bob, "team": nlp, "card_model": a100, "count": 8, "same_node": False}
@@ -89,3 +90,5 @@ def test_the_preview_counts_the_lifted_class_like_the_request(
     late = ask(bob, nlp, a100, count=8, purpose=Purpose.INFERENCE, same_node=False)
     late.refresh_from_db()
     assert late.estimated_start == ahead.start
+    # told (scheduler.eta): the plan's start plus 2 h of room for smaller work
+    assert ahead.told == T0 + hours(3 + 2) == lease_told_start(late, now=T0)

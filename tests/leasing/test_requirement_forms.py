@@ -77,6 +77,27 @@ def test_the_default_stack_is_the_last_leases_and_shown(browser, frozen, demo, a
     assert re.search(r'<option value="cann" selected>', estimate)
 
 
+def test_the_request_button_prefills_the_stack_only_where_it_fits(
+    browser, frozen, demo, alice, vision
+):
+    """The dashboard's "Request" link for an Ascend card: the remembered CUDA stack is not
+    pre-filled (the preview would refuse the request for a stack nobody chose)."""
+    ask(alice, vision, CardModel.objects.get(slug="a100-80g-sxm"))  # remembered: CUDA
+    ascend = browser.get("/leases/new/", {"card_model": "ascend-910b"}).content.decode()
+    assert not re.search(r'<option value="cuda" selected>', ascend)
+    assert "data-default-stack" not in ascend
+    preview = browser.get(
+        "/leases/preview/", form_data(card_model="ascend-910b", stack="")
+    ).content.decode()
+    assert 'data-verdict="refused"' not in preview
+    a100 = browser.get("/leases/new/", {"card_model": "a100-80g-sxm"}).content.decode()
+    assert re.search(r'<option value="cuda" selected>', a100)  # it fits: kept
+    plain = browser.get("/leases/new/").content.decode()
+    assert re.search(r'<option value="cuda" selected>', plain)
+    # Each model says its stack, so the page clears the default when another one is chosen.
+    assert re.search(r'<option value="ascend-910b" data-stack="cann"', plain)
+
+
 def test_the_form_places_by_stack_and_region(browser, frozen, demo):
     response = browser.post(
         "/leases/new/", form_data(stack="cuda", region="shenzhen-edge", min_memory_gb="40")

@@ -35,9 +35,10 @@ def test_lead_sees_quota_use_holders_and_chart(
     # +1 the allocations (charges follow the cards held), +1 the changes waiting for the lead,
     # +1 the guaranteed shares, +3 the chart over its own range (leases, allocations, names),
     # +1 the members' own limits shown to a member reading her team's page, +1 the card
-    # models' colours (one per model on every chart)
+    # models' colours (one per model on every chart), +2 the fair share (every team's weight
+    # and use, the half-life)
     # "Used" is the report's figure: the month's records + accrued usage (a bounded 7 more).
-    with django_assert_max_num_queries(35):
+    with django_assert_max_num_queries(37):
         page = as_lena.get("/teams/vision/").content.decode()
     row = page[page.index('data-quota-row="a100-test"') :]
     row = row[: row.index("</tr>")]

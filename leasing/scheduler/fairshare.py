@@ -1,0 +1,103 @@
+"""Fair share between teams: each team's recent use against its share, as one factor per team
+that orders the queue inside a priority class (``queueplan.service_key``).
+
+**Use** is a team's card-time weighted by the card's list price (an H800 hour counts what an
+H800 hour costs, not what a T4 hour does), decayed with a half-life: use *t* ago counts
+``2 ** (-t / half_life)``. **Share** is the team's weight over the weights of every team.
+
+**Factor** (Slurm's classic fair-share factor): ``2 ** (-U / S)``, U the team's fraction of
+all decayed use, S its fraction of the weights: 1 for a team that used nothing, 0.5 for one
+exactly at its share, towards 0 the further it is above. Rounded to ``LEVEL`` so teams a
+hair apart share a level and are served by virtual submit time; a team with no recorded
+factor has 1 (it used nothing yet). docs/decisions.md says why this formula.
+
+Pure (no database): the recomputation (``leasing.teams.fairshare``), the replay bench and the
+property tests call the same functions. The factors change only when they are recomputed,
+at fixed times, and a recomputation moves the plan's version (the keys change), so between
+two recomputations no key changes while a lease waits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+HALF_LIFE = timedelta(days=7)  # the default half-life of use
+EVERY = timedelta(minutes=5)  # the default time between two recomputations
+LEVEL = 0.01  # factors are kept to this step
+NO_USE = 1.0  # the factor of a team that used nothing (or was never computed)
+
+
+def level(factor: float) -> float:
+    """*factor* to ``LEVEL`` (what the key and every page show)."""
+    return round(round(factor / LEVEL) * LEVEL, 6)
+
+
+def decayed(start: datetime, end: datetime, now: datetime, half_life: timedelta) -> float:
+    """Hours of [start, end) (cut at *now*) each weighted by ``2 ** (-age / half_life)``."""
+    end = min(end, now)
+    if end <= start:
+        return 0.0
+    h = half_life / timedelta(hours=1)
+    a = (now - start) / timedelta(hours=1)
+    b = (now - end) / timedelta(hours=1)
+    return h / math.log(2) * (2 ** (-b / h) - 2 ** (-a / h))
+
+
+def decay(value: float, elapsed: timedelta, half_life: timedelta) -> float:
+    """*value* of decayed use, *elapsed* later."""
+    return value * 2 ** (-(elapsed / half_life))
+
+
+def factors(use: Mapping[int | str, float], weights: Mapping[int | str, float]) -> dict:
+    """Each team's factor (``level``-ed) from its decayed *use* and share *weights* (every team
+    with a weight; a team missing from *use* used nothing)."""
+    total_weight = sum(weights.values())
+    total_use = sum(max(0.0, use.get(t, 0.0)) for t in weights)
+    out = {}
+    for team, weight in weights.items():
+        if total_use <= 0 or total_weight <= 0:
+            out[team] = NO_USE
+            continue
+        u = max(0.0, use.get(team, 0.0)) / total_use
+        s = weight / total_weight
+        out[team] = level(2 ** (-u / s))
+    return out
+
+
+def due(last: datetime | None, now: datetime, every: timedelta) -> bool:
+    """Whether a recomputation is due at *now*: the fixed times are the multiples of *every*
+    since the epoch; due when one has passed since *last*."""
+    if last is None:
+        return True
+    step = every.total_seconds()
+    return math.floor(now.timestamp() / step) > math.floor(last.timestamp() / step)
+
+
+class Ledger:
+    """Decayed use kept up to date as cards are taken and given back (the replay bench): the
+    same ``decay`` as the recomputation, without reading every lease again."""
+
+    def __init__(self, half_life: timedelta, start: datetime):
+        self.half_life = half_life
+        self.at = start
+        self.use: dict = {}
+        self.rate: dict = {}  # team -> price-weighted cards held now
+
+    def move(self, now: datetime) -> None:
+        elapsed = now - self.at
+        if elapsed <= timedelta(0):
+            return
+        h = self.half_life / timedelta(hours=1)
+        hours = elapsed / timedelta(hours=1)
+        keep = 2 ** (-hours / h)
+        added = h / math.log(2) * (1 - keep)  # one card held over *elapsed*, decayed to now
+        for team in set(self.use) | set(self.rate):
+            self.use[team] = self.use.get(team, 0.0) * keep + self.rate.get(team, 0.0) * added
+        self.at = now
+
+    def hold(self, team, cards: float, now: datetime) -> None:
+        """*team* holds *cards* more (negative: gives them back) from *now*."""
+        self.move(now)
+        self.rate[team] = self.rate.get(team, 0.0) + cards

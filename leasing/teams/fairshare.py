@@ -1,0 +1,219 @@
+"""Fair share between teams, in the database: recomputing the factors at fixed times, and the
+operators' settings (a team's weight, the half-life, how often). The formula is
+``scheduler.fairshare``'s; the queue reads the stored factors (``snapshot.waiting_of``).
+
+A recomputation that changes a factor moves the plan's version of every card model with a
+queue (``PlanVersion``: no kept picture or shared step is used with the old keys) and plans
+each queue again from the start (``run.replan``, bounded by the join budget; the rest is
+marked stale for the refresh), in one transaction: no stored plan keeps the old order.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Count, F
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from inventory.models import CardModel
+from leasing.billing.prices import PriceBook
+from leasing.choices import LeaseStatus
+from leasing.locking import lock_card_models
+from leasing.models import Allocation, FairShare, FairSharePolicy, Lease, PlanVersion
+from leasing.scheduler import fairshare
+from leasing.scheduler.run import replan
+from portal.audit import audit
+from portal.models import Team
+from portal.permissions import is_operator
+
+# Use older than this many half-lives counts less than a thousandth: not read.
+HORIZON_HALF_LIVES = 10
+WEIGHT_MAX = 1_000_000.0
+HALF_LIFE_MAX_HOURS = 24 * 365
+EVERY_MAX_MINUTES = 24 * 60
+
+
+def half_life(policy: FairSharePolicy) -> timedelta:
+    return timedelta(hours=policy.half_life_hours)
+
+
+def card_prices(now: datetime) -> dict[int, float]:
+    """Each card model's list price per card-hour in force at *now* (``PriceBook``: no team's
+    own price, no off-peak tariff): what one hour of that card weighs in a team's use. A
+    model priced at nothing weighs 1."""
+    out = {}
+    for model in CardModel.objects.all():
+        price = float(PriceBook.load(card_model=model, team_id=None, until=now).list_price_at(now))
+        out[model.pk] = price if price > 0 else 1.0
+    return out
+
+
+def use_by_team(*, now: datetime, half: timedelta) -> dict[int, float]:
+    """Each team's decayed, price-weighted card-hours up to *now* (``fairshare.decayed``),
+    from the allocations (cut where a lease ended early: what it held)."""
+    since = now - half * HORIZON_HALF_LIVES
+    prices = card_prices(now)
+    rows = (
+        Allocation.objects.filter(start_at__lt=now, end_at__gt=since)
+        .values_list("lease__team_id", "card__card_model_id", "start_at", "end_at")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    use: dict[int, float] = {}
+    for team_id, model_id, start, end, n in rows:
+        weight = n * prices.get(model_id, 1.0)
+        use[team_id] = use.get(team_id, 0.0) + weight * fairshare.decayed(start, end, now, half)
+    return use
+
+
+def recompute(*, now: datetime | None = None) -> bool:
+    """Recompute every team's use and factor; when a factor changed, move the plan's version
+    of every model with a queue and plan those queues again (see the module). True when a
+    factor changed."""
+    now = now or timezone.now()
+    policy = FairSharePolicy.current()
+    use = use_by_team(now=now, half=half_life(policy))
+    rows = {r.team_id: r for r in FairShare.objects.all()}
+    weights = {
+        t: rows[t].weight if t in rows else 1.0 for t in Team.objects.values_list("pk", flat=True)
+    }
+    found = fairshare.factors(use, weights)
+    changed = any(
+        (rows[t].factor if t in rows else fairshare.NO_USE) != factor for t, factor in found.items()
+    )
+    with transaction.atomic():
+        queued = Lease.objects.filter(status=LeaseStatus.QUEUED).values_list(
+            "card_model_id", flat=True
+        )
+        models = lock_card_models(queued.distinct()) if changed else []
+        fresh, kept = [], []
+        for team_id, factor in found.items():
+            row = rows.get(team_id) or FairShare(team_id=team_id)
+            row.use, row.factor, row.computed_at = round(use.get(team_id, 0.0), 6), factor, now
+            (kept if team_id in rows else fresh).append(row)
+        FairShare.objects.bulk_update(kept, ["use", "factor", "computed_at"], batch_size=500)
+        FairShare.objects.bulk_create(fresh, batch_size=500)
+        FairSharePolicy.objects.filter(pk=policy.pk).update(computed_at=now)
+        if changed:
+            # the keys changed: no kept picture or shared step of the old order is used again
+            PlanVersion.objects.filter(card_model_id__in=models).update(version=F("version") + 1)
+            for model_id in models:
+                replan(model_id, now=now)
+    return changed
+
+
+def recompute_if_due(*, now: datetime | None = None) -> bool:
+    """Recompute at the policy's fixed times (``fairshare.due``); False when not due."""
+    now = now or timezone.now()
+    policy = FairSharePolicy.current()
+    if not fairshare.due(policy.computed_at, now, timedelta(minutes=policy.every_minutes)):
+        return False
+    recompute(now=now)
+    return True
+
+
+# --- what a team page shows --------------------------------------------------------------
+
+
+def team_standing(team: Team) -> dict:
+    """The team's share (its weight, and its fraction of every team's), its recent use (its
+    fraction of every team's decayed use) and its factor, as last recomputed. Two queries."""
+    rows = Team.objects.values_list(
+        "pk",
+        "fair_share__weight",
+        "fair_share__use",
+        "fair_share__factor",
+        "fair_share__computed_at",
+    )
+    total_weight = total_use = 0.0
+    weight, use, factor, computed_at = 1.0, 0.0, fairshare.NO_USE, None
+    for pk, w, u, f, at in rows:
+        w = 1.0 if w is None else w
+        total_weight += w
+        total_use += u or 0.0
+        if pk == team.pk:
+            weight, use, computed_at = w, u or 0.0, at
+            factor = fairshare.NO_USE if f is None else f
+    half = FairSharePolicy.objects.filter(pk=1).values_list("half_life_hours", flat=True).first()
+    return {
+        "weight": weight,
+        "share": weight / total_weight if total_weight else 0.0,
+        "use": use,
+        "use_fraction": use / total_use if total_use else 0.0,
+        "factor": factor,
+        "computed_at": computed_at,
+        "half_life_hours": half if half is not None else fairshare.HALF_LIFE / timedelta(hours=1),
+    }
+
+
+# --- operators' settings -----------------------------------------------------------------
+
+
+def _operators_only(user) -> None:
+    if not is_operator(user):
+        raise PermissionDenied(_("Only operators set fair shares."))
+
+
+def weight_set(*, user, team: Team, weight) -> FairShare:
+    """Set *team*'s share weight (> 0); operators only. Takes effect at the next
+    recomputation (the factors, and so the queue's order, change only then)."""
+    _operators_only(user)
+    try:
+        weight = float(weight)
+    except (TypeError, ValueError):
+        raise ValidationError({"weight": [_("Give the weight as a number.")]}) from None
+    if not (math.isfinite(weight) and 0 < weight <= WEIGHT_MAX):
+        raise ValidationError(
+            {
+                "weight": [
+                    _("The weight must be above 0 and at most %(max)s.") % {"max": int(WEIGHT_MAX)}
+                ]
+            }
+        )
+    with transaction.atomic():
+        row, _created = FairShare.objects.update_or_create(team=team, defaults={"weight": weight})
+        audit(actor=user, action="fair_share_set", target=str(team), weight=weight)
+    return row
+
+
+def policy_set(*, user, half_life_hours=None, every_minutes=None) -> FairSharePolicy:
+    """Change the half-life of use (hours, > 0) or the time between recomputations
+    (minutes, 1…1440); operators only. The next recomputation uses them."""
+    _operators_only(user)
+    errors = {}
+    changes = {}
+    if half_life_hours is not None:
+        try:
+            value = float(half_life_hours)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not (math.isfinite(value) and 0 < value <= HALF_LIFE_MAX_HOURS):
+            errors["half_life_hours"] = [
+                _("The half-life must be above 0 and at most %(max)s hours.")
+                % {"max": HALF_LIFE_MAX_HOURS}
+            ]
+        changes["half_life_hours"] = value
+    if every_minutes is not None:
+        if (
+            isinstance(every_minutes, bool)
+            or not isinstance(every_minutes, int)
+            or not (1 <= every_minutes <= EVERY_MAX_MINUTES)
+        ):
+            errors["every_minutes"] = [
+                _("Recompute every 1 to %(max)s minutes (a whole number).")
+                % {"max": EVERY_MAX_MINUTES}
+            ]
+        changes["every_minutes"] = every_minutes
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        policy = FairSharePolicy.current()
+        for name, value in changes.items():
+            setattr(policy, name, value)
+        policy.save()
+        audit(actor=user, action="fair_share_policy_set", target="fair share", **changes)
+    return policy

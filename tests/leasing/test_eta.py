@@ -1,0 +1,66 @@
+"""The start a waiting lease is told (scheduler.eta): never before the plan's, the plan's
+once nobody can pass it, and the room left for passing work only shrinks as time goes on."""
+
+from datetime import UTC, datetime, timedelta
+
+from django.utils.dateparse import parse_datetime
+from hypothesis import given
+from hypothesis import strategies as st
+
+from leasing.scheduler.eta import (
+    PASSING_CAP,
+    PASSING_FACTOR,
+    told_start,
+    virtual_of,
+    virtual_submit,
+)
+from leasing.scheduler.queueplan import service_key
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+minutes = st.integers(min_value=0, max_value=24 * 60).map(lambda m: timedelta(minutes=m))
+
+
+@given(
+    planned=minutes,
+    duration=st.integers(min_value=1, max_value=48 * 60).map(lambda m: timedelta(minutes=m)),
+    count=st.integers(min_value=1, max_value=64),
+    since=minutes,
+    later=minutes,
+)
+def test_told_start_counts_what_may_still_pass(planned, duration, count, since, later):
+    virtual = virtual_submit(T0, duration, count)
+    key = service_key(rank=0, submitted_at=T0, duration=duration, count=count, lease_id=1)
+    assert virtual == virtual_of(key)  # the queue order's own virtual submit time
+    now = T0 + since
+    plan = now + planned
+    told = told_start(plan, virtual_at=virtual, now=now)
+    assert told >= plan
+    assert told - plan == min(PASSING_FACTOR * max(virtual - now, timedelta(0)), PASSING_CAP)
+    # later, with the same plan: never further out
+    assert told_start(plan, virtual_at=virtual, now=now + later) <= told
+    # past the virtual submit time nobody can pass: the plan's start itself
+    assert told_start(plan, virtual_at=virtual, now=max(now, virtual)) == plan
+    assert told_start(None, virtual_at=virtual, now=now) is None
+
+
+def test_the_queued_notice_and_the_event_tell_the_start_told(frozen, alice, bob, vision, nlp, a100):
+    from leasing.choices import LeaseStatus
+    from leasing.lifecycle import provisioning
+    from leasing.lifecycle import tasks as lease_tasks
+    from leasing.models import LeaseEvent, Notification
+    from tests.factories import make_node
+    from tests.leasing.conftest import T0 as NOW
+    from tests.leasing.conftest import ask, hours
+
+    make_node(a100, cards=1, domains=1, hostname="e1")
+    provisioning.provision_step(lease_id=ask(alice, vision, a100, duration=hours(8)).pk)
+    waiting = ask(bob, nlp, a100, duration=hours(2))
+    assert waiting.status == LeaseStatus.QUEUED and waiting.estimated_start == NOW + hours(8)
+    told = NOW + hours(9)  # 2 x the 30 min of slack of 1 card x 2 h, all still ahead
+    lease_tasks.notify_lease(waiting.pk, "lease_queued")
+    notice = Notification.objects.get(lease=waiting, kind="lease_queued")
+    assert parse_datetime(notice.data["params"]["estimated_start"]) == told
+    queued = LeaseEvent.objects.get(lease=waiting, kind="queued")
+    assert parse_datetime(queued.data["estimated_start"]) == told
+    waiting.refresh_from_db()
+    assert waiting.estimated_start == NOW + hours(8)  # the plan's start is kept as it is

@@ -152,6 +152,7 @@ class QueuePlan:
                 entry.decision = self._plan(entry.request)
         self.entries = [e for _k, e in keyed]
         self.keys = [k for k, _e in keyed]
+        self._starts_reset()  # the decisions planned again: ``advance`` looks at their starts
         return first < len(keyed)
 
     def restore(

@@ -145,6 +145,7 @@ def one_length(args, waiting: int) -> dict:
     # model's lock, so its length is what a request arriving meanwhile may wait.
     from leasing.scheduler.refresh import queue_refresh
 
+    holds = lock_holds()
     slices = []
     t = time.perf_counter()
     more = True
@@ -153,6 +154,7 @@ def one_length(args, waiting: int) -> dict:
         more = queue_refresh(model.pk)
         slices.append(time.perf_counter() - s)
     refresh = time.perf_counter() - t
+    refresh_holds, holds[:] = list(holds), []
     # The tick: the first plans the whole queue (a slice, the refresh the rest); then, with
     # nothing due and nothing changed, it only checks the stored plan.
     from leasing.scheduler.refresh import queue_tick
@@ -166,6 +168,8 @@ def one_length(args, waiting: int) -> dict:
         queue_tick(model.pk)
         ticks.append(time.perf_counter() - t)
     tick = statistics.median(ticks)
+    tick_holds = list(holds)
+    lock_holds(stop=True)
     # A pass over the whole queue as a release runs it (the model locked, in order while the
     # budget lasts), and the refresh that plans the rest after it.
     t = time.perf_counter()
@@ -188,7 +192,36 @@ def one_length(args, waiting: int) -> dict:
         "waiting": waiting, **out, "first_pass": first_pass, "full": full, "overlaps": overlaps,
         "refresh": refresh, "slices": len(slices), "tick": tick, "full_refresh": full_refresh, "slice_max": slices[-1],
         "slice_p95": slices[min(len(slices) - 1, math.ceil(0.95 * len(slices)) - 1)],
+        "hold_refresh": max(refresh_holds, default=0), "hold_tick": max(tick_holds, default=0),
     }  # fmt: skip
+
+
+_real_lock = None
+
+
+def lock_holds(stop: bool = False) -> list[float]:
+    """Time each hold of the model's lock by the refresh and the tick (from taking the lock
+    to the commit); the list fills as they commit. *stop*: the real lock again."""
+    from django.db import transaction
+
+    from leasing.scheduler import refresh
+
+    global _real_lock
+    if _real_lock is None:
+        _real_lock = refresh.lock_card_models
+    if stop:
+        refresh.lock_card_models = _real_lock
+        return []
+    holds: list[float] = []
+
+    def timed(ids):
+        began = time.perf_counter()
+        locked = _real_lock(ids)
+        transaction.on_commit(lambda: holds.append(time.perf_counter() - began))
+        return locked
+
+    refresh.lock_card_models = timed
+    return holds
 
 
 def timed_requests(args, rng, user, team, model, hours, cold="") -> dict:
@@ -285,6 +318,11 @@ def main(argv=None) -> None:
     finally:
         report_scale.drop_db(args)
     load = os.getloadavg()
+    for r in rows:
+        print(
+            f"{r['waiting']:,} waiting: longest hold of the model's lock: refresh slice "
+            f"{r['hold_refresh'] * 1000:.0f} ms, tick {r['hold_tick'] * 1000:.0f} ms"
+        )
     print(
         f"\n{args.nodes * 8:,} cards ({args.nodes} nodes x 8), every card held; "
         f"{args.requests} one-card requests per length; load average {load[0]:.1f}\n"

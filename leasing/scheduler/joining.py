@@ -11,6 +11,7 @@ to the worker instead of making the requester wait for it (docs/performance.md).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -36,22 +37,31 @@ class Joined:
 
 
 def join_plan(
-    plan: QueuePlan, waiting: list[Waiting], joined: int, mark: Key | None
+    plan: QueuePlan,
+    waiting: list[Waiting],
+    joined: int,
+    mark: Key | None,
+    newcomer: Waiting | None = None,
 ) -> Joined | None:
     """Plan lease *joined* into the stored plan: the leases ahead of it keep theirs (they
     alone decide its start); the newcomer and those behind it are planned in order while
     ``JOIN_BUDGET`` lasts, and the rest are left stale (the refresh plans them). A stale
     stretch already there (*mark*) is planned first, so the newcomer's plan is exact when
     the budget reaches it and an estimate otherwise. None when the stored plan cannot be
-    trusted (then the caller plans the whole queue)."""
-    new = next((w for w in waiting if w.request.lease_id == joined), None)
+    trusted (then the caller plans the whole queue). *newcomer*: the lease's entry in
+    *waiting*, when the caller has it (else it is looked for)."""
+    new = _find(waiting, joined, newcomer)
     if new is None:
         return None
     limit = new.key if mark is None or new.key < mark else mark
-    exact = [w for w in waiting if w.key < limit or (w.key == limit and w is not new)]
+    # those up to *limit* (the newcomer aside): in service order, so a bisection finds them
+    split = bisect.bisect_right(waiting, limit, key=_service_key)
+    if split and waiting[split - 1] is new:
+        split -= 1
+    exact = waiting[:split]
     if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in exact):
         return None
-    rest = waiting[len(exact) :]  # in service order, the newcomer among them
+    rest = waiting[split:]  # in service order, the newcomer among them
     spend = max(1, len(plan.cards))
     budget = JOIN_BUDGET
     done = 0
@@ -67,10 +77,23 @@ def join_plan(
     stale_after = rest[done - 1].key if done else limit
     if new.key <= stale_after:
         return Joined(stale_after=stale_after, restored=len(exact))
-    stale = [(w.request, w.estimated_start, w.planned_cards) for w in rest[done:]
-             if w.key < new.key]  # fmt: skip
+    ahead = bisect.bisect_left(rest, new.key, lo=done, key=_service_key)
+    stale = ((w.request, w.estimated_start, w.planned_cards) for w in rest[done:ahead])
     estimate = plan.estimate_behind(stale, new.request)
     return Joined(stale_after=stale_after, estimate=estimate, restored=len(exact))
+
+
+def _service_key(w: Waiting) -> Key:
+    return w.key
+
+
+def _find(waiting: list[Waiting], joined: int, newcomer: Waiting | None) -> Waiting | None:
+    """Lease *joined*'s entry in *waiting* (in service order): found by its key when known."""
+    if newcomer is not None and newcomer.request.lease_id == joined:
+        i = bisect.bisect_left(waiting, newcomer.key, key=_service_key)
+        if i < len(waiting) and waiting[i].request.lease_id == joined:
+            return waiting[i]
+    return next((w for w in waiting if w.request.lease_id == joined), None)
 
 
 def _mark(model: int):

@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from leasing.enqueue import enqueue_after_commit
-from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline
+from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, longest_gap
 from leasing.scheduler.queueplan import KEY_FIELDS
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 
@@ -67,13 +67,20 @@ class Picture:
     # (None: read from the database inside this transaction)
     added: list[Waiting] = field(default_factory=list)
     taken: int | None = None
+    # the refresh's plan up to its mark, left for its next slice: (QueuePlan, mark, version)
+    refresh_plan: tuple | None = field(default=None, compare=False, repr=False)
 
     def timeline(self) -> Timeline:
         """A copy of the holders' periods for a plan to add its reservations to."""
         copy = Timeline()
+        gaps = self.holders.gaps  # kept with the picture: found once per card, not per pass
         for card_id, periods in self.holders.busy.items():
             if periods:
                 copy.busy[card_id] = list(periods)
+                gap = gaps.get(card_id)
+                if gap is None:
+                    gap = gaps[card_id] = longest_gap(periods)
+                copy.gaps[card_id] = gap
         return copy
 
 

@@ -39,9 +39,15 @@ class Timeline:
     busy: dict[int, list[tuple[datetime, datetime]]] = field(
         default_factory=lambda: defaultdict(list)
     )
+    # Per card, the longest gap between two of its busy periods, found when first needed
+    # (``_first_free_card``: a card with no gap as long as the request is free only after its
+    # last period, no walk over its periods). ``add`` and ``remove`` forget it; ``prune``
+    # only takes gaps away, so what it leaves is never shorter than the truth.
+    gaps: dict[int, timedelta] = field(default_factory=dict, compare=False, repr=False)
 
     def add(self, card_id: int, start: datetime, end: datetime) -> None:
         bisect.insort(self.busy[card_id], (start, end))
+        self.gaps.pop(card_id, None)
 
     def remove(self, card_id: int, start: datetime, end: datetime) -> None:
         """Take back a period added with ``add`` (a reservation being re-planned)."""
@@ -50,6 +56,7 @@ class Timeline:
         if i == len(periods) or periods[i] != (start, end):
             raise KeyError((card_id, start, end))
         del periods[i]
+        self.gaps.pop(card_id, None)
 
     def prune(self, now: datetime) -> None:
         """Forget the periods that ended by *now*: they can no longer be in anyone's way."""
@@ -240,11 +247,16 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
     """The earliest *t* >= *t0* where some card is free over ``[t, t + d)``, None if none
     ever is, or ``_UNKNOWN`` when a period of zero or negative length makes the shortcut
     unsafe. A card's free windows begin at *t0* or at one of its own ends, so the first
-    candidate where any card is free is the smallest such moment over the cards."""
+    candidate where any card is free is the smallest such moment over the cards.
+
+    Two rounds: first the cards whose answer needs no walk over their periods (free at *t0*,
+    or no gap between their periods as long as *d*: free from their last end), then a walk
+    over the others' periods, each stopped at the best found so far."""
     best: datetime | None = None
     busy = timeline.busy
+    gaps = timeline.gaps
+    walks = []
     for card in cards:
-        limit = card.usable_until
         periods = busy.get(card.card_id)
         t = t0
         if periods:
@@ -252,24 +264,53 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
             j = bisect.bisect_right(periods, (t0, t0))
             if j > 0 and periods[j - 1][1] > t0:
                 j -= 1
-            n = len(periods)
-            while j < n:
-                s, e = periods[j]
-                if e <= s:
-                    return _UNKNOWN
-                if s >= t + d:
+            if j < len(periods) and periods[j][0] < t0 + d:
+                gap = gaps.get(card.card_id)
+                if gap is None:
+                    gap = gaps[card.card_id] = longest_gap(periods)
+                if gap == timedelta.max:
+                    return _UNKNOWN  # a period of no length
+                if gap >= d:
+                    walks.append((card, periods, j))
+                    continue
+                t = max(t0, periods[-1][1])  # busy from t0 until its last period ends
+        limit = card.usable_until
+        if (best is None or t < best) and (limit is None or t + d <= limit):
+            best = t
+    for card, periods, j in walks:
+        t = t0
+        n = len(periods)
+        while j < n:
+            s, e = periods[j]
+            if s >= t + d:
+                break
+            if e > t:
+                t = e
+                if best is not None and t >= best:
                     break
-                if e > t:
-                    t = e
-                    if best is not None and t >= best:
-                        break
-                j += 1
+            j += 1
         if best is not None and t >= best:
             continue
+        limit = card.usable_until
         if limit is not None and t + d > limit:
             continue
         best = t
     return best
+
+
+def longest_gap(periods: list[tuple[datetime, datetime]]) -> timedelta:
+    """The longest free gap between two of a card's busy periods (after the latest end so
+    far); ``timedelta.max`` when a period has no length (then ``_first_free_card`` walks)."""
+    longest = timedelta(0)
+    last_end = periods[0][1]
+    for s, e in periods:
+        if e <= s:
+            return timedelta.max
+        if s - last_end > longest:
+            longest = s - last_end
+        if e > last_end:
+            last_end = e
+    return longest
 
 
 def _first_feasible(

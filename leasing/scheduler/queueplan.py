@@ -27,6 +27,7 @@ every step to ``plan_queue`` on random timelines.
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -104,6 +105,9 @@ class QueuePlan:
         self.now = now
         self.keys: list[Key] = []
         self.entries: list[Planned] = []
+        # every planned start (some outdated): ``advance`` looks at the entries only when
+        # one of these has come (a heap: its smallest first)
+        self._starts: list[tuple[datetime, int]] = []
         self.node_of = {c.card_id: c.node_id for c in cards}
         self.by_node: dict[int, list[CardSlot]] = {}
         for card in cards:
@@ -112,6 +116,10 @@ class QueuePlan:
     # --- reading ----------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.entries)
+
+    def any_due(self, now: datetime) -> bool:
+        """Whether a planned start may have come by *now* (False: none has, for sure)."""
+        return bool(self._starts) and self._starts[0][0] <= now
 
     def decisions(self) -> list[Decision]:
         """The decisions in service order (what ``plan_queue`` returns for the queue)."""
@@ -125,6 +133,7 @@ class QueuePlan:
         ordered = sorted(items, key=lambda kr: kr[0])
         self.keys = [k for k, _r in ordered]
         self.entries = [Planned(k, r, self._plan(r)) for k, r in ordered]
+        self._starts_reset()
         return self.decisions()
 
     def reorder(self, key_of) -> bool:
@@ -143,6 +152,7 @@ class QueuePlan:
                 entry.decision = self._plan(entry.request)
         self.entries = [e for _k, e in keyed]
         self.keys = [k for k, _e in keyed]
+        self._starts_reset()  # the decisions planned again: ``advance`` looks at their starts
         return first < len(keyed)
 
     def restore(
@@ -192,6 +202,7 @@ class QueuePlan:
             return False
         self.entries = entries
         self.keys = [e.key for e in entries]
+        self._starts_reset()
         return True
 
     def estimate_behind(
@@ -231,6 +242,7 @@ class QueuePlan:
         entry = Planned(key, request, self._plan(request))
         self.keys.append(key)
         self.entries.append(entry)
+        self._track(entry)
         return entry
 
     def add(self, key: Key, request: Request) -> list[Planned]:
@@ -242,6 +254,7 @@ class QueuePlan:
         for entry in reversed(behind):
             self._unreserve(entry)
         new = Planned(key, request, self._plan(request))
+        self._track(new)
         self._replan(behind, added=self._windows(new), freed=[])
         self.keys.insert(i, key)
         self.entries.insert(i, new)
@@ -271,11 +284,15 @@ class QueuePlan:
         may change), so those ahead of a starting lease are planned again (``_replan``)."""
         self.now = now
         self.timeline.prune(now)
+        if not self.any_due(now):
+            return []  # no planned start has come (nothing to look at)
         due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
         if due:
             keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
             self.entries = keep
             self.keys = [e.key for e in keep]
+        self._starts_reset()
+        if due:
             last = max(e.key for e in due)
             ahead = [e for e in keep if e.key < last]
             if ahead:
@@ -319,6 +336,7 @@ class QueuePlan:
                 entry.decision = kept
                 self._reserve(entry)
             if entry.decision != old:
+                self._track(entry)
                 freed = freed + self._windows(entry, old)
                 added = added + self._windows(entry)
 
@@ -417,6 +435,21 @@ class QueuePlan:
             return None
         best = mine if others is None or mine[0] < others[0] else others
         return Decision(old.lease_id, start, best[1])
+
+    def _track(self, entry: Planned) -> None:
+        start = entry.decision.start
+        if start is not None:
+            heapq.heappush(self._starts, (start, entry.request.lease_id))
+            if len(self._starts) > 2 * len(self.entries) + 64:
+                self._starts_reset()  # outdated starts pile up: keep the current ones only
+
+    def _starts_reset(self) -> None:
+        self._starts = [
+            (e.decision.start, e.request.lease_id)
+            for e in self.entries
+            if e.decision.start is not None
+        ]
+        heapq.heapify(self._starts)
 
     def _windows(self, entry: Planned, decision: Decision | None = None) -> list[Window]:
         d = entry.decision if decision is None else decision

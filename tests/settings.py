@@ -8,6 +8,25 @@ import tempfile
 os.environ.setdefault("CARDPOOL_SECRET_KEY", secrets.token_hex(32))
 os.environ.setdefault("CARDPOOL_VAR_DIR", os.path.join(tempfile.gettempdir(), "cardpool-test-var"))
 
+# Under pytest-xdist each worker (gw0, gw1, …) has its own test database (pytest-django), its
+# own Redis database for the broker (a worker's purge or Celery worker never meets another's
+# tasks) and its own var directory; set in the environment, so the processes a test starts
+# (Celery workers, agents) inherit them.
+_XDIST = os.environ.get("PYTEST_XDIST_WORKER", "")
+# (once: the processes a test starts import these settings again with the same environment)
+if (
+    _XDIST.startswith("gw")
+    and _XDIST[2:].isdigit()
+    and os.environ.get("CARDPOOL_TEST_WORKER") != _XDIST
+):
+    os.environ["CARDPOOL_TEST_WORKER"] = _XDIST
+    _n = int(_XDIST[2:])
+    _broker = os.environ.get("CELERY_BROKER_URL", "")
+    _head, _sep, _db = _broker.rpartition("/")
+    if _broker.startswith(("redis://", "rediss://")) and _sep and _db.isdigit():
+        os.environ["CELERY_BROKER_URL"] = f"{_head}/{(int(_db) + _n) % 16}"
+    os.environ["CARDPOOL_VAR_DIR"] = f"{os.environ['CARDPOOL_VAR_DIR']}-{_XDIST}"
+
 from portal.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
         ("test-only-not-secret", "published"),
         ("x", "too short"),
         ("a" * 64, "too plain"),
-        (secrets.token_hex(20), "too short"),  # 40 characters
+        ("5f0c" * 10, "too short"),  # 40 characters, varied
     ],
 )
 def test_production_refuses_known_or_short_keys(key, words):

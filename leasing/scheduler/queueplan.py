@@ -136,12 +136,20 @@ class QueuePlan:
         self._starts_reset()
         return self.decisions()
 
-    def reorder(self, key_of) -> bool:
+    def reorder(self, key_of, *, now: datetime | None = None) -> bool:
         """The keys changed (the fair-share factors were recomputed): *key_of(request)* gives
         each waiting lease its new key. The leases whose place in the order did not change up
         to the first that did keep their decisions (each depends only on the timeline and
         those ahead); from there on the queue is planned again in the new order. True when
-        anything was planned again."""
+        anything was planned again.
+
+        *now*: when the keys changed, if later than the plan's time: those planned again are
+        planned from then on (a start before it would be a start in the past: the lease would
+        hold its cards from a moment it did not hold them). No planned start may have come
+        before it (``advance`` was called at each), so the leases kept are exact then too."""
+        if now is not None and now > self.now:
+            self.now = now
+            self.timeline.prune(now)
         keyed = sorted(((key_of(e.request), e) for e in self.entries), key=lambda ke: ke[0])
         first = next((n for n, (_k, e) in enumerate(keyed) if e is not self.entries[n]), len(keyed))
         for entry in reversed(self.entries[first:]):

@@ -24,14 +24,14 @@ from leasing.models import (
     QueueMark,
 )
 from leasing.scheduler import fairshare, joining, plancache
-from leasing.scheduler.planner import Request, Timeline
+from leasing.scheduler.planner import CardSlot, Request, Timeline
 from leasing.scheduler.queueplan import QueuePlan, service_key
 from leasing.scheduler.snapshot import waiting_for
 from leasing.teams import fairshare as fair_services
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask, hours
 from tests.leasing.test_queue_stale import full_plan, refresh_all, stored
-from tests.leasing.test_queueplan import M, T, pools, requests
+from tests.leasing.test_queueplan import M, T, pools, requests, timeline_of, timelines
 from tests.leasing.test_queueplan import full_plan as pure_full_plan
 
 HALF = timedelta(days=7)
@@ -156,6 +156,88 @@ def test_the_kept_plan_equals_a_full_plan_while_use_decays_and_requests_come_and
                 factor = fairshare.factors(ledger.use, weights)
                 plan.reorder(lambda r: key_of(r.lease_id))
         check()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_recomputation_between_two_passes_plans_from_its_own_time(data):
+    """The replay's pass: the factors are recomputed at a moment after the last pass, when
+    nothing started or ended since (``reorder(now=...)``), then time moves there
+    (``advance``). Whoever starts then starts *then*, and the queue is what the full planner
+    decides in the new order at that moment, with several teams whose ranking changes (a
+    lease moved ahead may fit at once: planned from the last pass's time, it would start in
+    the past and hold its cards from a moment it did not hold them)."""
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    factor = {team: 1.0 for team in "abc"}
+    items = {}  # lease id -> (team, request, submitted)
+
+    def key_of(n):
+        team, request, submitted = items[n]
+        return service_key(
+            rank=100, submitted_at=submitted, duration=request.duration, count=request.count,
+            lease_id=n, fair=factor[team],
+        )  # fmt: skip
+
+    def moved(now):
+        """A pass at *now*: those whose start has come start then (and hold their cards from
+        then on); the rest is what the full planner decides around them."""
+        for entry in plan.advance(now):
+            assert entry.decision.start == now  # not at a moment already past
+            del items[entry.request.lease_id]
+            for card_id in entry.decision.card_ids:
+                busy.setdefault(card_id, []).append((now, now + entry.request.duration))
+        want = pure_full_plan(cards, busy, [(key_of(n), items[n][1]) for n in items], now)
+        assert plan.decisions() == want
+
+    now = T
+    lease_id = 0
+    for _round in range(data.draw(st.integers(1, 4))):
+        for _join in range(data.draw(st.integers(0, 5))):
+            lease_id += 1
+            count, minutes, after, same_node, before, nodes = data.draw(requests)
+            request = Request(lease_id, count, minutes * M, now + after * M, same_node, nodes)
+            items[lease_id] = (data.draw(st.sampled_from("abc")), request, now - before * M)
+            plan.add(key_of(lease_id), request)
+        moved(now)  # the joins' pass
+        # time moves on, no further than the next planned start (a pass comes at each)
+        starts = [d.start for d in plan.decisions() if d.start is not None]
+        room = int((min(starts) - now) / M) if starts else 30
+        now += data.draw(st.integers(1, max(1, room))) * M
+        if data.draw(st.booleans()):  # the factors are recomputed in between: a new ranking
+            factor = {team: data.draw(st.sampled_from([0.1, 0.4, 0.5, 1.0])) for team in "abc"}
+            plan.reorder(lambda r: key_of(r.lease_id), now=now)
+        moved(now)
+
+
+def test_a_lease_moved_ahead_between_two_passes_starts_at_the_recomputation_not_before():
+    """The case the property test above finds: a one-card lease waits behind a whole-node
+    one (it would be in its way); the factors put it ahead while nothing starts or ends, and
+    it fits at once: it starts at the recomputation's moment, not at the last pass's."""
+    cards = [CardSlot(10 + i, 1, 0) for i in range(4)]
+    plan = QueuePlan(cards, timeline_of({10: [(T - 30 * M, T + 3 * M)]}), now=T)
+    whole = Request(1, 4, 60 * M, T, False)
+    one = Request(2, 1, 60 * M, T, False)
+    factor = {1: 0.5, 2: 0.5}
+    submitted = {1: T - 60 * M, 2: T}
+
+    def key(request):
+        n = request.lease_id
+        return service_key(
+            rank=100, submitted_at=submitted[n], duration=request.duration, count=request.count,
+            lease_id=n, fair=factor[n],
+        )  # fmt: skip
+
+    plan.add(key(whole), whole)
+    plan.add(key(one), one)
+    assert plan.advance(T) == []
+    assert [d.start for d in plan.decisions()] == [T + 3 * M, T + 63 * M]
+    factor = {1: 0.1, 2: 1.0}  # the one-card lease's team is now far below its share
+    plan.reorder(key, now=T + 2 * M)
+    (started,) = plan.advance(T + 2 * M)
+    assert (started.request.lease_id, started.decision.start) == (2, T + 2 * M)
+    assert plan.decisions()[0].start == T + 62 * M
 
 
 # --- in the database ---------------------------------------------------------------------

@@ -150,7 +150,15 @@ class QueuePlan:
         if now is not None and now > self.now:
             self.now = now
             self.timeline.prune(now)
-        keyed = sorted(((key_of(e.request), e) for e in self.entries), key=lambda ke: ke[0])
+        new = [key_of(e.request) for e in self.entries]
+        if all(a < b for a, b in zip(new, new[1:], strict=False)):
+            # the factors changed but not the order (no team passed another): every decision
+            # stands, only the keys are rewritten (a newcomer's place is found by them)
+            for entry, key in zip(self.entries, new, strict=True):
+                entry.key = key
+            self.keys = new
+            return False
+        keyed = sorted(zip(new, self.entries, strict=True), key=lambda ke: ke[0])
         first = next((n for n, (_k, e) in enumerate(keyed) if e is not self.entries[n]), len(keyed))
         for entry in reversed(self.entries[first:]):
             self._unreserve(entry)

@@ -270,10 +270,12 @@ class QueuePlan:
         for entry in reversed(behind):
             self._unreserve(entry)
         new = Planned(key, request, self._plan(request))
-        self._track(new)
         self._replan(behind, added=self._windows(new), freed=[])
         self.keys.insert(i, key)
         self.entries.insert(i, new)
+        # tracked once in the plan: the index, rebuilt from the entries when it grows, would
+        # lose a start tracked before
+        self._track(new)
         return [new, *behind]
 
     def remove(self, lease_id: int) -> list[Planned]:
@@ -300,15 +302,21 @@ class QueuePlan:
         may change), so those ahead of a starting lease are planned again (``_replan``)."""
         self.now = now
         self.timeline.prune(now)
-        if not self.any_due(now):
-            return []  # no planned start has come (nothing to look at)
-        due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
-        if due:
+        out: list[Planned] = []
+        # again while the re-planning moves someone's start to now (a lease ahead of one
+        # that started may move to another node and free the cards of one behind it)
+        while self.any_due(now):
+            due = [
+                e for e in self.entries if e.decision.start is not None and e.decision.start <= now
+            ]
+            if not due:
+                self._starts_reset()  # only outdated starts had come
+                break
             keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
             self.entries = keep
             self.keys = [e.key for e in keep]
-        self._starts_reset()
-        if due:
+            self._starts_reset()
+            out += due
             last = max(e.key for e in due)
             ahead = [e for e in keep if e.key < last]
             if ahead:
@@ -318,7 +326,8 @@ class QueuePlan:
                     self._unreserve(entry)
                 started = [(e.key, w) for e in due for w in self._windows(e)]
                 self._replan(keep, added=[], freed=[], started=started)
-        return due
+        out.sort(key=lambda e: e.key)
+        return out
 
     # --- inside -----------------------------------------------------------------------
     def _replan(

@@ -26,6 +26,7 @@ from leasing.models import (
 from leasing.scheduler import fairshare, joining, plancache
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 from leasing.scheduler.queueplan import QueuePlan, service_key
+from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import waiting_for
 from leasing.teams import fairshare as fair_services
 from tests.factories import CardModelFactory, make_node
@@ -327,6 +328,43 @@ def test_a_recomputation_that_changes_the_order_moves_the_version_and_replans(
     assert because.text.startswith("1 lease asked for later is served first")
     with translation.override("zh-hans"):
         assert "公平" in because_text(because)
+
+
+def test_a_recomputation_that_keeps_the_order_keeps_the_plans_and_rewrites_the_mark(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """New factors that pass no team past another change no plan: no queue is planned again,
+    the version still moves (kept pictures held the old keys), and the stale mark (a stored
+    key) carries the new factor, so a request joining later is placed among keys of one
+    recomputation; then the stored plan is still what the full planner decides."""
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # a join plans one lease: a mark is left
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, 1 h
+    for user, team, minutes in ((bob, nlp, 600), (alice, vision, 600), (alice, vision, 30)):
+        ask(user, team, a100, count=2, duration=timedelta(minutes=minutes))
+        frozen.shift(60)
+    mark = QueueMark.objects.get(card_model=a100)
+    assert mark.key[1] == -1.0  # no team has used anything yet
+    plans = stored(a100)
+    version = PlanVersion.objects.get(card_model_id=a100.pk).version
+
+    def no_replan(*args, **kwargs):
+        raise AssertionError("planned again although the order stands")
+
+    monkeypatch.setattr(fair_services, "replan", no_replan)
+    monkeypatch.setattr(fair_services, "use_by_team", _use({nlp.pk: 10.0, vision.pk: 10.0}))
+    assert fair_services.recompute()  # 1 -> 0.5 for both: a tie before, a tie after
+    assert PlanVersion.objects.get(card_model_id=a100.pk).version > version
+    assert stored(a100) == plans
+    assert QueueMark.objects.get(card_model=a100).key[1] == -0.5
+    ask(bob, nlp, a100, count=1, duration=timedelta(minutes=30))  # placed by the new keys
+    refresh_all(a100)
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
+    # a ranking that changes (vision passes nlp): planned again, exact once refreshed
+    monkeypatch.setattr(fair_services, "replan", replan)
+    monkeypatch.setattr(fair_services, "use_by_team", _use({nlp.pk: 100.0, vision.pk: 1.0}))
+    assert fair_services.recompute()
+    refresh_all(a100)
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
 
 
 def test_use_is_weighted_by_the_cards_list_price_and_decays(

@@ -22,6 +22,10 @@ planned, only those ahead of a lease that started from behind them are looked at
 cards are now held, which can change their best fit). Anything else that changes the timeline (an early
 release, a new card, a drain) needs ``rebuild``. tests/leasing/test_queueplan.py holds
 every step to ``plan_queue`` on random timelines.
+
+About 530 lines, one class on purpose: every step (join, leave, advance, reorder) keeps the
+same reservations and start index exact, and the shortcuts of ``_replan`` reason about all
+of them; split, each part would reach into the other's internals.
 """
 
 from __future__ import annotations

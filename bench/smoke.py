@@ -179,9 +179,8 @@ def plans(args, demo: Demo, fake_url: str) -> dict:
         "soak.py": lambda: ["--base", demo.start(), "--minutes", "0.3", "--interval", "2",
                             "--report-minutes", "0.3", "--min-lease", "1", "--max-lease", "1",
                             "--drain-minutes", "0"],
-        # one team: the replay's fair-share reorder (several teams) double-books a card on
-        # this slice, an open defect of the bench's emulation (the portal re-plans whole)
-        "trace_replay.py": ["--jobs", "200", "--nodes", "4", "--vc", "b436b2"]
+        # several teams (every virtual cluster): fair share and its recomputations
+        "trace_replay.py": ["--jobs", "200", "--nodes", "4"]
         if _trace().exists() else f"needs the Philly trace at {_trace()}",
     }  # fmt: skip
 

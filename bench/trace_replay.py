@@ -255,9 +255,10 @@ class Planned:
     def step(self, now, new, running):
         plan = self.plan
         if self.fair is not None and self.fair.recompute(now):
-            # the recomputation falls between the last pass and this one: the plan takes the
-            # new keys as it stood then, and time moves on from there (``advance``)
-            plan.reorder(lambda r: self.key(self.jobs[r.lease_id]))
+            # the recomputation falls between the last pass and this one, when nothing
+            # started or ended: the plan takes the new keys now (``advance`` then starts
+            # those whose start has come)
+            plan.reorder(lambda r: self.key(self.jobs[r.lease_id]), now=now)
         due = plan.advance(now)
         for job in new:
             self.jobs[job.id] = job
@@ -278,18 +279,20 @@ class Planned:
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
 
     def compare(self, now, due, running):
-        """The full planner on the same picture must decide exactly what the plan holds."""
-        waiting = [(e.key, e.request) for e in due] + [
-            (e.key, e.request) for e in self.plan.entries
-        ]
-        waiting.sort(key=lambda kr: kr[0])
+        """The full planner on the same picture must decide exactly what the plan holds: the
+        leases started now (*due*) start at this moment and hold their cards from it."""
+        assert all(e.decision.start == now for e in due), now
+        waiting = sorted(((e.key, e.request) for e in self.plan.entries), key=lambda kr: kr[0])
         timeline = Timeline(busy=defaultdict(list, {c: [p] for c, p in running.items()}))
+        for e in due:
+            for c in e.decision.card_ids:
+                timeline.add(c, now, now + e.request.duration)
         requests = [
             Request(r.lease_id, r.count, r.duration, max(r.not_before, now), r.same_node)
             for _k, r in waiting
         ]
         full = plan_queue(self.plan.cards, timeline, requests)
-        mine = {e.request.lease_id: e.decision for e in due + self.plan.entries}
+        mine = {e.request.lease_id: e.decision for e in self.plan.entries}
         for d in full:
             m = mine[d.lease_id]
             assert (d.start, d.card_ids) == (m.start, m.card_ids), (now, d, m)

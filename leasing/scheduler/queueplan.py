@@ -22,6 +22,10 @@ planned, only those ahead of a lease that started from behind them are looked at
 cards are now held, which can change their best fit). Anything else that changes the timeline (an early
 release, a new card, a drain) needs ``rebuild``. tests/leasing/test_queueplan.py holds
 every step to ``plan_queue`` on random timelines.
+
+About 530 lines, one class on purpose: every step (join, leave, advance, reorder) keeps the
+same reservations and start index exact, and the shortcuts of ``_replan`` reason about all
+of them; split, each part would reach into the other's internals.
 """
 
 from __future__ import annotations
@@ -136,13 +140,29 @@ class QueuePlan:
         self._starts_reset()
         return self.decisions()
 
-    def reorder(self, key_of) -> bool:
+    def reorder(self, key_of, *, now: datetime | None = None) -> bool:
         """The keys changed (the fair-share factors were recomputed): *key_of(request)* gives
         each waiting lease its new key. The leases whose place in the order did not change up
         to the first that did keep their decisions (each depends only on the timeline and
         those ahead); from there on the queue is planned again in the new order. True when
-        anything was planned again."""
-        keyed = sorted(((key_of(e.request), e) for e in self.entries), key=lambda ke: ke[0])
+        anything was planned again.
+
+        *now*: when the keys changed, if later than the plan's time: those planned again are
+        planned from then on (a start before it would be a start in the past: the lease would
+        hold its cards from a moment it did not hold them). No planned start may have come
+        before it (``advance`` was called at each), so the leases kept are exact then too."""
+        if now is not None and now > self.now:
+            self.now = now
+            self.timeline.prune(now)
+        new = [key_of(e.request) for e in self.entries]
+        if all(a < b for a, b in zip(new, new[1:], strict=False)):
+            # the factors changed but not the order (no team passed another): every decision
+            # stands, only the keys are rewritten (a newcomer's place is found by them)
+            for entry, key in zip(self.entries, new, strict=True):
+                entry.key = key
+            self.keys = new
+            return False
+        keyed = sorted(zip(new, self.entries, strict=True), key=lambda ke: ke[0])
         first = next((n for n, (_k, e) in enumerate(keyed) if e is not self.entries[n]), len(keyed))
         for entry in reversed(self.entries[first:]):
             self._unreserve(entry)
@@ -254,10 +274,12 @@ class QueuePlan:
         for entry in reversed(behind):
             self._unreserve(entry)
         new = Planned(key, request, self._plan(request))
-        self._track(new)
         self._replan(behind, added=self._windows(new), freed=[])
         self.keys.insert(i, key)
         self.entries.insert(i, new)
+        # tracked once in the plan: the index, rebuilt from the entries when it grows, would
+        # lose a start tracked before
+        self._track(new)
         return [new, *behind]
 
     def remove(self, lease_id: int) -> list[Planned]:
@@ -284,15 +306,21 @@ class QueuePlan:
         may change), so those ahead of a starting lease are planned again (``_replan``)."""
         self.now = now
         self.timeline.prune(now)
-        if not self.any_due(now):
-            return []  # no planned start has come (nothing to look at)
-        due = [e for e in self.entries if e.decision.start is not None and e.decision.start <= now]
-        if due:
+        out: list[Planned] = []
+        # again while the re-planning moves someone's start to now (a lease ahead of one
+        # that started may move to another node and free the cards of one behind it)
+        while self.any_due(now):
+            due = [
+                e for e in self.entries if e.decision.start is not None and e.decision.start <= now
+            ]
+            if not due:
+                self._starts_reset()  # only outdated starts had come
+                break
             keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
             self.entries = keep
             self.keys = [e.key for e in keep]
-        self._starts_reset()
-        if due:
+            self._starts_reset()
+            out += due
             last = max(e.key for e in due)
             ahead = [e for e in keep if e.key < last]
             if ahead:
@@ -302,7 +330,8 @@ class QueuePlan:
                     self._unreserve(entry)
                 started = [(e.key, w) for e in due for w in self._windows(e)]
                 self._replan(keep, added=[], freed=[], started=started)
-        return due
+        out.sort(key=lambda e: e.key)
+        return out
 
     # --- inside -----------------------------------------------------------------------
     def _replan(

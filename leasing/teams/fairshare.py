@@ -3,9 +3,13 @@ operators' settings (a team's weight, the half-life, how often). The formula is
 ``scheduler.fairshare``'s; the queue reads the stored factors (``snapshot.waiting_of``).
 
 A recomputation that changes a factor moves the plan's version of every card model with a
-queue (``PlanVersion``: no kept picture or shared step is used with the old keys) and plans
-each queue again from the start (``run.replan``, bounded by the join budget; the rest is
-marked stale for the refresh), in one transaction: no stored plan keeps the old order.
+queue (``PlanVersion``: no kept picture or shared step is used with the old keys), in one
+transaction. A queue whose order the new factors change (one team passed another) is planned
+again from the start (``run.replan``, bounded by the join budget; the rest is marked stale for
+the refresh): no stored plan keeps the old order. A queue whose order they keep keeps every
+stored plan (each depends only on the order and the timeline); the one stored key, the
+stale mark's (``QueueMark``: it carries a factor), is rewritten with the new factor, so a
+request joining later is compared with keys of one recomputation only (``order_kept``).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from inventory.models import CardModel
 from leasing.billing.prices import PriceBook
 from leasing.choices import LeaseStatus
 from leasing.locking import lock_card_models
-from leasing.models import Allocation, FairShare, FairSharePolicy, Lease, PlanVersion
+from leasing.models import Allocation, FairShare, FairSharePolicy, Lease, PlanVersion, QueueMark
 from leasing.scheduler import fairshare
+from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.run import replan
 from portal.audit import audit
 from portal.models import Team
@@ -70,10 +75,49 @@ def use_by_team(*, now: datetime, half: timedelta) -> dict[int, float]:
     return use
 
 
+def order_kept(card_model_id: int, before: dict, after: dict) -> bool:
+    """Whether the model's queue keeps its order when the teams' factors go from *before* to
+    *after* (team id -> factor; a team missing has ``NO_USE``), the stale mark's lease
+    counted among the waiting. If so the mark is rewritten with its team's new factor (the
+    caller holds the model's lock) and True: no stored plan changes. False: someone passes
+    someone (the queue must be planned again)."""
+    rows = Lease.objects.filter(card_model_id=card_model_id, status=LeaseStatus.QUEUED)
+    items = []
+    for pk, team, rank, submitted, duration, count in rows.values_list(
+        "pk", "team_id", "priority_rank", "submitted_at", "duration", "count"
+    ):
+        old, new = (
+            service_key(
+                rank=rank,
+                submitted_at=submitted,
+                duration=duration,
+                count=count,
+                lease_id=pk,
+                fair=factors.get(team, fairshare.NO_USE),
+            )  # fmt: skip
+            for factors in (before, after)
+        )
+        items.append((old, new))
+    mark = QueueMark.objects.filter(card_model_id=card_model_id).first()
+    if mark is not None:
+        found = Lease.objects.filter(pk=mark.lease_id_after).values_list("team_id", flat=True)
+        if not found:
+            return False  # its team is unknown: no new key for it
+        fair = after.get(found[0], fairshare.NO_USE)
+        items.append((mark.key, (mark.key[0], -fair, *mark.key[2:])))
+    items.sort(key=lambda kk: kk[0])
+    # (the mark is a lease's key: it may equal a waiting lease's, before and after)
+    if not all(a[1] <= b[1] for a, b in zip(items, items[1:], strict=False)):
+        return False
+    if mark is not None and mark.key[1] != -fair:
+        QueueMark.objects.filter(card_model_id=card_model_id).update(fair=fair)
+    return True
+
+
 def recompute(*, now: datetime | None = None) -> bool:
     """Recompute every team's use and factor; when a factor changed, move the plan's version
-    of every model with a queue and plan those queues again (see the module). True when a
-    factor changed."""
+    of every model with a queue and plan again those whose order changed (see the module).
+    True when a factor changed."""
     now = now or timezone.now()
     policy = FairSharePolicy.current()
     use = use_by_team(now=now, half=half_life(policy))
@@ -82,9 +126,8 @@ def recompute(*, now: datetime | None = None) -> bool:
         t: rows[t].weight if t in rows else 1.0 for t in Team.objects.values_list("pk", flat=True)
     }
     found = fairshare.factors(use, weights)
-    changed = any(
-        (rows[t].factor if t in rows else fairshare.NO_USE) != factor for t, factor in found.items()
-    )
+    before = {t: rows[t].factor for t in rows}
+    changed = any(before.get(t, fairshare.NO_USE) != factor for t, factor in found.items())
     with transaction.atomic():
         queued = Lease.objects.filter(status=LeaseStatus.QUEUED).values_list(
             "card_model_id", flat=True
@@ -102,7 +145,8 @@ def recompute(*, now: datetime | None = None) -> bool:
             # the keys changed: no kept picture or shared step of the old order is used again
             PlanVersion.objects.filter(card_model_id__in=models).update(version=F("version") + 1)
             for model_id in models:
-                replan(model_id, now=now)
+                if not order_kept(model_id, before, found):
+                    replan(model_id, now=now)
     return changed
 
 

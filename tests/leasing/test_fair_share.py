@@ -24,14 +24,15 @@ from leasing.models import (
     QueueMark,
 )
 from leasing.scheduler import fairshare, joining, plancache
-from leasing.scheduler.planner import Request, Timeline
+from leasing.scheduler.planner import CardSlot, Request, Timeline
 from leasing.scheduler.queueplan import QueuePlan, service_key
+from leasing.scheduler.run import replan
 from leasing.scheduler.snapshot import waiting_for
 from leasing.teams import fairshare as fair_services
 from tests.factories import CardModelFactory, make_node
 from tests.leasing.conftest import ask, hours
 from tests.leasing.test_queue_stale import full_plan, refresh_all, stored
-from tests.leasing.test_queueplan import M, T, pools, requests
+from tests.leasing.test_queueplan import M, T, pools, requests, timeline_of, timelines
 from tests.leasing.test_queueplan import full_plan as pure_full_plan
 
 HALF = timedelta(days=7)
@@ -158,6 +159,88 @@ def test_the_kept_plan_equals_a_full_plan_while_use_decays_and_requests_come_and
         check()
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_recomputation_between_two_passes_plans_from_its_own_time(data):
+    """The replay's pass: the factors are recomputed at a moment after the last pass, when
+    nothing started or ended since (``reorder(now=...)``), then time moves there
+    (``advance``). Whoever starts then starts *then*, and the queue is what the full planner
+    decides in the new order at that moment, with several teams whose ranking changes (a
+    lease moved ahead may fit at once: planned from the last pass's time, it would start in
+    the past and hold its cards from a moment it did not hold them)."""
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    factor = {team: 1.0 for team in "abc"}
+    items = {}  # lease id -> (team, request, submitted)
+
+    def key_of(n):
+        team, request, submitted = items[n]
+        return service_key(
+            rank=100, submitted_at=submitted, duration=request.duration, count=request.count,
+            lease_id=n, fair=factor[team],
+        )  # fmt: skip
+
+    def moved(now):
+        """A pass at *now*: those whose start has come start then (and hold their cards from
+        then on); the rest is what the full planner decides around them."""
+        for entry in plan.advance(now):
+            assert entry.decision.start == now  # not at a moment already past
+            del items[entry.request.lease_id]
+            for card_id in entry.decision.card_ids:
+                busy.setdefault(card_id, []).append((now, now + entry.request.duration))
+        want = pure_full_plan(cards, busy, [(key_of(n), items[n][1]) for n in items], now)
+        assert plan.decisions() == want
+
+    now = T
+    lease_id = 0
+    for _round in range(data.draw(st.integers(1, 4))):
+        for _join in range(data.draw(st.integers(0, 5))):
+            lease_id += 1
+            count, minutes, after, same_node, before, nodes = data.draw(requests)
+            request = Request(lease_id, count, minutes * M, now + after * M, same_node, nodes)
+            items[lease_id] = (data.draw(st.sampled_from("abc")), request, now - before * M)
+            plan.add(key_of(lease_id), request)
+        moved(now)  # the joins' pass
+        # time moves on, no further than the next planned start (a pass comes at each)
+        starts = [d.start for d in plan.decisions() if d.start is not None]
+        room = int((min(starts) - now) / M) if starts else 30
+        now += data.draw(st.integers(1, max(1, room))) * M
+        if data.draw(st.booleans()):  # the factors are recomputed in between: a new ranking
+            factor = {team: data.draw(st.sampled_from([0.1, 0.4, 0.5, 1.0])) for team in "abc"}
+            plan.reorder(lambda r: key_of(r.lease_id), now=now)
+        moved(now)
+
+
+def test_a_lease_moved_ahead_between_two_passes_starts_at_the_recomputation_not_before():
+    """The case the property test above finds: a one-card lease waits behind a whole-node
+    one (it would be in its way); the factors put it ahead while nothing starts or ends, and
+    it fits at once: it starts at the recomputation's moment, not at the last pass's."""
+    cards = [CardSlot(10 + i, 1, 0) for i in range(4)]
+    plan = QueuePlan(cards, timeline_of({10: [(T - 30 * M, T + 3 * M)]}), now=T)
+    whole = Request(1, 4, 60 * M, T, False)
+    one = Request(2, 1, 60 * M, T, False)
+    factor = {1: 0.5, 2: 0.5}
+    submitted = {1: T - 60 * M, 2: T}
+
+    def key(request):
+        n = request.lease_id
+        return service_key(
+            rank=100, submitted_at=submitted[n], duration=request.duration, count=request.count,
+            lease_id=n, fair=factor[n],
+        )  # fmt: skip
+
+    plan.add(key(whole), whole)
+    plan.add(key(one), one)
+    assert plan.advance(T) == []
+    assert [d.start for d in plan.decisions()] == [T + 3 * M, T + 63 * M]
+    factor = {1: 0.1, 2: 1.0}  # the one-card lease's team is now far below its share
+    plan.reorder(key, now=T + 2 * M)
+    (started,) = plan.advance(T + 2 * M)
+    assert (started.request.lease_id, started.decision.start) == (2, T + 2 * M)
+    assert plan.decisions()[0].start == T + 62 * M
+
+
 # --- in the database ---------------------------------------------------------------------
 
 
@@ -245,6 +328,43 @@ def test_a_recomputation_that_changes_the_order_moves_the_version_and_replans(
     assert because.text.startswith("1 lease asked for later is served first")
     with translation.override("zh-hans"):
         assert "公平" in because_text(because)
+
+
+def test_a_recomputation_that_keeps_the_order_keeps_the_plans_and_rewrites_the_mark(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """New factors that pass no team past another change no plan: no queue is planned again,
+    the version still moves (kept pictures held the old keys), and the stale mark (a stored
+    key) carries the new factor, so a request joining later is placed among keys of one
+    recomputation; then the stored plan is still what the full planner decides."""
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # a join plans one lease: a mark is left
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)  # the pool, 1 h
+    for user, team, minutes in ((bob, nlp, 600), (alice, vision, 600), (alice, vision, 30)):
+        ask(user, team, a100, count=2, duration=timedelta(minutes=minutes))
+        frozen.shift(60)
+    mark = QueueMark.objects.get(card_model=a100)
+    assert mark.key[1] == -1.0  # no team has used anything yet
+    plans = stored(a100)
+    version = PlanVersion.objects.get(card_model_id=a100.pk).version
+
+    def no_replan(*args, **kwargs):
+        raise AssertionError("planned again although the order stands")
+
+    monkeypatch.setattr(fair_services, "replan", no_replan)
+    monkeypatch.setattr(fair_services, "use_by_team", _use({nlp.pk: 10.0, vision.pk: 10.0}))
+    assert fair_services.recompute()  # 1 -> 0.5 for both: a tie before, a tie after
+    assert PlanVersion.objects.get(card_model_id=a100.pk).version > version
+    assert stored(a100) == plans
+    assert QueueMark.objects.get(card_model=a100).key[1] == -0.5
+    ask(bob, nlp, a100, count=1, duration=timedelta(minutes=30))  # placed by the new keys
+    refresh_all(a100)
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
+    # a ranking that changes (vision passes nlp): planned again, exact once refreshed
+    monkeypatch.setattr(fair_services, "replan", replan)
+    monkeypatch.setattr(fair_services, "use_by_team", _use({nlp.pk: 100.0, vision.pk: 1.0}))
+    assert fair_services.recompute()
+    refresh_all(a100)
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
 
 
 def test_use_is_weighted_by_the_cards_list_price_and_decays(

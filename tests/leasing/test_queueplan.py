@@ -225,3 +225,17 @@ def test_requests_joining_on_their_nodes_only():
     plan.add(*second)
     assert plan.decisions() == [Decision(1, T + 60 * M, (20,)), Decision(2, T, (10,))]
     assert plan.decisions() == full_plan(cards, busy, [first, second], T)
+
+
+def test_every_planned_start_stays_in_the_start_index_while_requests_join_ahead():
+    """Each request joining ahead moves everyone behind it, and the index of planned starts
+    (what ``advance`` looks at first) is rebuilt when outdated starts pile up: the newcomer's
+    own start must survive that (found by the four teams' replay: a lease started late)."""
+    plan = QueuePlan([CardSlot(10, 1, 0)], Timeline(), now=T)
+    for n in range(1, 41):  # each submitted before all the others: it joins at the head
+        key = service_key(rank=100, submitted_at=T - n * M, duration=10 * M, count=1, lease_id=n)
+        plan.add(key, Request(n, 1, 10 * M, T, False))
+        indexed = set(plan._starts)
+        assert all((e.decision.start, e.request.lease_id) in indexed for e in plan.entries)
+    (head,) = plan.advance(T)
+    assert head.request.lease_id == 40

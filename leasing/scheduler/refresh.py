@@ -54,7 +54,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             card_model_id, now=now
         )
         waiting = picture.waiting
-        if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
+        if picture.policies() or shares.shares_covering(card_model_id):
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
         split = bisect.bisect_right(waiting, mark, key=_service_key)
@@ -81,7 +81,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         entries = due + plan.entries if due else planned
         result = PassResult()
         applied = apply_decisions(card_model_id, [e.decision for e in entries],
-                                  {e.request.lease_id: e.request for e in entries}, waiting,
+                                  {e.request.lease_id: e.request for e in entries}, picture.index(),
                                   policies={}, now=now, result=result)  # fmt: skip
         hand_over(result.started)
         more = len(planned) < len(stale)
@@ -151,7 +151,7 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         key = f"cardpool:queue-pass:{card_model_id}"
         last = _last_pass(key)
         # shares and off-peak policies plan the whole queue on every pass (``run``)
-        whole = any(w.start_policy for w in waiting) or bool(shares.shares_covering(card_model_id))
+        whole = bool(picture.policies()) or bool(shares.shares_covering(card_model_id))
         trusted = (
             last is not None
             and last[0] == pool

@@ -28,9 +28,9 @@ logger = logging.getLogger(__name__)
 
 # How much a slice plans while it holds the model's lock, counted as JOIN_BUDGET is (leases
 # times cards: each planned lease costs about one pass over the model's cards), at least one
-# lease: about ten leases of a 1,600-card pool. A count, not a clock, so tests decide the same
+# lease: about five leases of a 1,600-card pool. A count, not a clock, so tests decide the same
 # and a slow moment does not make slices longer (bench/queue_length.py prints the holds).
-REFRESH_BUDGET = 16_000
+REFRESH_BUDGET = 8_000
 
 
 def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
@@ -91,9 +91,10 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
-        if more and not due and not applied.started and not applied.booked and applied.complete:
-            # the next slice goes on from this plan if nothing changes meanwhile
-            picture.refresh_plan = (plan, planned[-1].key, picture.version)
+        if not due and not applied.started and not applied.booked and applied.complete:
+            # the next slice goes on from this plan if nothing changes meanwhile; the last
+            # leaves the whole plan, for the tick (``_kept_plan``)
+            picture.refresh_plan = (plan, planned[-1].key if more else None, picture.version)
         return more
 
 
@@ -161,7 +162,8 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         )
         if trusted and preemption_plan(card_model_id, now=now, covering=[]):
             trusted = False  # a higher class needed room: plan the queue around the victims
-        if trusted:
+        plan = _kept_plan(picture, seen, now=now) if trusted else None
+        if trusted and plan is None:
             plan = QueuePlan(cards, picture.timeline(), now=now)
             stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
             trusted = plan.restore(stored)  # refused when a planned start has come
@@ -173,9 +175,23 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             done = None if whole else (pool, now)
             transaction.on_commit(lambda: _last_pass_put(key, done), robust=True)
             return result
-        # nothing due, nothing changed: the stored plan stands
+        # nothing due, nothing changed: the stored plan stands (and is kept for the next tick)
         plancache.keep_after_commit(card_model_id, picture, plancache.Applied([], [], {}), now=now)
+        picture.refresh_plan = (plan, None, picture.version)
         return PassResult()
+
+
+def _kept_plan(picture, seen: int, *, now: datetime) -> QueuePlan | None:
+    """The whole queue's plan the last refresh slice or tick left on the picture, when the
+    model's version is still the one it ended with (nothing the planner reads was written
+    since: the stored plan is that plan) and no planned start has come; else None (the
+    stored plan is taken back and checked: ``QueuePlan.restore``, a walk over the queue)."""
+    kept, picture.refresh_plan = picture.refresh_plan, None
+    if kept is None or kept[1] is not None or kept[2] != seen or kept[0].any_due(now):
+        return None
+    plan = kept[0]
+    plan.advance(now)  # only time moves on
+    return plan
 
 
 TICK_REFRESH_SLICES = 25

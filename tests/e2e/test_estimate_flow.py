@@ -74,6 +74,11 @@ def test_from_task_profile_to_active_lease(worker, live_server, client, alice, v
         expect(page.locator("#estimate-result [data-part=weights]")).to_contain_text("NF4")
         expect(page.locator(".field--lora_rank")).to_be_visible()
         expect(page.locator(".field--scene_gb")).to_be_hidden()
+        # htmx answers the duration change after the first render: wait for the ranking it
+        # drew (its link carries the new duration), not the one before
+        expect(first.locator("[data-action=request]")).to_have_attribute(
+            "href", re.compile(r"[?&]duration=1(&|$)")
+        )
 
         # "Request this" opens the request form pre-filled with the option.
         first.locator("[data-action=request]").click()

@@ -78,7 +78,10 @@ def join_plan(
     if new.key <= stale_after:
         return Joined(stale_after=stale_after, restored=len(exact))
     ahead = bisect.bisect_left(rest, new.key, lo=done, key=_service_key)
-    stale = ((w.request, w.estimated_start, w.planned_cards) for w in rest[done:ahead])
+    # only those with stored cards count (``estimate_behind``): picked in one comprehension
+    stale = [
+        (w.request, w.estimated_start, w.planned_cards) for w in rest[done:ahead] if w.planned_cards
+    ]
     estimate = plan.estimate_behind(stale, new.request)
     return Joined(stale_after=stale_after, estimate=estimate, restored=len(exact))
 

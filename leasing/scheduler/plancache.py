@@ -69,6 +69,12 @@ class Picture:
     taken: int | None = None
     # the refresh's plan up to its mark, left for its next slice: (QueuePlan, mark, version)
     refresh_plan: tuple | None = field(default=None, compare=False, repr=False)
+    # lease id -> its entry in ``waiting``, and the off-peak start policies (lease id ->
+    # policy): built when first asked (``index``, ``policies``), then kept up to date by
+    # ``_insert`` and ``_advance``, so a pass looks up the few leases it touches instead of
+    # walking the queue (tests/leasing/test_plan_index.py)
+    by_id: dict[int, Waiting] | None = field(default=None, compare=False, repr=False)
+    start_policies: dict[int, str] | None = field(default=None, compare=False, repr=False)
 
     def timeline(self) -> Timeline:
         """A copy of the holders' periods for a plan to add its reservations to."""
@@ -82,6 +88,20 @@ class Picture:
                     gap = gaps[card_id] = longest_gap(periods)
                 copy.gaps[card_id] = gap
         return copy
+
+    def index(self) -> dict[int, Waiting]:
+        """Each waiting lease's entry, by lease id."""
+        if self.by_id is None:
+            self.by_id = {w.request.lease_id: w for w in self.waiting}
+        return self.by_id
+
+    def policies(self) -> dict[int, str]:
+        """The waiting leases with an off-peak start policy: lease id -> policy."""
+        if self.start_policies is None:
+            self.start_policies = {
+                w.request.lease_id: w.start_policy for w in self.waiting if w.start_policy
+            }
+        return self.start_policies
 
 
 _kept: dict[int, Picture] = {}
@@ -136,9 +156,22 @@ def _insert(picture: Picture, newcomers: list[Waiting]) -> None:
     """*newcomers* into the waiting leases, in service order (a few: one search each)."""
     if len(newcomers) > 8:
         picture.waiting = sorted([*picture.waiting, *newcomers], key=_service_order)
-        return
-    for w in newcomers:
-        bisect.insort(picture.waiting, w, key=_service_order)
+    else:
+        for w in newcomers:
+            bisect.insort(picture.waiting, w, key=_service_order)
+    _indexed(picture, newcomers)
+
+
+def _indexed(picture: Picture, entries: list[Waiting]) -> None:
+    """*entries* (new or changed) into the picture's index and policies, where built."""
+    if picture.by_id is not None:
+        picture.by_id.update((w.request.lease_id, w) for w in entries)
+    if picture.start_policies is not None:
+        for w in entries:
+            if w.start_policy:
+                picture.start_policies[w.request.lease_id] = w.start_policy
+            else:
+                picture.start_policies.pop(w.request.lease_id, None)
 
 
 def _service_order(w: Waiting):
@@ -218,6 +251,9 @@ def _advance(
     _insert(picture, added)
     if not gone and not shown:
         return
+    if len(gone) + len(shown) <= FEW_CHANGES:
+        _change_few(picture, gone, shown)
+        return
     waiting = []
     for w in picture.waiting:
         if w.request.lease_id in gone:
@@ -228,6 +264,40 @@ def _advance(
             w = replace(w, estimated_start=eta, stall_reason=stall, planned_cards=planned)
         waiting.append(w)
     picture.waiting = waiting
+    picture.by_id = picture.start_policies = None  # built again when next asked
+
+
+# Up to this many leases changed by the passes replayed, each is found by its key (a search
+# in the waiting leases, in service order); more, one walk over the queue.
+FEW_CHANGES = 64
+
+
+def _change_few(picture: Picture, gone: set[int], shown: dict[int, tuple]) -> None:
+    """``_advance``'s changes, lease by lease: those *gone* leave the waiting leases, those
+    *shown* get what the pass stored for them."""
+    index = picture.index()
+    waiting = picture.waiting
+    for lease_id in gone:
+        w = index.pop(lease_id, None)
+        if w is not None:
+            del waiting[_position(waiting, w)]
+            if picture.start_policies is not None:
+                picture.start_policies.pop(lease_id, None)
+    for lease_id, (eta, stall, planned) in shown.items():
+        w = index.get(lease_id)
+        if w is None or lease_id in gone:
+            continue
+        new = replace(w, estimated_start=eta, stall_reason=stall, planned_cards=planned)
+        waiting[_position(waiting, w)] = new
+        index[lease_id] = new
+
+
+def _position(waiting: list[Waiting], w: Waiting) -> int:
+    """Where *w* is in *waiting* (in service order; keys are unique: they end in the id)."""
+    i = bisect.bisect_left(waiting, w.key, key=_service_order)
+    if i == len(waiting) or waiting[i] is not w:
+        raise LookupError(w.request.lease_id)  # the index and the list disagree: a defect
+    return i
 
 
 # --- between processes ------------------------------------------------------------------

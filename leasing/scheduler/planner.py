@@ -194,23 +194,30 @@ def earliest(
 
     The candidates are ``not_before`` and every end of a busy period after it. Trying
     ``place`` at each one costs a pass over every card per candidate, which is what made a
-    long queue slow (bench/trace_replay.py). So: try ``not_before`` first (the common
-    case), and otherwise find the first candidate where ``place`` can succeed with one
-    sweep over the free windows of every card (see ``_first_feasible``), then let
-    ``place`` choose the cards there. Same answer, in one pass instead of one per candidate.
+    long queue slow (bench/trace_replay.py). So: for one card or one node, find the first
+    moment that fits without listing the candidates (``_first_free_card``,
+    ``_first_on_a_node``); else try ``not_before`` first (the common case), and otherwise
+    find the first candidate where ``place`` can succeed with one sweep over the free
+    windows of every card (see ``_first_feasible``); then let ``place`` choose the cards
+    there. Same answer, in one pass instead of one per candidate.
     """
     t0 = request.not_before
     valid = request.count > 0 and request.duration > timedelta(0)
+    # One card, or one node: the first moment that fits (``not_before`` when it fits then)
+    # found without a pass over every card per try; then ``place`` chooses there.
+    searched = request.count == 1 or (request.same_node and horizon is None)
     if valid:
         if horizon is not None and t0 > horizon:
             return Decision(request.lease_id, None)
-        # Fits when it asks to start (the common case): no need to list the candidates.
-        chosen = place(
-            cards, timeline, request.count, t0, t0 + request.duration, same_node=request.same_node
-        )
-        if chosen is not None:
-            return Decision(request.lease_id, t0, tuple(chosen))
-        if request.count == 1:
+        if not searched:
+            # Fits when it asks to start (the common case): no need to list the candidates.
+            chosen = place(
+                cards, timeline, request.count, t0, t0 + request.duration,
+                same_node=request.same_node,
+            )  # fmt: skip
+            if chosen is not None:
+                return Decision(request.lease_id, t0, tuple(chosen))
+        elif request.count == 1:
             # One card: the earliest moment any single card is free (no sweep, no list of
             # every end; tests/leasing/test_queueplan.py holds it to the general way).
             t = _first_free_card(cards, timeline, t0, request.duration)
@@ -220,11 +227,23 @@ def earliest(
                 chosen = place(cards, timeline, 1, t, t + request.duration, same_node=True)
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
+        else:
+            # On one node: the earliest moment some node has enough cards free, node by
+            # node from the likeliest, without listing every end in the pool
+            # (tests/leasing/test_queueplan.py holds it to the general way).
+            t = _first_on_a_node(cards, timeline, request)
+            if t is None:
+                return Decision(request.lease_id, None)
+            if t is not _UNKNOWN:
+                chosen = place(cards, timeline, request.count, t, t + request.duration,
+                               same_node=True)  # fmt: skip
+                if chosen is not None:
+                    return Decision(request.lease_id, t, tuple(chosen))
     card_ids = [c.card_id for c in cards]
     candidates = [t0, *timeline.ends_after(card_ids, t0)]
     first = 0
     if valid:
-        if len(candidates) == 1:
+        if len(candidates) == 1 and not searched:
             return Decision(request.lease_id, None)  # tried above; nothing ever frees up
         first = _first_feasible(cards, timeline, request, candidates)
         if first is None:
@@ -295,6 +314,76 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
         if limit is not None and t + d > limit:
             continue
         best = t
+    return best
+
+
+def _first_on_a_node(cards: Sequence[CardSlot], timeline: Timeline, request: Request):
+    """The earliest *t* >= ``not_before`` where one node has ``count`` cards free over
+    ``[t, t + duration)`` (where ``place`` succeeds for a one-node request), None if never,
+    or ``_UNKNOWN`` when a period of zero or negative length makes it unsafe.
+
+    Each card is free no earlier than a bound found without a walk (``not_before`` when free
+    then, else the end of the period in the way, or its last end when no gap between its
+    periods is long enough); a node no earlier than the ``count``-th smallest bound of its
+    cards. Nodes are looked at from the smallest bound, each at its own cards' ends from its
+    bound on (a card's free stretches begin at ``not_before`` or at one of its ends), and the
+    look stops at the first node whose bound is not before the best found."""
+    t0, d, count = request.not_before, request.duration, request.count
+    busy = timeline.busy
+    gaps = timeline.gaps
+    nodes: dict[int, list] = defaultdict(list)  # node -> [(card, periods)]
+    bounds: dict[int, list] = defaultdict(list)  # node -> its cards' bounds
+    for card in cards:
+        periods = busy.get(card.card_id)
+        bound = t0
+        if periods:
+            j = bisect.bisect_right(periods, (t0, t0))
+            if j > 0 and periods[j - 1][1] > t0:
+                j -= 1
+            if j < len(periods) and periods[j][0] < t0 + d:
+                gap = gaps.get(card.card_id)
+                if gap is None:
+                    gap = gaps[card.card_id] = longest_gap(periods)
+                if gap == timedelta.max:
+                    return _UNKNOWN  # a period of no length
+                bound = max(t0, periods[-1][1]) if gap < d else periods[j][1]
+        if card.usable_until is not None and bound + d > card.usable_until:
+            continue  # never free for that long before the card's end of use
+        nodes[card.node_id].append((card, periods))
+        bounds[card.node_id].append(bound)
+    order = []
+    for node, times in bounds.items():
+        if len(times) >= count:
+            times.sort()
+            order.append((times[count - 1], node))
+    order.sort()
+    best = None
+    for bound, node in order:
+        if best is not None and bound >= best:
+            break
+        slots = nodes[node]
+        times = {bound}
+        for _card, periods in slots:
+            for s, e in periods or ():
+                if e <= s:
+                    return _UNKNOWN
+                if e > bound and (best is None or e < best):
+                    times.add(e)
+        for t in sorted(times):
+            end = t + d
+            probe = (end, end)
+            free = 0
+            for card, periods in slots:
+                if card.usable_until is not None and end > card.usable_until:
+                    continue
+                if periods:
+                    i = bisect.bisect_left(periods, probe)
+                    if i > 0 and periods[i - 1][1] > t:
+                        continue
+                free += 1
+            if free >= count:
+                best = t
+                break
     return best
 
 

@@ -26,11 +26,20 @@ from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
 
-# How much a slice plans while it holds the model's lock, counted as JOIN_BUDGET is (leases
-# times cards: each planned lease costs about one pass over the model's cards), at least one
-# lease: about ten leases of a 1,600-card pool. A count, not a clock, so tests decide the same
-# and a slow moment does not make slices longer (bench/queue_length.py prints the holds).
-REFRESH_BUDGET = 16_000
+# How much a slice plans while it holds the model's lock, at least one lease: each planned
+# lease costs one pass over the model's cards and searches through their busy periods (the
+# holders' and the plan's reservations: they grow with the queue), counted as cards plus
+# periods / PERIODS_PER_CARD (``_spend``): about five leases of a 1,600-card pool with no
+# queue, two behind 10,000 waiting. A count, not a clock, so tests decide the same and a slow
+# moment does not make slices longer (bench/queue_length.py prints the holds).
+REFRESH_BUDGET = 10_000
+PERIODS_PER_CARD = 8
+
+
+def _spend(plan: QueuePlan) -> int:
+    """What planning one lease into *plan* costs, counted (``REFRESH_BUDGET``)."""
+    periods = sum(len(p) for p in plan.timeline.busy.values())
+    return max(1, len(plan.cards) + periods // PERIODS_PER_CARD)
 
 
 def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
@@ -54,7 +63,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             card_model_id, now=now
         )
         waiting = picture.waiting
-        if any(w.start_policy for w in waiting) or shares.shares_covering(card_model_id):
+        if picture.policies() or shares.shares_covering(card_model_id):
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
         split = bisect.bisect_right(waiting, mark, key=_service_key)
@@ -63,7 +72,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         if plan is None:
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
-        spend = max(1, len(plan.cards))
+        spend = _spend(plan)
         budget = REFRESH_BUDGET
         planned = []
         for w in stale:
@@ -81,7 +90,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         entries = due + plan.entries if due else planned
         result = PassResult()
         applied = apply_decisions(card_model_id, [e.decision for e in entries],
-                                  {e.request.lease_id: e.request for e in entries}, waiting,
+                                  {e.request.lease_id: e.request for e in entries}, picture.index(),
                                   policies={}, now=now, result=result)  # fmt: skip
         hand_over(result.started)
         more = len(planned) < len(stale)
@@ -91,9 +100,10 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
-        if more and not due and not applied.started and not applied.booked and applied.complete:
-            # the next slice goes on from this plan if nothing changes meanwhile
-            picture.refresh_plan = (plan, planned[-1].key, picture.version)
+        if not due and not applied.started and not applied.booked and applied.complete:
+            # the next slice goes on from this plan if nothing changes meanwhile; the last
+            # leaves the whole plan, for the tick (``_kept_plan``)
+            picture.refresh_plan = (plan, planned[-1].key if more else None, picture.version)
         return more
 
 
@@ -131,8 +141,9 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
     those ahead). Otherwise the stored plan stands and nothing is written. The whole queue
     is also planned when the model's usable cards are not the ones the plan was made for,
     when a higher class needs room (preemption), with shares or off-peak policies (as every
-    pass does), and at least every ``FULL_PASS_EVERY``. A stale stretch left by requests is
-    planned first (``queue_refresh``)."""
+    pass does), and at least every ``FULL_PASS_EVERY`` unless this process kept the plan and
+    nothing was written since (``_kept_plan``). A stale stretch left by requests is planned
+    first (``queue_refresh``)."""
     now = now or timezone.now()
     slices = 0
     while slices < TICK_REFRESH_SLICES and queue_refresh(card_model_id, now=now):
@@ -151,17 +162,20 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         key = f"cardpool:queue-pass:{card_model_id}"
         last = _last_pass(key)
         # shares and off-peak policies plan the whole queue on every pass (``run``)
-        whole = any(w.start_policy for w in waiting) or bool(shares.shares_covering(card_model_id))
+        whole = bool(picture.policies()) or bool(shares.shares_covering(card_model_id))
+        plan = _kept_plan(picture, seen, now=now)
         trusted = (
             last is not None
             and last[0] == pool
-            and now - last[1] < FULL_PASS_EVERY
+            # the net: a whole pass now and then, unless nothing was written since the plan
+            # this process kept was made (planning again would decide the same)
+            and (plan is not None or now - last[1] < FULL_PASS_EVERY)
             and not whole
             and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
         )
         if trusted and preemption_plan(card_model_id, now=now, covering=[]):
             trusted = False  # a higher class needed room: plan the queue around the victims
-        if trusted:
+        if trusted and plan is None:
             plan = QueuePlan(cards, picture.timeline(), now=now)
             stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
             trusted = plan.restore(stored)  # refused when a planned start has come
@@ -173,9 +187,23 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             done = None if whole else (pool, now)
             transaction.on_commit(lambda: _last_pass_put(key, done), robust=True)
             return result
-        # nothing due, nothing changed: the stored plan stands
+        # nothing due, nothing changed: the stored plan stands (and is kept for the next tick)
         plancache.keep_after_commit(card_model_id, picture, plancache.Applied([], [], {}), now=now)
+        picture.refresh_plan = (plan, None, picture.version)
         return PassResult()
+
+
+def _kept_plan(picture, seen: int, *, now: datetime) -> QueuePlan | None:
+    """The whole queue's plan the last refresh slice or tick left on the picture, when the
+    model's version is still the one it ended with (nothing the planner reads was written
+    since: the stored plan is that plan) and no planned start has come; else None (the
+    stored plan is taken back and checked: ``QueuePlan.restore``, a walk over the queue)."""
+    kept, picture.refresh_plan = picture.refresh_plan, None
+    if kept is None or kept[1] is not None or kept[2] != seen or kept[0].any_due(now):
+        return None
+    plan = kept[0]
+    plan.advance(now)  # only time moves on
+    return plan
 
 
 TICK_REFRESH_SLICES = 25

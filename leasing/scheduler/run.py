@@ -8,6 +8,7 @@ moment cards free up, not on a timer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,7 +83,7 @@ def schedule_card_model(
     if marked:
         picture = plancache.load(card_model_id, now=now)  # the victims' ends moved
         waiting = picture.waiting
-    policies = {w.request.lease_id: w.start_policy for w in waiting if w.start_policy}
+    policies = picture.policies()
     if covering or policies:
         decisions, requests = _plan_whole(card_model_id, picture, covering)
         keep_plan, estimated = False, None
@@ -91,7 +92,7 @@ def schedule_card_model(
             card_model_id, picture, now=now, joined=None if marked else joined, result=result
         )
         keep_plan = True
-    applied = apply_decisions(card_model_id, decisions, requests, waiting,
+    applied = apply_decisions(card_model_id, decisions, requests, picture.index(),
                               policies=policies, now=now, result=result)  # fmt: skip
     if keep_plan:
         if estimated is not None:
@@ -182,7 +183,7 @@ def apply_decisions(
     card_model_id: int,
     decisions: list[Decision],
     requests: dict[int, Request],
-    waiting: list[Waiting],
+    waiting: Mapping[int, Waiting],
     *,
     policies: dict[int, str],
     now: datetime,
@@ -191,11 +192,12 @@ def apply_decisions(
     """Act on a pass's decisions: start what fits now, book advance reservations, and write
     each waiting lease's estimate, stall reason and planned cards where they changed (a
     start an off-peak policy moved has no cards yet: the next pass plans it from there, and
-    the picture shows it being re-estimated until then). Returns what was written (``plancache``)."""
+    the picture shows it being re-estimated until then). *waiting*: the waiting leases by
+    lease id (only those decided on are looked up). Returns what was written (``plancache``)."""
     shown = {
-        w.request.lease_id: (w.estimated_start, w.stall_reason, w.planned_cards)
-        for w in waiting
-        if w.request.lease_id in requests
+        lease_id: (w.estimated_start, w.stall_reason, w.planned_cards)
+        for lease_id in requests
+        if (w := waiting.get(lease_id)) is not None
     }
     offpeak = OffPeakHold()
     in_service: dict[int, int] | None = None
@@ -256,7 +258,7 @@ def apply_decisions(
     if not stalled_tell(stalled):
         applied.complete = False
     # a big move of the start told (scheduler.eta): a timeline event and a notice
-    keys = {w.request.lease_id: w.key for w in waiting}
+    keys = {pk: waiting[pk].key for pk, _old, _new in moved if pk in waiting}
     moves.estimates_moved(told_moves(moved, keys, now=now), now=now)
     return applied
 

@@ -357,7 +357,7 @@ def test_workers(args: list[str]) -> list[str]:
     """pytest-xdist's option: one worker per core (at most 4; tests/conftest.py keeps the tests
     of one-per-machine things on one worker); none when the caller chose (``-n``,
     ``-p no:xdist``) or there is one core."""
-    chose = any(a in {"-n", "--numprocesses", "no:xdist"} or a.startswith("-n") for a in args)
+    chose = any(a.startswith(("-n", "--numprocesses")) or a.endswith("no:xdist") for a in args)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if chose or not cores or cores < 2:
         return []

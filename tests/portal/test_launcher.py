@@ -115,3 +115,20 @@ def test_the_demo_runs_without_debug_unless_asked(tmp_path):
     assert Path(env["CARDPOOL_SECRET_KEY_FILE"]).read_text() == key
     asked = cardpool.demo_env({"CARDPOOL_VAR_DIR": str(tmp_path), "CARDPOOL_DEBUG": "true"})
     assert asked["CARDPOOL_DEBUG"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("cores", "args", "expected"),
+    [
+        (2, [], ["-n", "2"]),
+        (16, ["tests/leasing"], ["-n", "4"]),
+        (1, [], []),
+        (2, ["-n", "0"], []),
+        (2, ["-n0"], []),
+        (2, ["--numprocesses=3"], []),
+        (2, ["-p", "no:xdist"], []),
+    ],
+)
+def test_the_suite_runs_on_every_core_unless_told(monkeypatch, cores, args, expected):
+    monkeypatch.setattr(cardpool.os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    assert cardpool.test_workers(args) == expected

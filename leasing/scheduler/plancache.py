@@ -146,6 +146,13 @@ def take(card_model_id: int, version: int, *, now: datetime) -> Picture | None:
     return picture
 
 
+def put_back(card_model_id: int, picture: Picture) -> None:
+    """*picture*, taken (``take``) in this transaction with nothing written since, for the
+    pass that follows in the same transaction to take again (at the same version) instead of
+    reading the whole model from the database under the lock."""
+    _kept[card_model_id] = picture
+
+
 def admit(picture: Picture, newcomers: list[Waiting]) -> None:
     """Leases that joined the queue since *picture* was kept (read by the pass itself)."""
     _insert(picture, newcomers)

@@ -151,9 +151,8 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
     with transaction.atomic():
         lock_card_models([card_model_id])
         seen = plancache.hold(card_model_id)
-        picture = plancache.take(card_model_id, seen, now=now) or plancache.load(
-            card_model_id, now=now
-        )
+        taken = plancache.take(card_model_id, seen, now=now)
+        picture = taken or plancache.load(card_model_id, now=now)
         waiting = picture.waiting
         if not waiting:
             return PassResult()
@@ -173,14 +172,21 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             and not whole
             and not QueueMark.objects.filter(card_model_id=card_model_id).exists()
         )
-        if trusted and preemption_plan(card_model_id, now=now, covering=[]):
+        preempted = trusted and preemption_plan(card_model_id, now=now, covering=[])
+        if preempted:
             trusted = False  # a higher class needed room: plan the queue around the victims
         if trusted and plan is None:
             plan = QueuePlan(cards, picture.timeline(), now=now)
             stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
             trusted = plan.restore(stored)  # refused when a planned start has come
         if not trusted:
-            result = schedule_card_model(card_model_id, now=now)
+            again = None
+            if taken is not None and not preempted:
+                # nothing was written since it was taken: the pass plans from this picture
+                # rather than read the whole queue again under the lock
+                plancache.put_back(card_model_id, picture)
+                again = seen
+            result = schedule_card_model(card_model_id, now=now, seen=again)
             hand_over(result.started)
             # a plan made out of service order (shares, off-peak) is never taken back: the
             # next tick plans the whole queue again

@@ -9,7 +9,7 @@ from django.core.cache import cache
 from inventory.models import Card
 from leasing.choices import LeaseStatus
 from leasing.models import Lease, QueueMark
-from leasing.scheduler import joining, refresh
+from leasing.scheduler import joining, plancache, refresh
 from tests.leasing.conftest import T0, ask, hours
 
 
@@ -104,6 +104,28 @@ def test_the_whole_queue_is_planned_at_least_every_minute_once_anything_was_writ
     Lease.objects.filter(pk=queue[0].pk).update(description="touched")
     tick(a100)
     assert len(passes) == 2
+
+
+def test_a_whole_pass_by_the_tick_plans_from_the_picture_it_took(
+    queue, a100, frozen, passes, tick, monkeypatch
+):
+    """The tick took this process's picture under the lock; when it plans the whole queue
+    (here: no pass on record) the pass plans from that picture, not from the whole queue
+    read again under the lock, and decides what a pass from the database decides."""
+    tick(a100)  # plans the whole queue and keeps the picture
+    before = estimates(a100)
+    loads = []
+    real = plancache.load
+    monkeypatch.setattr(plancache, "load", lambda *a, **k: loads.append(1) or real(*a, **k))
+    cache.clear()  # no pass on record: the tick plans the whole queue
+    frozen.shift(2)
+    tick(a100)
+    assert len(passes) == 2 and loads == []
+    assert estimates(a100) == before
+    plancache.forget()
+    cache.clear()
+    tick(a100)  # no picture in this process: read from the database
+    assert len(passes) == 3 and loads and estimates(a100) == before
 
 
 def test_a_stale_stretch_is_refreshed_by_the_tick(

@@ -262,6 +262,21 @@ def earliest(
 _UNKNOWN = object()
 
 
+def _in_the_way(card_id: int, periods, gaps: dict, t0: datetime, d: timedelta):
+    """When a period of the card's sorted *periods* overlaps ``[t0, t0 + d)``: the index of
+    the first one still running at *t0* and the card's longest gap between periods (kept in
+    *gaps*; ``timedelta.max`` for a period of no length). None when the card is free then."""
+    j = bisect.bisect_right(periods, (t0, t0))  # ends are sorted like starts
+    if j > 0 and periods[j - 1][1] > t0:
+        j -= 1
+    if j >= len(periods) or periods[j][0] >= t0 + d:
+        return None
+    gap = gaps.get(card_id)
+    if gap is None:
+        gap = gaps[card_id] = longest_gap(periods)
+    return j, gap
+
+
 def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime, d: timedelta):
     """The earliest *t* >= *t0* where some card is free over ``[t, t + d)``, None if none
     ever is, or ``_UNKNOWN`` when a period of zero or negative length makes the shortcut
@@ -278,21 +293,14 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
     for card in cards:
         periods = busy.get(card.card_id)
         t = t0
-        if periods:
-            # the first period still running at t0 (ends are sorted like starts)
-            j = bisect.bisect_right(periods, (t0, t0))
-            if j > 0 and periods[j - 1][1] > t0:
-                j -= 1
-            if j < len(periods) and periods[j][0] < t0 + d:
-                gap = gaps.get(card.card_id)
-                if gap is None:
-                    gap = gaps[card.card_id] = longest_gap(periods)
-                if gap == timedelta.max:
-                    return _UNKNOWN  # a period of no length
-                if gap >= d:
-                    walks.append((card, periods, j))
-                    continue
-                t = max(t0, periods[-1][1])  # busy from t0 until its last period ends
+        if periods and (way := _in_the_way(card.card_id, periods, gaps, t0, d)) is not None:
+            j, gap = way
+            if gap == timedelta.max:
+                return _UNKNOWN  # a period of no length
+            if gap >= d:
+                walks.append((card, periods, j))
+                continue
+            t = max(t0, periods[-1][1])  # busy from t0 until its last period ends
         limit = card.usable_until
         if (best is None or t < best) and (limit is None or t + d <= limit):
             best = t
@@ -336,17 +344,11 @@ def _first_on_a_node(cards: Sequence[CardSlot], timeline: Timeline, request: Req
     for card in cards:
         periods = busy.get(card.card_id)
         bound = t0
-        if periods:
-            j = bisect.bisect_right(periods, (t0, t0))
-            if j > 0 and periods[j - 1][1] > t0:
-                j -= 1
-            if j < len(periods) and periods[j][0] < t0 + d:
-                gap = gaps.get(card.card_id)
-                if gap is None:
-                    gap = gaps[card.card_id] = longest_gap(periods)
-                if gap == timedelta.max:
-                    return _UNKNOWN  # a period of no length
-                bound = max(t0, periods[-1][1]) if gap < d else periods[j][1]
+        if periods and (way := _in_the_way(card.card_id, periods, gaps, t0, d)) is not None:
+            j, gap = way
+            if gap == timedelta.max:
+                return _UNKNOWN  # a period of no length
+            bound = max(t0, periods[-1][1]) if gap < d else periods[j][1]
         if card.usable_until is not None and bound + d > card.usable_until:
             continue  # never free for that long before the card's end of use
         nodes[card.node_id].append((card, periods))

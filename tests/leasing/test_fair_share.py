@@ -99,6 +99,14 @@ def test_recomputations_fall_at_fixed_times():
 # --- the plan kept up to date, with factors that change ------------------------------------
 
 
+def fair_key(n, team, request, submitted, factor):
+    """Lease *n*'s key in the service order, its team's factor from *factor*."""
+    return service_key(
+        rank=100, submitted_at=submitted, duration=request.duration, count=request.count,
+        lease_id=n, fair=factor[team],
+    )  # fmt: skip
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_the_kept_plan_equals_a_full_plan_while_use_decays_and_requests_come_and_go(data):
@@ -120,11 +128,7 @@ def test_the_kept_plan_equals_a_full_plan_while_use_decays_and_requests_come_and
     now = T
 
     def key_of(n):
-        team, request, submitted = items[n]
-        return service_key(
-            rank=100, submitted_at=submitted, duration=request.duration, count=request.count,
-            lease_id=n, fair=factor[team],
-        )  # fmt: skip
+        return fair_key(n, *items[n], factor)
 
     def check():
         want = pure_full_plan(cards, busy, [(key_of(n), items[n][1]) for n in items], now)
@@ -175,11 +179,7 @@ def test_a_recomputation_between_two_passes_plans_from_its_own_time(data):
     items = {}  # lease id -> (team, request, submitted)
 
     def key_of(n):
-        team, request, submitted = items[n]
-        return service_key(
-            rank=100, submitted_at=submitted, duration=request.duration, count=request.count,
-            lease_id=n, fair=factor[team],
-        )  # fmt: skip
+        return fair_key(n, *items[n], factor)
 
     def moved(now):
         """A pass at *now*: those whose start has come start then (and hold their cards from

@@ -195,6 +195,33 @@ def load(card_model_id: int, *, now: datetime) -> Picture:
     )
 
 
+_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
+
+def warm(card_model_id: int, *, now: datetime) -> bool:
+    """Before a pass takes the model's lock, in a process with no picture of the model: read
+    one in a snapshot of its own (PostgreSQL's repeatable read: every query sees the same
+    committed state, the version row included; nothing is locked), and keep it at the version
+    that snapshot saw. The pass under the lock then takes it (``take``) when nothing was
+    written meanwhile, instead of reading the whole model while requests wait for the lock;
+    when something was, ``take`` refuses it (another version) and the pass reads as before.
+    Nothing outside a transaction of its own (a caller's transaction has its snapshot) or on
+    SQLite (one writer: nothing waits on a read there). True when a picture was read."""
+    if card_model_id in _kept or connection.vendor != "postgresql" or connection.in_atomic_block:
+        return False
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(_SNAPSHOT)
+            cursor.execute(_VERSION, [card_model_id])
+            row = cursor.fetchone()
+        if row is None:
+            return False
+        picture = load(card_model_id, now=now)
+    picture.version = row[0]
+    _kept[card_model_id] = picture
+    return True
+
+
 def forget(card_model_id: int | None = None) -> None:
     """Drop this process's kept pictures (one model's, or all); the shared steps stay."""
     if card_model_id is None:

@@ -53,6 +53,8 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
     from behind those ahead of it, and they are planned again around the cards it holds
     (``QueuePlan.advance``), as a pass over the whole queue would do."""
     now = now or timezone.now()
+    if QueueMark.objects.filter(card_model_id=card_model_id).exists():
+        plancache.warm(card_model_id, now=now)  # a cold process reads outside the lock
     with transaction.atomic():
         lock_card_models([card_model_id])
         mark = mark_of(card_model_id)
@@ -148,6 +150,7 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
     slices = 0
     while slices < TICK_REFRESH_SLICES and queue_refresh(card_model_id, now=now):
         slices += 1
+    plancache.warm(card_model_id, now=now)  # a cold process reads outside the lock
     with transaction.atomic():
         lock_card_models([card_model_id])
         seen = plancache.hold(card_model_id)
@@ -181,9 +184,10 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
             trusted = plan.restore(stored)  # refused when a planned start has come
         if not trusted:
             again = None
-            if taken is not None and not preempted:
-                # nothing was written since it was taken: the pass plans from this picture
-                # rather than read the whole queue again under the lock
+            if not preempted:
+                # nothing was written since it was taken or read (under the lock, at *seen*):
+                # the pass plans from this picture rather than read the whole queue again
+                picture.version = seen
                 plancache.put_back(card_model_id, picture)
                 again = seen
             result = schedule_card_model(card_model_id, now=now, seen=again)

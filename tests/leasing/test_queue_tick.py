@@ -171,3 +171,71 @@ def test_the_refresh_task_plans_the_stale_stretch_to_the_end(
     assert QueueMark.objects.exists()
     assert refresh_task(a100.pk) > 1  # several slices, in one task
     assert not QueueMark.objects.exists()
+
+
+@pytest.fixture
+def loads_under_lock(monkeypatch):
+    """Whether each read of a whole picture from the database happened while this process
+    held the model's lock (taken in the transaction, released at its end)."""
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the picture is read outside the lock on PostgreSQL only (SQLite: one writer)")
+    held = []
+    real_lock = refresh.lock_card_models
+
+    def lock(ids):
+        held.append(True)
+        transaction.on_commit(held.clear)
+        return real_lock(ids)
+
+    monkeypatch.setattr(refresh, "lock_card_models", lock)
+    seen = []
+    real_load = plancache.load
+    monkeypatch.setattr(
+        plancache, "load", lambda *a, **k: seen.append(bool(held)) or real_load(*a, **k)
+    )
+    return seen
+
+
+def test_a_cold_process_reads_its_picture_before_it_takes_the_lock(
+    transactional_db, queue, a100, frozen, passes, tick, loads_under_lock
+):
+    """A tick in a process with no picture reads the model in a snapshot of its own before it
+    takes the lock (plancache.warm), and plans from that picture under the lock: it decides
+    what a pass that read under the lock decides."""
+    tick(a100)
+    before = estimates(a100)
+    plancache.forget()
+    cache.clear()  # no picture here, none shared, no pass on record: a whole pass
+    loads_under_lock.clear()
+    frozen.shift(2)
+    tick(a100)
+    assert len(passes) == 2 and loads_under_lock == [False]
+    assert estimates(a100) == before
+
+
+def test_a_write_between_the_read_and_the_lock_means_reading_again_under_it(
+    transactional_db, queue, a100, frozen, passes, tick, loads_under_lock, monkeypatch
+):
+    """Something the planner reads is written after the picture was read outside the lock:
+    its version is not the one under the lock, so the tick does not plan from it (it reads
+    the model again, under the lock) and the plan counts what was written."""
+    tick(a100)
+    plancache.forget()
+    cache.clear()
+    loads_under_lock.clear()
+    gone = queue[0]
+    real_warm = plancache.warm
+
+    def warm_then_cancel(model_id, *, now):
+        read = real_warm(model_id, now=now)
+        Lease.objects.filter(pk=gone.pk).update(status=LeaseStatus.CANCELLED)  # moves the version
+        return read
+
+    monkeypatch.setattr(plancache, "warm", warm_then_cancel)
+    frozen.shift(2)
+    tick(a100)
+    assert loads_under_lock == [False, True]
+    assert gone.pk not in estimates(a100)
+    assert estimates(a100)[queue[1].pk] is not None

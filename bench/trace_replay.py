@@ -38,10 +38,15 @@ Policies, on the same jobs and pool, all placing with the real ``planner.place``
 
 Fairness (two or more teams, equal weights): *unfair starts* is, of all starts while two
 or more teams wait, the share that went to a team above its share (cards held over the pool
-divided among the teams holding or waiting) while a team below its share had a waiting job
-no larger than the cards free for that pass (``unfair_starts``); "below share" is the old
-figure: the worst team's share of its waiting time spent below its share while another team
-was above it.
+divided among the teams holding or waiting) while a team below its share had waiting work
+that fitted the cards free for that pass (``Fairness``), read two ways: *could run* (a job
+the policy ordered behind the one that started, which could have run its whole length on
+those cards without taking cards promised to work ordered before it) and *by size* (a job
+no larger than the cards free: it counts a short job started into a gap before a
+reservation while the team below its share waits only for a long job that would run into
+its own team's reservation). Measuring costs CPU of its own, left out of ``replay CPU``.
+"below share" is the old figure: the worst team's share of its waiting time spent below its
+share while another team was above it.
 
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
@@ -116,6 +121,8 @@ class Job:
     cards: tuple[int, ...] = ()
     # (when, estimated start) each time the plan's estimate for it changed while it waited
     estimates: list[tuple[datetime, datetime | None]] | None = None
+    cards_now: tuple[int, ...] = ()  # the cards it took, the pass it started (``Fairness``)
+    started_now: datetime | None = None
 
     def request(self, now: datetime) -> Request:
         return Request(self.id, self.count, self.duration, max(self.submit, now), self.same_node)
@@ -183,9 +190,25 @@ class Fifo:
 
     def __init__(self, cards, easy: bool):
         self.cards, self.easy, self.queue = cards, easy, []
+        # what the last pass promised (for ``Fairness``): card -> [(start, order)]
+        self.promises: dict[int, list] = defaultdict(list)
+
+    def order_of(self, job):
+        return job.id  # submit order (jobs are numbered in it)
+
+    def promised(self, card_id):
+        return self.promises.get(card_id, ())
 
     def step(self, now, new, running):
         self.queue.extend(new)
+        self.promises = defaultdict(list)
+        out = self._step(now, running)
+        for job, chosen in out:
+            for c in chosen:
+                self.promises[c].append((now, job.id))
+        return out
+
+    def _step(self, now, running):
         timeline = Timeline(busy=defaultdict(list, {c: [p] for c, p in running.items()}))
         idle = len(self.cards) - len(running)
         out = []
@@ -208,6 +231,7 @@ class Fifo:
         if shadow.start is not None:
             for c in shadow.card_ids:
                 timeline.add(c, shadow.start, shadow.start + head.duration)
+                self.promises[c].append((shadow.start, head.id))
         started = set()
         for job in self.queue[1:]:
             if job.count > idle:
@@ -237,6 +261,39 @@ class Planned:
         self.per_card_hour, self.cap = per_card_hour, cap
         self.jobs: dict[int, Job] = {}
         self.fair = fair  # FairShare, or None: no fair share
+        self.due_keys: dict[int, tuple] = {}  # the keys of those the last pass started
+        self._promises = None  # card -> [(start, key)], built when ``Fairness`` asks
+        self._by_id = None
+        self._due: dict[int, tuple] = {}
+
+    def order_of(self, job):
+        """The key *job* waits (or started) under in the plan."""
+        if job.id in self.due_keys:
+            return self.due_keys[job.id]
+        entry = self._entries().get(job.id)
+        return None if entry is None else entry.key
+
+    def promised(self, card_id):
+        return self._promised().get(card_id, ())
+
+    def _entries(self):
+        if self._by_id is None:
+            self._by_id = {e.request.lease_id: e for e in self.plan.entries}
+        return self._by_id
+
+    def _promised(self):
+        if self._promises is None:
+            out = defaultdict(list)
+            for e in self.plan.entries:
+                if e.decision.start is not None:
+                    for c in e.decision.card_ids:
+                        out[c].append((e.decision.start, e.key))
+            for lease_id, key in self.due_keys.items():
+                job = self.jobs[lease_id]
+                for c in job.cards_now:
+                    out[c].append((job.started_now, key))
+            self._promises = out
+        return self._promises
 
     def key(self, job: Job):
         if not self.portal:
@@ -253,6 +310,14 @@ class Planned:
         )
 
     def step(self, now, new, running):
+        out = self._step(now, new, running)
+        self.due_keys, self._promises, self._by_id = {}, None, None
+        for job, chosen in out:
+            self.due_keys[job.id] = self._due[job.id]
+            job.cards_now, job.started_now = chosen, now
+        return out
+
+    def _step(self, now, new, running):
         plan = self.plan
         if self.fair is not None and self.fair.recompute(now):
             # the recomputation falls between the last pass and this one, when nothing
@@ -276,6 +341,7 @@ class Planned:
                 job.estimates.append((now, told))
         if self.check_full:
             self.compare(now, due, running)
+        self._due = {e.request.lease_id: e.key for e in due}
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
 
     def compare(self, now, due, running):
@@ -326,50 +392,104 @@ class FairShare:
 class Fairness:
     """``unfair_starts``: of all starts while two or more teams wait, those that went to a
     team above its share while a team below its share had a waiting job that fitted the cards
-    free for that pass (see the module)."""
+    free for that pass (see the module). Two readings of "fitted":
 
-    def __init__(self, pool: int):
+    * ``unfair`` (by size): a waiting job no larger than the cards free before the pass;
+    * ``unfair_fit`` (work that could run): a waiting job the policy had ordered behind the
+      one that started, which could have started instead on the cards free before the pass
+      and run its whole length there without taking cards the policy had promised to work it
+      ordered before it (``could_start``). A short job started into a gap before a
+      reservation, while the team below its share waits only for a long job that would run
+      into its own team's reservation, is not counted: the policy served that team first.
+    """
+
+    def __init__(self, pool: int, cards: list[CardSlot]):
         self.pool = pool
+        self.node_of = {c.card_id: c.node_id for c in cards}
         self.sizes: dict[str, Counter] = defaultdict(Counter)  # team -> waiting job sizes
-        self.starts = self.unfair = 0
+        self.jobs: dict[str, dict[int, Job]] = defaultdict(dict)  # team -> waiting jobs
+        self.starts = self.unfair = self.unfair_fit = 0
+        self.cpu = 0.0  # the measuring's own CPU time (left out of the replay's)
 
     def join(self, job: Job) -> None:
         self.sizes[job.team][job.count] += 1
+        self.jobs[job.team][job.id] = job
 
-    def passed(self, started: list, held: Counter, idle: int) -> None:
-        """A pass started *started* (in order) with *idle* cards free before it; *held*: the
-        cards each team held before the pass."""
+    def passed(self, started: list, held: Counter, idle: int, runner, running, now) -> None:
+        """A pass started *started* (in order) with *idle* cards free before it (those not in
+        *running*); *held*: the cards each team held before the pass; *runner*: the policy
+        (its order and promises, ``order_of`` and ``promised``)."""
         waiting = {t for t, sizes in self.sizes.items() if any(sizes.values())}
         if len(waiting) < 2 or not started:
             for job, _cards in started:
                 self._leave(job)
             return
+        began = time.process_time()
+        free = None
         held = Counter(held)
         for job, _cards in started:
             active = waiting | {t for t, n in held.items() if n > 0}
             share = self.pool / len(active)
             self.starts += 1
-            if held[job.team] > share and any(
-                held[t] < share
-                and min((c for c, n in self.sizes[t].items() if n), default=idle + 1) <= idle
+            below = [
+                t
                 for t in waiting
                 if t != job.team
-            ):
+                and held[t] < share
+                and min((c for c, n in self.sizes[t].items() if n), default=idle + 1) <= idle
+            ]
+            if held[job.team] > share and below:
                 self.unfair += 1
+                if free is None:
+                    free = {c for c in self.node_of if c not in running}
+                if any(
+                    self.could_start(other, job, runner, free, now)
+                    for t in below
+                    for other in sorted(self.jobs[t].values(), key=_by_length)
+                    if other.count <= idle
+                ):
+                    self.unfair_fit += 1
             self._leave(job)
             held[job.team] += job.count
             waiting = {t for t, sizes in self.sizes.items() if any(sizes.values())}
+        self.cpu += time.process_time() - began
+
+    def could_start(self, job: Job, instead: Job, runner, free: set, now) -> bool:
+        """Whether waiting *job* could have started now in place of *instead* (see the class):
+        ordered behind it, and on cards of *free* that no work ordered before it (but
+        *instead*) was promised before its end."""
+        order, theirs = runner.order_of(job), runner.order_of(instead)
+        if order is None or theirs is None or order <= theirs:
+            return False
+        end = now + job.duration
+        usable = [
+            c
+            for c in free
+            if not any(start < end and o < order and o != theirs for start, o in runner.promised(c))
+        ]
+        if not job.same_node:
+            return len(usable) >= job.count
+        return any(n >= job.count for n in Counter(self.node_of[c] for c in usable).values())
 
     def _leave(self, job: Job) -> None:
         self.sizes[job.team][job.count] -= 1
+        self.jobs[job.team].pop(job.id, None)
 
     def figure(self) -> float | None:
         return self.unfair / self.starts if self.starts else None
+
+    def figure_fit(self) -> float | None:
+        return self.unfair_fit / self.starts if self.starts else None
+
+
+def _by_length(job: Job):
+    return (job.duration, job.id)
 
 
 def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
     for job in jobs:
         job.start, job.first_estimate, job.cards, job.estimates = None, None, (), None
+        job.cards_now, job.started_now = (), None
     pool = len(cards)
     node_of = {c.card_id: c.node_id for c in cards}
     if policy in ("fifo", "easy"):
@@ -392,7 +512,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             fair=fair,
         )
     ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
-    fairness = Fairness(pool)
+    fairness = Fairness(pool, cards)
     teams = sorted({j.team for j in jobs})
     running: dict[int, tuple[datetime, datetime]] = {}  # card -> the period it is busy
     held: Counter = Counter()  # team -> cards held now
@@ -435,7 +555,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         passes += 1
         idle_before, held_before = pool - len(running), Counter(held)
         started = runner.step(now, new, running)
-        fairness.passed(started, held_before, idle_before)
+        fairness.passed(started, held_before, idle_before, runner, running, now)
         for job, chosen in started:
             if ledger is not None:
                 ledger.hold(job.team, job.count, now)
@@ -448,7 +568,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
                 running[c] = (now, end)
                 allocations.append((c, now, end))
             heapq.heappush(ends, (end, job.id))
-    wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu
+    wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu - fairness.cpu
 
     # Double allocation: no card may have overlapping busy periods.
     per_card = defaultdict(list)
@@ -494,6 +614,8 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         "eta_1h15": kept_1h / len(late) if late else None,
         "deprived": {t: deprived[t] / waited_time[t] for t in teams if waited_time[t]},
         "unfair": fairness.figure() if len(teams) > 1 else None,
+        "unfair_fit": fairness.figure_fit() if len(teams) > 1 else None,
+        "fairness_cpu": fairness.cpu,
         "team_mean": {
             t: statistics.fmean((j.start - j.submit).total_seconds() for j in jobs if j.team == t)
             for t in teams
@@ -603,24 +725,27 @@ def with_before(policies: list[str], args) -> list[str]:
 
 
 def print_fairness_table(rows_out: list[tuple[str, dict]]) -> None:
-    """Per row with two or more teams: unfair starts (target <= 5 %) beside the portal's
-    order before fair share, and the old "time below share" of the worst team."""
+    """Per row with two or more teams: unfair starts (target <= 5 %; both readings of "work
+    that fitted", ``Fairness``) beside the portal's order before fair share, and the old
+    "time below share" of the worst team."""
     rows_out = [(label, r) for label, r in rows_out if r.get("unfair") is not None]
     if not rows_out:
         return
-    before = {label: r["unfair"] for label, r in rows_out if r["policy"] == BEFORE}
+    before = {label: r for label, r in rows_out if r["policy"] == BEFORE}
     print(
-        "\n| jobs of | policy | unfair starts (target <= 5 %) | before fair share | "
+        "\n| jobs of | policy | unfair starts, work that could run (target <= 5 %) | "
+        "before fair share | unfair starts, by size | before fair share | "
         "worst team's waiting time below share |"
     )
-    print("| --- | --- | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for label, r in rows_out:
         name = f"**{r['policy']}**" if r["policy"] == "portal" else r["policy"]
         was = before.get(label) if r["policy"] == "portal" else None
         worst = max(r["deprived"].values(), default=0.0)
         print(
-            f"| {label} | {name} | {r['unfair']:.1%} | "
-            f"{'–' if was is None else f'{was:.1%}'} | {worst:.0%} |"
+            f"| {label} | {name} | {r['unfair_fit']:.1%} | "
+            f"{'–' if was is None else format(was['unfair_fit'], '.1%')} | {r['unfair']:.1%} | "
+            f"{'–' if was is None else format(was['unfair'], '.1%')} | {worst:.0%} |"
         )
 
 
@@ -731,11 +856,13 @@ def overload_groups(min_jobs: int) -> list[tuple[list[str], int]]:
 
 
 def fmt_fairness(r: dict) -> str:
-    """The decisions' fairness figure (``r["unfair"]``: of the starts while two or more teams
-    waited, the share that went to a team above its share while one below it had work waiting
-    that fitted), when the replay measures it (two or more teams); '—' otherwise."""
-    value = r.get("unfair")
-    return "—" if value is None else f"{value:.1%}"
+    """The decisions' fairness figures, when the replay measures them (two or more teams):
+    of the starts while two or more teams waited, the share that went to a team above its
+    share while one below it had work waiting that could run instead / no larger than the
+    cards free (``Fairness``); '—' otherwise."""
+    if r.get("unfair") is None:
+        return "—"
+    return f"{r['unfair_fit']:.1%} / {r['unfair']:.1%}"
 
 
 def fmt_below_share(r: dict) -> str:
@@ -785,7 +912,7 @@ def run_overload(args) -> int:
 def print_overload_table(rows: list[tuple[str, str, dict]]) -> None:
     print(
         "| jobs of | pool | policy | jobs | mean wait s | p95 wait s | max wait s | "
-        "replay CPU s | fairness: starts to a team above its share | "
+        "replay CPU s | fairness: starts to a team above its share (could run / by size) | "
         "time below share (worst team) |"
     )
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

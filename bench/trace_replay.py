@@ -328,13 +328,11 @@ class Planned:
         for job in new:
             self.jobs[job.id] = job
             first = plan.add(self.key(job), job.request(now))[0]
-            job.first_estimate = told_start(
-                first.decision.start, virtual_at=virtual_of(first.key), now=now
-            )
+            job.first_estimate = self.told(first, now)
         due += plan.advance(now)
         for entry in plan.entries:  # what each waiting job is told now (the portal's rule)
             job = self.jobs[entry.request.lease_id]
-            told = told_start(entry.decision.start, virtual_at=virtual_of(entry.key), now=now)
+            told = self.told(entry, now)
             if job.estimates is None:
                 job.estimates = [(now, told)]
             elif job.estimates[-1][1] != told:
@@ -343,6 +341,10 @@ class Planned:
             self.compare(now, due, running)
         self._due = {e.request.lease_id: e.key for e in due}
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
+
+    def told(self, entry, now):
+        """What the portal tells a waiting job (``eta.told_start``)."""
+        return told_start(entry.decision.start, virtual_at=virtual_of(entry.key), now=now)
 
     def compare(self, now, due, running):
         """The full planner on the same picture must decide exactly what the plan holds: the

@@ -1,0 +1,74 @@
+"""The replay bench's fairness reading "work that could run" (bench/trace_replay.py
+``Fairness.could_start``): a waiting job counts against a start only when the policy ordered
+it behind that start and it could have run its whole length on the free cards without taking
+cards promised to work ordered before it."""
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import trace_replay as tr  # noqa: E402
+
+NOW = datetime(2026, 1, 5, 9, tzinfo=UTC)
+H = timedelta(hours=1)
+
+
+class Runner:
+    """A policy as ``Fairness`` reads it: an order and the cards it promised."""
+
+    def __init__(self, order: dict, promises: dict):
+        self.order, self.promises = order, promises
+
+    def order_of(self, job):
+        return self.order.get(job.id)
+
+    def promised(self, card_id):
+        return self.promises.get(card_id, ())
+
+
+def job(jid, *, count=1, hours=2, team="a", same_node=True):
+    return tr.Job(jid, NOW, hours * H, count, team, same_node)
+
+
+@pytest.fixture
+def fairness():
+    cards = tr.grid_pool(2, 2)  # cards 1, 2 on node 1; 3, 4 on node 2
+    return tr.Fairness(len(cards), cards)
+
+
+def test_a_job_behind_the_start_that_fits_a_card_nobody_was_promised_counts(fairness):
+    waiting, started = job(1), job(2, team="b")
+    runner = Runner({1: 5, 2: 3}, {1: [(NOW + H, 1)]})  # card 1 promised in 1 h
+    assert fairness.could_start(waiting, started, runner, {1, 2}, NOW)
+
+
+def test_cards_promised_before_its_end_to_work_ordered_before_it_do_not_count(fairness):
+    waiting, started = job(1), job(2, team="b")
+    runner = Runner({1: 5, 2: 3}, {1: [(NOW + H, 1)], 2: [(NOW + H / 2, 4)]})
+    assert not fairness.could_start(waiting, started, runner, {1, 2}, NOW)
+    # promised only after its end, or to work ordered behind it: free for it
+    later = Runner({1: 5, 2: 3}, {1: [(NOW + 3 * H, 1)], 2: [(NOW + H / 2, 9)]})
+    assert fairness.could_start(waiting, started, later, {1, 2}, NOW)
+
+
+def test_the_cards_of_the_start_itself_count_as_free(fairness):
+    waiting, started = job(1), job(2, team="b")
+    runner = Runner({1: 5, 2: 3}, {1: [(NOW, 3)]})  # the start took card 1
+    assert fairness.could_start(waiting, started, runner, {1}, NOW)
+
+
+def test_a_job_ordered_before_the_start_never_counts(fairness):
+    waiting, started = job(1), job(2, team="b")
+    assert not fairness.could_start(waiting, started, Runner({1: 2, 2: 3}, {}), {1, 2}, NOW)
+
+
+def test_a_one_node_job_needs_its_cards_on_one_node(fairness):
+    waiting, started = job(1, count=2), job(2, team="b")
+    runner = Runner({1: 5, 2: 3}, {})
+    assert not fairness.could_start(waiting, started, runner, {1, 3}, NOW)
+    assert fairness.could_start(waiting, started, runner, {3, 4}, NOW)
+    spread = job(3, count=2, same_node=False)
+    assert fairness.could_start(spread, started, Runner({3: 5, 2: 3}, {}), {1, 3}, NOW)

@@ -343,8 +343,14 @@ class Planned:
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
 
     def told(self, entry, now):
-        """What the portal tells a waiting job (``eta.told_start``)."""
-        return told_start(entry.decision.start, virtual_at=virtual_of(entry.key), now=now)
+        """What the portal tells a waiting job (``eta.told_start``): with fair share, room
+        for the work of teams ahead of its team (``fairshare.ahead``)."""
+        ahead = 0.0
+        if self.fair is not None:
+            ahead = self.fair.ahead.get(self.jobs[entry.request.lease_id].team, 0.0)
+        return told_start(
+            entry.decision.start, virtual_at=virtual_of(entry.key), now=now, ahead=ahead
+        )
 
     def compare(self, now, due, running):
         """The full planner on the same picture must decide exactly what the plan holds: the
@@ -369,13 +375,15 @@ class Planned:
 class FairShare:
     """The portal's fair share in the replay: the teams' use kept by ``fairshare.Ledger``
     (one card model: every card-hour weighs the same), the factors recomputed by
-    ``fairshare.factors`` at the fixed times ``fairshare.due`` gives (equal weights)."""
+    ``fairshare.factors`` at the fixed times ``fairshare.due`` gives (equal weights), and
+    with them each team's work ahead (``fairshare.ahead``: what the start told counts)."""
 
-    def __init__(self, teams, half_life: timedelta, every: timedelta, start: datetime):
+    def __init__(self, teams, half_life: timedelta, every: timedelta, start: datetime, pool):
         self.ledger = fairshare.Ledger(half_life, start)
         self.weights = {t: 1.0 for t in teams}
-        self.every, self.last = every, None
+        self.every, self.last, self.pool = every, None, pool
         self.factors: dict[str, float] = {}
+        self.ahead: dict[str, float] = {}
 
     def factor(self, team) -> float:
         return self.factors.get(team, fairshare.NO_USE)
@@ -387,6 +395,7 @@ class FairShare:
         self.last = now
         self.ledger.move(now)
         found = fairshare.factors(self.ledger.use, self.weights)
+        self.ahead = fairshare.ahead(found, self.ledger.demand(now, self.pool), self.weights)
         changed, self.factors = found != self.factors, found
         return changed
 
@@ -502,7 +511,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         if policy == "portal" and len(teams) > 1:
             fair = FairShare(
                 teams, timedelta(hours=args.half_life), timedelta(minutes=args.fair_every),
-                jobs[0].submit,
+                jobs[0].submit, len(cards),
             )  # fmt: skip
         runner = Planned(
             cards,
@@ -553,6 +562,8 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             new.append(jobs[i])
             waiting[jobs[i].team] += 1
             fairness.join(jobs[i])
+            if ledger is not None:
+                ledger.ask(jobs[i].team, jobs[i].count * jobs[i].duration / HOUR, now)
             i += 1
         passes += 1
         idle_before, held_before = pool - len(running), Counter(held)
@@ -614,6 +625,12 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         "eta_p95_late": pct(late, 0.95) if late else None,
         "eta_first15": kept_first / len(late) if late else None,
         "eta_1h15": kept_1h / len(late) if late else None,
+        # how far the first start told was from the wait that came: told wait / real wait
+        "eta_ratio": statistics.median(
+            (j.first_estimate - j.submit) / (j.start - j.submit) for j in estimated
+        )
+        if estimated
+        else None,
         "deprived": {t: deprived[t] / waited_time[t] for t in teams if waited_time[t]},
         "unfair": fairness.figure() if len(teams) > 1 else None,
         "unfair_fit": fairness.figure_fit() if len(teams) > 1 else None,
@@ -687,7 +704,8 @@ def verdict(label: str, by: dict[str, dict]) -> list[str]:
     if kept is not None:
         print(
             f"{label}: portal ETA kept (first estimate + 15 min) {kept:.0%}, target "
-            f"{ETA_TARGET:.0%}; one hour before + 15 min {p['eta_1h15']:.0%}"
+            f"{ETA_TARGET:.0%}; one hour before + 15 min {p['eta_1h15']:.0%}; the first wait "
+            f"told over the wait that came, median {p['eta_ratio']:.2f}"
         )
     ok_mean = p["mean"] < e["mean"] or p["mean"] == e["mean"] == 0
     ok_p95 = p["p95"] < e["p95"] or p["p95"] == e["p95"] == 0

@@ -160,11 +160,11 @@ class GuaranteedShareAdmin(admin.ModelAdmin):
 
 @admin.register(FairShare)
 class FairShareAdmin(admin.ModelAdmin):
-    """A team's fair-share weight; its use and factor are what the last recomputation found
-    (read-only: they change only at the fixed recomputation times)."""
+    """A team's fair-share weight; its use, factor and work ahead are what the last
+    recomputation found (read-only: they change only at the fixed recomputation times)."""
 
-    list_display = ["team", "weight", "use", "factor", "computed_at"]
-    readonly_fields = ["use", "factor", "computed_at"]
+    list_display = ["team", "weight", "use", "factor", "ahead", "computed_at"]
+    readonly_fields = ["use", "factor", "ahead", "computed_at"]
 
     def save_model(self, request, obj, form, change):
         fair_services.weight_set(user=request.user, team=obj.team, weight=obj.weight)

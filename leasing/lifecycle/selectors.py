@@ -22,7 +22,7 @@ from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
 from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.picture import PLANNED, model_picture
-from leasing.scheduler.snapshot import card_slots, waiting_for
+from leasing.scheduler.snapshot import card_slots, waiting_for, work_ahead
 from portal.permissions import is_finance, is_operator, lead_memberships, teams_led_by
 
 # --- what a lease shows: one answer for the page, the list and the API -------------------
@@ -112,7 +112,7 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
     if lease.status in WAITING_STATES:
         if lease.status == LeaseStatus.QUEUED:
             # the plan's start plus room for work that may still pass it (scheduler.eta)
-            start = lease_told_start(lease, now=now) or (
+            start = lease_told_start(lease, now=now, ahead=_work_ahead(lease)) or (
                 lease.start_at if lease.start_at > now else None
             )
         else:
@@ -154,10 +154,23 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
     )
 
 
+def _work_ahead(lease: Lease) -> float:
+    """The work ahead of the lease's team (``scheduler.eta``): read once for a list
+    (``with_truth``), else now."""
+    ahead = getattr(lease, "work_ahead", None)
+    if ahead is None:
+        ahead = work_ahead([lease.team_id]).get(lease.team_id, 0.0)
+    return ahead
+
+
 def with_truth(leases) -> list[Lease]:
     """The leases as a list, each with its ``truth`` (``lease_truth``) for the templates."""
     now = timezone.now()
     out = list(leases)
+    queued = [lease for lease in out if lease.status == LeaseStatus.QUEUED]
+    ahead = work_ahead(lease.team_id for lease in queued) if queued else {}
+    for lease in queued:
+        lease.work_ahead = ahead.get(lease.team_id, 0.0)
     for lease in out:
         lease.truth = lease_truth(lease, now=now)
     return out

@@ -149,9 +149,9 @@ class GuaranteedShare(models.Model):
 
 class FairShare(models.Model):
     """A team's fair share of the pool (``scheduler.fairshare``): the *weight* operators give
-    it, and the decayed *use* and *factor* the last recomputation found (the queue orders
-    inside a priority class by the factor). A team without a row weighs 1 and has used
-    nothing."""
+    it, and the decayed *use*, *factor* and work *ahead* the last recomputation found (the
+    queue orders inside a priority class by the factor). A team without a row weighs 1 and
+    has used nothing."""
 
     team = models.OneToOneField(
         "portal.Team",
@@ -167,6 +167,9 @@ class FairShare(models.Model):
     )
     use = models.FloatField(_("recent use"), default=0.0)
     factor = models.FloatField(_("fair-share factor"), default=1.0)
+    # the fraction of the pool that work of teams ahead of it in the order takes while its
+    # leases wait (``fairshare.ahead``): the start they are told leaves room for it
+    ahead = models.FloatField(_("work ahead"), default=0.0)
     computed_at = models.DateTimeField(_("computed at"), null=True, blank=True)
 
     class Meta:
@@ -177,6 +180,9 @@ class FairShare(models.Model):
             models.CheckConstraint(condition=Q(use__gte=0), name="fair_share_use_not_negative"),
             models.CheckConstraint(
                 condition=Q(factor__gte=0) & Q(factor__lte=1), name="fair_share_factor_0_1"
+            ),
+            models.CheckConstraint(
+                condition=Q(ahead__gte=0) & Q(ahead__lt=1), name="fair_share_ahead_0_1"
             ),
         ]
 

@@ -11,6 +11,10 @@ before the lease's virtual submit time, at most ``PASSING_CAP``. The margin shri
 time runs out and is gone once nobody can pass any more; from then the told start is the
 plan's. Moves are measured on the start told (``told_moves``, ``moves``).
 
+Under fair share a lease is also passed by the newcomers of teams ahead of it in the order
+(a higher factor): the plan's wait is stretched by the work ahead its team's factor has
+(``fairshare.ahead``, ``fairshare.stretched``) before the margin is added.
+
 Both were chosen on the Philly trace (bench/trace_replay.py, docs/performance.md "Queue
 policy on a real trace"), like the slack itself: ≥ 80 % of waiting jobs start by their
 first told start + 15 min on every ``--table`` row. A request of a higher class may still
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from leasing.scheduler import fairshare
 from leasing.scheduler.queueplan import KEY_FIELDS, slack
 
 PASSING_FACTOR = 2
@@ -33,11 +38,15 @@ def virtual_submit(submitted_at: datetime, duration: timedelta, count: int) -> d
     return submitted_at + slack(duration, count)
 
 
-def told_start(planned: datetime | None, *, virtual_at: datetime, now: datetime):
+def told_start(
+    planned: datetime | None, *, virtual_at: datetime, now: datetime, ahead: float = 0.0
+):
     """The start to tell for a plan's start *planned* (None: none known), given the lease's
-    virtual submit time *virtual_at*: see the module."""
+    virtual submit time *virtual_at* and its team's work ahead (*ahead*): see the module."""
     if planned is None:
         return None
+    if ahead > 0 and planned > now:
+        planned = now + fairshare.stretched(planned - now, ahead)
     left = virtual_at - now
     if left <= timedelta(0):
         return planned
@@ -49,22 +58,25 @@ def virtual_of(key) -> datetime:
     return key[KEY_FIELDS.index("virtual")]
 
 
-def told_moves(moved, keys: dict, *, now: datetime) -> list:
+def told_moves(moved, keys: dict, *, now: datetime, ahead_at: dict | None = None) -> list:
     """Plan starts that moved, ``(lease id, old, new)``, as the starts told (``told_start``,
     both at *now*), for ``moves``: a move is measured on what the holder is told. *keys*:
-    each lease's service key."""
+    each lease's service key; *ahead_at*: the work ahead of a team at each factor
+    (``snapshot.work_ahead_by_factor``)."""
     out = []
     for pk, old, new in moved:
         key = keys.get(pk)
         if key is not None:
             virtual = virtual_of(key)
-            old = told_start(old, virtual_at=virtual, now=now)
-            new = told_start(new, virtual_at=virtual, now=now)
+            ahead = (ahead_at or {}).get(-key[KEY_FIELDS.index("-fair")], 0.0)
+            old = told_start(old, virtual_at=virtual, now=now, ahead=ahead)
+            new = told_start(new, virtual_at=virtual, now=now, ahead=ahead)
         out.append((pk, old, new))
     return out
 
 
-def lease_told_start(lease, *, now: datetime) -> datetime | None:
-    """``told_start`` for a waiting lease (its ``estimated_start`` is the plan's start)."""
+def lease_told_start(lease, *, now: datetime, ahead: float = 0.0) -> datetime | None:
+    """``told_start`` for a waiting lease (its ``estimated_start`` is the plan's start);
+    *ahead*: its team's work ahead (``snapshot.work_ahead``)."""
     virtual = virtual_submit(lease.submitted_at, lease.duration, lease.count)
-    return told_start(lease.estimated_start, virtual_at=virtual, now=now)
+    return told_start(lease.estimated_start, virtual_at=virtual, now=now, ahead=ahead)

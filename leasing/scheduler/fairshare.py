@@ -11,6 +11,14 @@ exactly at its share, towards 0 the further it is above. Rounded to ``LEVEL`` so
 hair apart share a level and are served by virtual submit time; a team with no recorded
 factor has 1 (it used nothing yet). docs/decisions.md says why this formula.
 
+**Work ahead** (``ahead``): a lease is passed by the newcomers of every team with a higher
+factor, so the start it is told (``eta.told_start``) leaves room for them: for each team
+ahead of it in the order, that team's recent demand (the card-hours its leases asked for,
+decayed with ``ARRIVALS_HALF_LIFE``, per hour, as a fraction of the pool), at most its share
+(fair share takes a team above its share down the order again), summed, at most
+``AHEAD_MAX``. A wait *w* planned today is told as ``w / (1 - ahead)``: while it waits, that
+fraction of the pool goes to work that passes it.
+
 Pure (no database): the recomputation (``leasing.teams.fairshare``), the replay bench and the
 property tests call the same functions. The factors change only when they are recomputed,
 at fixed times, and a recomputation moves the plan's version (the keys change), so between
@@ -27,6 +35,8 @@ HALF_LIFE = timedelta(days=7)  # the default half-life of use
 EVERY = timedelta(minutes=5)  # the default time between two recomputations
 LEVEL = 0.01  # factors are kept to this step
 NO_USE = 1.0  # the factor of a team that used nothing (or was never computed)
+ARRIVALS_HALF_LIFE = timedelta(hours=12)  # how far back a team's demand counts (``ahead``)
+AHEAD_MAX = 0.9  # at most this fraction of the pool is counted as work passing a lease
 
 
 def level(factor: float) -> float:
@@ -66,6 +76,35 @@ def factors(use: Mapping[int | str, float], weights: Mapping[int | str, float]) 
     return out
 
 
+def ahead(
+    factors: Mapping[int | str, float],
+    demand: Mapping[int | str, float],
+    weights: Mapping[int | str, float],
+) -> dict:
+    """Each team's work ahead (see the module): for every team with a higher factor, its
+    *demand* (a fraction of the pool per hour, decayed; missing: none) up to its share of
+    *weights*, summed, at most ``AHEAD_MAX``. Teams of one factor are not ahead of each
+    other (they are ordered by virtual submit time: ``eta``'s own margin)."""
+    total_weight = sum(weights.values())
+    if total_weight <= 0:
+        return {team: 0.0 for team in factors}
+    part = {
+        team: min(max(0.0, demand.get(team, 0.0)), weights.get(team, 0.0) / total_weight)
+        for team in factors
+    }
+    return {
+        team: round(min(AHEAD_MAX, sum(p for t, p in part.items() if factors[t] > mine)), 6)
+        for team, mine in factors.items()
+    }
+
+
+def stretched(wait: timedelta, work_ahead: float) -> timedelta:
+    """A planned *wait* with room for the work ahead (``ahead``) that will pass it."""
+    if wait <= timedelta(0) or work_ahead <= 0:
+        return wait
+    return wait / (1 - min(work_ahead, AHEAD_MAX))
+
+
 def due(last: datetime | None, now: datetime, every: timedelta) -> bool:
     """Whether a recomputation is due at *now*: the fixed times are the multiples of *every*
     since the epoch; due when one has passed since *last*."""
@@ -77,13 +116,33 @@ def due(last: datetime | None, now: datetime, every: timedelta) -> bool:
 
 class Ledger:
     """Decayed use kept up to date as cards are taken and given back (the replay bench): the
-    same ``decay`` as the recomputation, without reading every lease again."""
+    same ``decay`` as the recomputation, without reading every lease again; and each team's
+    decayed demand (``asked``, ``demand``)."""
 
     def __init__(self, half_life: timedelta, start: datetime):
         self.half_life = half_life
         self.at = start
         self.use: dict = {}
         self.rate: dict = {}  # team -> price-weighted cards held now
+        self.asked: dict = {}  # team -> card-hours asked, decayed to ``asked_at``
+        self.asked_at = start
+
+    def ask(self, team, card_hours: float, now: datetime) -> None:
+        """*team* submitted work of *card_hours* at *now*."""
+        self._age_asked(now)
+        self.asked[team] = self.asked.get(team, 0.0) + card_hours
+
+    def demand(self, now: datetime, pool: float) -> dict:
+        """Each team's demand at *now*: decayed card-hours asked per hour over *pool*."""
+        self._age_asked(now)
+        h = ARRIVALS_HALF_LIFE / timedelta(hours=1)
+        return {t: v * math.log(2) / h / pool for t, v in self.asked.items()} if pool else {}
+
+    def _age_asked(self, now: datetime) -> None:
+        if now > self.asked_at:
+            keep = decay(1.0, now - self.asked_at, ARRIVALS_HALF_LIFE)
+            self.asked = {t: v * keep for t, v in self.asked.items()}
+            self.asked_at = now
 
     def move(self, now: datetime) -> None:
         elapsed = now - self.at

@@ -227,6 +227,21 @@ def fair_factor(team_id: int | None) -> float:
     return NO_USE if found is None else found
 
 
+def work_ahead(team_ids) -> dict[int, float]:
+    """Each team's work ahead as last recomputed (``fairshare.ahead``); a team never
+    recomputed is left out (it has none)."""
+    ids = {t for t in team_ids if t is not None}
+    if not ids:
+        return {}
+    return dict(FairShare.objects.filter(team_id__in=ids).values_list("team_id", "ahead"))
+
+
+def work_ahead_by_factor() -> dict[float, float]:
+    """The work ahead of a team at each factor, as last recomputed: a service key carries its
+    team's factor, not its team (teams of one factor have the same work ahead)."""
+    return dict(FairShare.objects.values_list("factor", "ahead"))
+
+
 def waiting_for(card_model_id: int, *, now: datetime, min_rank: int | None = None) -> list[Waiting]:
     """The waiting leases of one model in service order (see ``waiting_of``)."""
     return waiting_of([card_model_id], now=now, min_rank=min_rank).get(card_model_id, [])

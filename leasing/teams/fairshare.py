@@ -23,7 +23,7 @@ from django.db.models import Count, F
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from inventory.models import CardModel
+from inventory.models import Card, CardModel
 from leasing.billing.prices import PriceBook
 from leasing.choices import LeaseStatus
 from leasing.locking import lock_card_models
@@ -57,11 +57,12 @@ def card_prices(now: datetime) -> dict[int, float]:
     return out
 
 
-def use_by_team(*, now: datetime, half: timedelta) -> dict[int, float]:
+def use_by_team(*, now: datetime, half: timedelta, prices=None) -> dict[int, float]:
     """Each team's decayed, price-weighted card-hours up to *now* (``fairshare.decayed``),
-    from the allocations (cut where a lease ended early: what it held)."""
+    from the allocations (cut where a lease ended early: what it held); *prices*: the
+    models' (``card_prices``), read when not given."""
     since = now - half * HORIZON_HALF_LIVES
-    prices = card_prices(now)
+    prices = card_prices(now) if prices is None else prices
     rows = (
         Allocation.objects.filter(start_at__lt=now, end_at__gt=since)
         .values_list("lease__team_id", "card__card_model_id", "start_at", "end_at")
@@ -73,6 +74,33 @@ def use_by_team(*, now: datetime, half: timedelta) -> dict[int, float]:
         weight = n * prices.get(model_id, 1.0)
         use[team_id] = use.get(team_id, 0.0) + weight * fairshare.decayed(start, end, now, half)
     return use
+
+
+def demand_by_team(*, now: datetime, prices: dict[int, float]) -> dict[int, float]:
+    """Each team's recent demand (``fairshare.ahead``): the card-hours its leases asked for,
+    price-weighted and decayed with ``ARRIVALS_HALF_LIFE`` from when each was submitted, per
+    hour, over the pool (every card in service, price-weighted). Two queries."""
+    pool = sum(
+        n * prices.get(model_id, 1.0)
+        for model_id, n in Card.objects.in_service()
+        .values_list("card_model_id")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    if not pool:
+        return {}
+    half = fairshare.ARRIVALS_HALF_LIFE
+    rows = Lease.objects.filter(
+        submitted_at__gt=now - half * HORIZON_HALF_LIVES, submitted_at__lte=now
+    ).values_list("team_id", "card_model_id", "count", "duration", "submitted_at")
+    asked: dict[int, float] = {}
+    for team_id, model_id, count, duration, submitted in rows:
+        card_hours = count * duration / timedelta(hours=1) * prices.get(model_id, 1.0)
+        asked[team_id] = asked.get(team_id, 0.0) + fairshare.decay(
+            card_hours, now - submitted, half
+        )
+    per_hour = math.log(2) / (half / timedelta(hours=1))
+    return {team: v * per_hour / pool for team, v in asked.items()}
 
 
 def order_kept(card_model_id: int, before: dict, after: dict) -> bool:
@@ -120,12 +148,15 @@ def recompute(*, now: datetime | None = None) -> bool:
     True when a factor changed."""
     now = now or timezone.now()
     policy = FairSharePolicy.current()
-    use = use_by_team(now=now, half=half_life(policy))
+    prices = card_prices(now)
+    use = use_by_team(now=now, half=half_life(policy), prices=prices)
+    demand = demand_by_team(now=now, prices=prices)
     rows = {r.team_id: r for r in FairShare.objects.all()}
     weights = {
         t: rows[t].weight if t in rows else 1.0 for t in Team.objects.values_list("pk", flat=True)
     }
     found = fairshare.factors(use, weights)
+    ahead = fairshare.ahead(found, demand, weights)
     before = {t: rows[t].factor for t in rows}
     changed = any(before.get(t, fairshare.NO_USE) != factor for t, factor in found.items())
     with transaction.atomic():
@@ -137,8 +168,11 @@ def recompute(*, now: datetime | None = None) -> bool:
         for team_id, factor in found.items():
             row = rows.get(team_id) or FairShare(team_id=team_id)
             row.use, row.factor, row.computed_at = round(use.get(team_id, 0.0), 6), factor, now
+            row.ahead = ahead[team_id]
             (kept if team_id in rows else fresh).append(row)
-        FairShare.objects.bulk_update(kept, ["use", "factor", "computed_at"], batch_size=500)
+        FairShare.objects.bulk_update(
+            kept, ["use", "factor", "ahead", "computed_at"], batch_size=500
+        )
         FairShare.objects.bulk_create(fresh, batch_size=500)
         FairSharePolicy.objects.filter(pk=policy.pk).update(computed_at=now)
         if changed:

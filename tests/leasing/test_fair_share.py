@@ -246,7 +246,7 @@ def test_a_lease_moved_ahead_between_two_passes_starts_at_the_recomputation_not_
 
 def _use(mapping):
     """A stand-in for the teams' decayed use (the allocations' sum is tested on its own)."""
-    return lambda *, now, half: dict(mapping)
+    return lambda *, now, half, prices=None: dict(mapping)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -406,6 +406,83 @@ def test_fair_share_never_goes_before_a_guaranteed_share_or_a_reservation(
     booked.refresh_from_db()
     assert booked.status == LeaseStatus.SCHEDULED
     assert set(booked.allocations.values_list("card_id", flat=True)) == cards
+
+
+# --- the start told: room for the work of teams ahead ---------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    factors=st.lists(st.sampled_from([1.0, 0.8, 0.5, 0.3, 0.1]), min_size=1, max_size=6),
+    demand=st.lists(st.floats(0, 3), min_size=6, max_size=6),
+    weights=st.lists(st.floats(0.1, 100), min_size=6, max_size=6),
+)
+def test_work_ahead_counts_each_team_ahead_up_to_its_share(factors, demand, weights):
+    teams = range(len(factors))
+    f = dict(zip(teams, factors, strict=False))
+    w = {t: weights[t] for t in teams}
+    d = {t: demand[t] for t in teams}
+    found = fairshare.ahead(f, d, w)
+    total = sum(w.values())
+    for team in teams:
+        expected = sum(min(d[t], w[t] / total) for t in teams if f[t] > f[team])
+        assert found[team] == pytest.approx(min(fairshare.AHEAD_MAX, expected), abs=1e-6)
+        assert 0 <= found[team] <= fairshare.AHEAD_MAX
+        for other in teams:
+            if f[other] == f[team]:
+                assert found[other] == found[team]  # one factor: nobody ahead of the other
+            if f[other] < f[team]:
+                assert found[other] >= found[team]  # further down: at least as much ahead
+    top = max(factors)
+    assert all(found[t] == 0 for t in teams if f[t] == top)
+
+
+def test_the_start_told_leaves_room_for_the_work_ahead():
+    from leasing.scheduler.eta import told_start
+
+    now, planned = T, T + hours(6)
+    virtual = T - hours(1)  # nobody can pass it by virtual submit time any more
+    assert told_start(planned, virtual_at=virtual, now=now) == planned
+    assert told_start(planned, virtual_at=virtual, now=now, ahead=0.25) == now + hours(8)
+    assert told_start(now, virtual_at=virtual, now=now, ahead=0.5) == now  # starts now
+    at_most = told_start(planned, virtual_at=virtual, now=now, ahead=5.0)
+    assert at_most == now + hours(6) / (1 - fairshare.AHEAD_MAX)
+
+
+def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_tells_it(
+    frozen, alice, bob, vision, nlp, a100, small_pool, client, monkeypatch
+):
+    """nlp asked for a lot lately and is further below its share: its work goes before
+    vision's, so vision's queued lease is told a later start than the plan's (by the work
+    ahead: nlp's demand up to its share), on its page and in its list, and nlp's is not."""
+    ask(bob, nlp, a100, count=8, duration=hours(10), same_node=False)  # the pool, 10 h
+    mine = ask(alice, vision, a100, count=2, duration=hours(1))
+    theirs = ask(bob, nlp, a100, count=2, duration=hours(1))
+    frozen.shift(hours(5))
+    monkeypatch.setattr(fair_services, "use_by_team", _use({vision.pk: 100.0, nlp.pk: 1.0}))
+    assert fair_services.recompute()
+    rows = {r.team_id: r for r in FairShare.objects.all()}
+    assert rows[nlp.pk].ahead == 0  # nobody is ahead of it
+    # nlp asked for 8 x 10 + 2 x 1 card-hours 5 h ago, over 8 cards, at most its share (half)
+    demand = fairshare.decay(82, hours(5), fairshare.ARRIVALS_HALF_LIFE) * 0.0578 / 8
+    assert rows[vision.pk].ahead == pytest.approx(min(0.5, demand), rel=0.01)
+    assert 0 < rows[vision.pk].ahead <= 0.5
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    now = timezone.now()
+    from leasing.lifecycle.selectors import lease_truth, with_truth
+
+    told = lease_truth(mine, now=now).start
+    wait = (mine.estimated_start - now) / (1 - rows[vision.pk].ahead)
+    assert told == now + wait  # (its virtual submit time has passed: no margin for that)
+    assert lease_truth(theirs, now=now).start == theirs.estimated_start
+    listed = {lease.pk: lease.truth.start for lease in with_truth(Lease.objects.filter(pk=mine.pk))}
+    assert listed[mine.pk] == told
+    client.force_login(alice)
+    page = client.get(reverse("leasing:detail", args=[mine.pk]), HTTP_ACCEPT_LANGUAGE="en")
+    assert page.status_code == 200
+    shown = timezone.localtime(told).strftime("%Y-%m-%d %H:%M")
+    assert f"<dt>Estimated start</dt><dd>{shown}</dd>" in page.content.decode()
 
 
 # --- shown and set -------------------------------------------------------------------------

@@ -199,22 +199,24 @@ def recompute_if_due(*, now: datetime | None = None) -> bool:
 
 def team_standing(team: Team) -> dict:
     """The team's share (its weight, and its fraction of every team's), its recent use (its
-    fraction of every team's decayed use) and its factor, as last recomputed. Two queries."""
+    fraction of every team's decayed use), its factor and the work ahead of it, as last
+    recomputed. Two queries."""
     rows = Team.objects.values_list(
         "pk",
         "fair_share__weight",
         "fair_share__use",
         "fair_share__factor",
+        "fair_share__ahead",
         "fair_share__computed_at",
     )
     total_weight = total_use = 0.0
-    weight, use, factor, computed_at = 1.0, 0.0, fairshare.NO_USE, None
-    for pk, w, u, f, at in rows:
+    weight, use, factor, ahead, computed_at = 1.0, 0.0, fairshare.NO_USE, 0.0, None
+    for pk, w, u, f, a, at in rows:
         w = 1.0 if w is None else w
         total_weight += w
         total_use += u or 0.0
         if pk == team.pk:
-            weight, use, computed_at = w, u or 0.0, at
+            weight, use, ahead, computed_at = w, u or 0.0, a or 0.0, at
             factor = fairshare.NO_USE if f is None else f
     half = FairSharePolicy.objects.filter(pk=1).values_list("half_life_hours", flat=True).first()
     return {
@@ -223,6 +225,7 @@ def team_standing(team: Team) -> dict:
         "use": use,
         "use_fraction": use / total_use if total_use else 0.0,
         "factor": factor,
+        "ahead": ahead,
         "computed_at": computed_at,
         "half_life_hours": half if half is not None else fairshare.HALF_LIFE / timedelta(hours=1),
     }

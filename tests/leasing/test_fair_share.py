@@ -498,6 +498,8 @@ def test_the_team_page_shows_share_use_and_factor(client, alice, vision, nlp, mo
     assert "Fair share: 0.50 of the pool (weight 1)." in page
     assert "Recent use: 0.75 of all teams" in page
     assert f"Fair-share factor: {2**-1.5:.2f}" in page
+    ahead = FairShare.objects.get(team=vision).ahead
+    assert f"Work of teams ahead of yours: {ahead:.2f} of the pool." in page
 
 
 def test_operators_set_weights_and_the_policy_through_the_api(api, ops, alice, vision):

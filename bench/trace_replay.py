@@ -395,7 +395,7 @@ class FairShare:
         self.last = now
         self.ledger.move(now)
         found = fairshare.factors(self.ledger.use, self.weights)
-        self.ahead = fairshare.ahead(found, self.ledger.demand(now, self.pool), self.weights)
+        self.ahead = fairshare.ahead(self.ledger.demand(now, self.pool), self.weights)
         changed, self.factors = found != self.factors, found
         return changed
 

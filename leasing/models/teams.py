@@ -167,8 +167,8 @@ class FairShare(models.Model):
     )
     use = models.FloatField(_("recent use"), default=0.0)
     factor = models.FloatField(_("fair-share factor"), default=1.0)
-    # the fraction of the pool that work of teams ahead of it in the order takes while its
-    # leases wait (``fairshare.ahead``): the start they are told leaves room for it
+    # the fraction of the pool that other teams' work may take while its leases wait, passing
+    # them (``fairshare.ahead``): the start they are told leaves room for it
     ahead = models.FloatField(_("work ahead"), default=0.0)
     computed_at = models.DateTimeField(_("computed at"), null=True, blank=True)
 

@@ -11,8 +11,8 @@ before the lease's virtual submit time, at most ``PASSING_CAP``. The margin shri
 time runs out and is gone once nobody can pass any more; from then the told start is the
 plan's. Moves are measured on the start told (``told_moves``, ``moves``).
 
-Under fair share a lease is also passed by the newcomers of teams ahead of it in the order
-(a higher factor): the plan's wait is stretched by the work ahead its team's factor has
+Under fair share a lease is also passed by the newcomers of teams ahead of it in the order,
+which moves at each recomputation: the plan's wait is stretched by its team's work ahead
 (``fairshare.ahead``, ``fairshare.stretched``) before the margin is added.
 
 Both were chosen on the Philly trace (bench/trace_replay.py, docs/performance.md "Queue
@@ -58,17 +58,17 @@ def virtual_of(key) -> datetime:
     return key[KEY_FIELDS.index("virtual")]
 
 
-def told_moves(moved, keys: dict, *, now: datetime, ahead_at: dict | None = None) -> list:
+def told_moves(moved, keys: dict, *, now: datetime, ahead_of: dict | None = None) -> list:
     """Plan starts that moved, ``(lease id, old, new)``, as the starts told (``told_start``,
     both at *now*), for ``moves``: a move is measured on what the holder is told. *keys*:
-    each lease's service key; *ahead_at*: the work ahead of a team at each factor
-    (``snapshot.work_ahead_by_factor``)."""
+    each lease's service key; *ahead_of*: the work ahead of each lease's team
+    (``snapshot.work_ahead_of_leases``)."""
     out = []
     for pk, old, new in moved:
         key = keys.get(pk)
         if key is not None:
             virtual = virtual_of(key)
-            ahead = (ahead_at or {}).get(-key[KEY_FIELDS.index("-fair")], 0.0)
+            ahead = (ahead_of or {}).get(pk, 0.0)
             old = told_start(old, virtual_at=virtual, now=now, ahead=ahead)
             new = told_start(new, virtual_at=virtual, now=now, ahead=ahead)
         out.append((pk, old, new))

@@ -11,13 +11,14 @@ exactly at its share, towards 0 the further it is above. Rounded to ``LEVEL`` so
 hair apart share a level and are served by virtual submit time; a team with no recorded
 factor has 1 (it used nothing yet). docs/decisions.md says why this formula.
 
-**Work ahead** (``ahead``): a lease is passed by the newcomers of every team with a higher
-factor, so the start it is told (``eta.told_start``) leaves room for them: for each team
-ahead of it in the order, that team's recent demand (the card-hours its leases asked for,
-decayed with ``ARRIVALS_HALF_LIFE``, per hour, as a fraction of the pool), at most its share
-(fair share takes a team above its share down the order again), summed, at most
+**Work ahead** (``ahead``): a waiting lease is passed by the newcomers of every team ahead
+of it in the order, and the order moves at each recomputation (two teams above their share
+trade places as their use decays), so the start it is told (``eta.told_start``) leaves room
+for the work of every other team: each one's recent demand (the card-hours its leases asked
+for, decayed with ``ARRIVALS_HALF_LIFE``, per hour, as a fraction of the pool), at most its
+share (fair share takes a team above its share down the order again), summed, at most
 ``AHEAD_MAX``. A wait *w* planned today is told as ``w / (1 - ahead)``: while it waits, that
-fraction of the pool goes to work that passes it.
+fraction of the pool may go to work that passes it.
 
 Pure (no database): the recomputation (``leasing.teams.fairshare``), the replay bench and the
 property tests call the same functions. The factors change only when they are recomputed,
@@ -76,26 +77,18 @@ def factors(use: Mapping[int | str, float], weights: Mapping[int | str, float]) 
     return out
 
 
-def ahead(
-    factors: Mapping[int | str, float],
-    demand: Mapping[int | str, float],
-    weights: Mapping[int | str, float],
-) -> dict:
-    """Each team's work ahead (see the module): for every team with a higher factor, its
-    *demand* (a fraction of the pool per hour, decayed; missing: none) up to its share of
-    *weights*, summed, at most ``AHEAD_MAX``. Teams of one factor are not ahead of each
-    other (they are ordered by virtual submit time: ``eta``'s own margin)."""
+def ahead(demand: Mapping[int | str, float], weights: Mapping[int | str, float]) -> dict:
+    """Each team's work ahead (see the module): every other team's *demand* (a fraction of
+    the pool per hour, decayed; missing: none) up to its share of *weights*, summed, at most
+    ``AHEAD_MAX``. One value per team of *weights*."""
     total_weight = sum(weights.values())
     if total_weight <= 0:
-        return {team: 0.0 for team in factors}
+        return {team: 0.0 for team in weights}
     part = {
-        team: min(max(0.0, demand.get(team, 0.0)), weights.get(team, 0.0) / total_weight)
-        for team in factors
+        team: min(max(0.0, demand.get(team, 0.0)), w / total_weight) for team, w in weights.items()
     }
-    return {
-        team: round(min(AHEAD_MAX, sum(p for t, p in part.items() if factors[t] > mine)), 6)
-        for team, mine in factors.items()
-    }
+    everyone = sum(part.values())
+    return {team: round(min(AHEAD_MAX, everyone - part[team]), 6) for team in weights}
 
 
 def stretched(wait: timedelta, work_ahead: float) -> timedelta:

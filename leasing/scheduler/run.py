@@ -36,7 +36,7 @@ from leasing.scheduler.plancache import Applied
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
-from leasing.scheduler.snapshot import Waiting, waiting_of, work_ahead_by_factor
+from leasing.scheduler.snapshot import Waiting, waiting_of, work_ahead_of_leases
 from leasing.transitions import cards_free, event_record, hand_over, transition
 
 logger = logging.getLogger(__name__)
@@ -259,8 +259,8 @@ def apply_decisions(
         applied.complete = False
     # a big move of the start told (scheduler.eta): a timeline event and a notice
     keys = {pk: waiting[pk].key for pk, _old, _new in moved if pk in waiting}
-    ahead_at = work_ahead_by_factor() if keys else {}
-    moves.estimates_moved(told_moves(moved, keys, now=now, ahead_at=ahead_at), now=now)
+    ahead_of = work_ahead_of_leases(keys) if keys else {}
+    moves.estimates_moved(told_moves(moved, keys, now=now, ahead_of=ahead_of), now=now)
     return applied
 
 

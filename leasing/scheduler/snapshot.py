@@ -236,10 +236,13 @@ def work_ahead(team_ids) -> dict[int, float]:
     return dict(FairShare.objects.filter(team_id__in=ids).values_list("team_id", "ahead"))
 
 
-def work_ahead_by_factor() -> dict[float, float]:
-    """The work ahead of a team at each factor, as last recomputed: a service key carries its
-    team's factor, not its team (teams of one factor have the same work ahead)."""
-    return dict(FairShare.objects.values_list("factor", "ahead"))
+def work_ahead_of_leases(lease_ids) -> dict[int, float]:
+    """The work ahead of each lease's team (``work_ahead``), by lease id: one query."""
+    ids = list(lease_ids)
+    if not ids:
+        return {}
+    rows = Lease.objects.filter(pk__in=ids).values_list("pk", "team__fair_share__ahead")
+    return {pk: ahead or 0.0 for pk, ahead in rows}
 
 
 def waiting_for(card_model_id: int, *, now: datetime, min_rank: int | None = None) -> list[Waiting]:

@@ -156,7 +156,7 @@ def recompute(*, now: datetime | None = None) -> bool:
         t: rows[t].weight if t in rows else 1.0 for t in Team.objects.values_list("pk", flat=True)
     }
     found = fairshare.factors(use, weights)
-    ahead = fairshare.ahead(found, demand, weights)
+    ahead = fairshare.ahead(demand, weights)
     before = {t: rows[t].factor for t in rows}
     changed = any(before.get(t, fairshare.NO_USE) != factor for t, factor in found.items())
     with transaction.atomic():

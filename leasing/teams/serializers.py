@@ -118,7 +118,7 @@ class MemberAddSerializer(StrictSerializer):
 
 class FairShareSerializer(StrictSerializer):
     """A team's fair share: the weight operators set (PUT), and what the last recomputation
-    found (read only): its share of the pool, recent use and factor."""
+    found (read only): its share of the pool, recent use, factor and work ahead."""
 
     weight = serializers.FloatField(min_value=0.000001, max_value=1_000_000)
     share = serializers.FloatField(read_only=True, help_text="Its weight over every team's.")
@@ -128,6 +128,11 @@ class FairShareSerializer(StrictSerializer):
     use_fraction = serializers.FloatField(read_only=True, help_text="Of every team's use.")
     factor = serializers.FloatField(
         read_only=True, help_text="2^(-use fraction / share): 1 no use, 0.5 at its share."
+    )
+    ahead = serializers.FloatField(
+        read_only=True,
+        help_text="Other teams' recent demand up to their shares, of the pool: a queued "
+        "lease's planned wait is told over (1 - ahead).",
     )
     computed_at = serializers.DateTimeField(read_only=True, allow_null=True)
 

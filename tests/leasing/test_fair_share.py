@@ -514,6 +514,9 @@ def test_operators_set_weights_and_the_policy_through_the_api(api, ops, alice, v
     api.force_authenticate(ops)
     answer = api.get(url)
     assert answer.status_code == 200 and answer.json()["weight"] == 1.0
+    assert answer.json()["ahead"] == 0.0  # nothing recomputed yet: nobody may pass
+    answer = api.put(url, {"weight": 2, "ahead": 0.5}, format="json")
+    assert answer.status_code == 400 and "ahead" in str(answer.json())  # read only
     assert api.put(url, {"weight": 3}, format="json").json()["weight"] == 3.0
     assert FairShare.objects.get(team=vision).weight == 3.0
     for bad in ({"weight": 0}, {"weight": -1}, {"weight": "many"}, {}):

@@ -130,6 +130,8 @@ def estimate_why(why: str, p: Mapping) -> str:
         return _("a card failed")
     if why == "extended":
         return _("a lease was extended")
+    if why == "fair_share":
+        return _("the teams' fair shares were recomputed")
     return _("the queue's plan changed")
 
 

@@ -34,7 +34,15 @@ TICK_NOTICES = 200
 MESSAGE = "estimate_moved"
 EVENT = "estimate_moved"
 # why an estimate moved: the kinds the services name (worded in notify.messages)
-WHY = ("request_ahead", "higher_priority", "released", "drain", "card_failed", "replanned")
+WHY = (
+    "request_ahead",
+    "higher_priority",
+    "released",
+    "drain",
+    "card_failed",
+    "fair_share",
+    "replanned",
+)
 
 _cause: ContextVar[tuple[str, dict] | None] = ContextVar("estimate_move_cause", default=None)
 

@@ -28,7 +28,8 @@ from leasing.billing.prices import PriceBook
 from leasing.choices import LeaseStatus
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, FairShare, FairSharePolicy, Lease, PlanVersion, QueueMark
-from leasing.scheduler import fairshare
+from leasing.scheduler import fairshare, moves
+from leasing.scheduler.eta import told_start, virtual_submit
 from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.run import replan
 from portal.audit import audit
@@ -158,12 +159,14 @@ def recompute(*, now: datetime | None = None) -> bool:
     found = fairshare.factors(use, weights)
     ahead = fairshare.ahead(demand, weights)
     before = {t: rows[t].factor for t in rows}
+    ahead_before = {t: rows[t].ahead for t in rows}
     changed = any(before.get(t, fairshare.NO_USE) != factor for t, factor in found.items())
+    ahead_moved = [t for t, a in ahead.items() if a != ahead_before.get(t, 0.0)]
     with transaction.atomic():
         queued = Lease.objects.filter(status=LeaseStatus.QUEUED).values_list(
             "card_model_id", flat=True
         )
-        models = lock_card_models(queued.distinct()) if changed else []
+        models = lock_card_models(queued.distinct()) if changed or ahead_moved else []
         fresh, kept = [], []
         for team_id, factor in found.items():
             row = rows.get(team_id) or FairShare(team_id=team_id)
@@ -175,13 +178,36 @@ def recompute(*, now: datetime | None = None) -> bool:
         )
         FairShare.objects.bulk_create(fresh, batch_size=500)
         FairSharePolicy.objects.filter(pk=policy.pk).update(computed_at=now)
-        if changed:
-            # the keys changed: no kept picture or shared step of the old order is used again
-            PlanVersion.objects.filter(card_model_id__in=models).update(version=F("version") + 1)
-            for model_id in models:
-                if not order_kept(model_id, before, found):
-                    replan(model_id, now=now)
+        with moves.because("fair_share"):
+            if changed:
+                # the keys changed: no kept picture or shared step of the old order is used
+                PlanVersion.objects.filter(card_model_id__in=models).update(
+                    version=F("version") + 1
+                )
+                for model_id in models:
+                    if not order_kept(model_id, before, found):
+                        replan(model_id, now=now)
+            _told_moves(ahead_moved, ahead_before, ahead, now=now)
     return changed
+
+
+def _told_moves(teams: list[int], before: dict, after: dict, *, now: datetime) -> None:
+    """The starts told to the queued leases of *teams*, whose work ahead went from *before*
+    to *after*, moved with it (``eta.told_start``): told like any move (``moves``)."""
+    if not teams:
+        return
+    rows = Lease.objects.filter(
+        status=LeaseStatus.QUEUED, team_id__in=teams, estimated_start__isnull=False
+    ).values_list("pk", "team_id", "submitted_at", "duration", "count", "estimated_start")
+    moved = []
+    for pk, team_id, submitted, duration, count, planned in rows:
+        virtual = virtual_submit(submitted, duration, count)
+        old, new = (
+            told_start(planned, virtual_at=virtual, now=now, ahead=a.get(team_id, 0.0))
+            for a in (before, after)
+        )
+        moved.append((pk, old, new))
+    moves.estimates_moved(moved, now=now)
 
 
 def recompute_if_due(*, now: datetime | None = None) -> bool:

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 from django.utils import timezone, translation
+from django.utils.dateparse import parse_datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +21,12 @@ from leasing.models import (
     FairSharePolicy,
     GuaranteedShare,
     Lease,
+    LeaseEvent,
+    Notification,
     PlanVersion,
     QueueMark,
 )
+from leasing.notify.messages import estimate_why
 from leasing.scheduler import fairshare, joining, plancache
 from leasing.scheduler.planner import CardSlot, Request, Timeline
 from leasing.scheduler.queueplan import QueuePlan, service_key
@@ -485,6 +489,17 @@ def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_te
     assert lease_truth(theirs, now=now).start == now + theirs_wait
     listed = {lease.pk: lease.truth.start for lease in with_truth(Lease.objects.filter(pk=mine.pk))}
     assert listed[mine.pk] == told
+    # the start told moved by hours: on its timeline and told to alice, with why
+    (moved,) = LeaseEvent.objects.filter(lease=mine, kind="estimate_moved")
+    assert moved.data["why"] == "fair_share"
+    assert parse_datetime(moved.data["to"]) == told
+    notice = Notification.objects.get(lease=mine, data__message="estimate_moved")
+    assert "各团队的公平份额已重新计算" in notice.body  # alice reads Chinese
+    with translation.override("en"):
+        assert estimate_why("fair_share", {}) == "the teams' fair shares were recomputed"
+    # recomputed again with nothing new: nothing moves, nobody is told again
+    assert not fair_services.recompute()
+    assert LeaseEvent.objects.filter(lease=mine, kind="estimate_moved").count() == 1
     client.force_login(alice)
     page = client.get(reverse("leasing:detail", args=[mine.pk]), HTTP_ACCEPT_LANGUAGE="en")
     assert page.status_code == 200

@@ -237,12 +237,14 @@ def work_ahead(team_ids) -> dict[int, float]:
 
 
 def work_ahead_of_leases(lease_ids) -> dict[int, float]:
-    """The work ahead of each lease's team (``work_ahead``), by lease id: one query."""
+    """The work ahead of each lease's team (``work_ahead``), by lease id, for the leases whose
+    team has some (none where no team has: one small query, as with one team)."""
+    ahead = dict(FairShare.objects.filter(ahead__gt=0).values_list("team_id", "ahead"))
     ids = list(lease_ids)
-    if not ids:
+    if not ahead or not ids:
         return {}
-    rows = Lease.objects.filter(pk__in=ids).values_list("pk", "team__fair_share__ahead")
-    return {pk: ahead or 0.0 for pk, ahead in rows}
+    rows = Lease.objects.filter(pk__in=ids, team_id__in=list(ahead)).values_list("pk", "team_id")
+    return {pk: ahead[team_id] for pk, team_id in rows}
 
 
 def waiting_for(card_model_id: int, *, now: datetime, min_rank: int | None = None) -> list[Waiting]:

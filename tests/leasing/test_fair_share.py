@@ -477,6 +477,12 @@ def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_te
     assert rows[vision.pk].ahead == pytest.approx(min(0.5, demand(82)), rel=0.01)
     assert rows[nlp.pk].ahead == pytest.approx(demand(2), rel=0.01)
     assert 0 < rows[nlp.pk].ahead < rows[vision.pk].ahead <= 0.5
+    from leasing.scheduler.snapshot import work_ahead_of_leases
+
+    assert work_ahead_of_leases([mine.pk, theirs.pk]) == {
+        mine.pk: rows[vision.pk].ahead,
+        theirs.pk: rows[nlp.pk].ahead,
+    }  # what a pass measures their moves with
     mine.refresh_from_db()
     theirs.refresh_from_db()
     now = timezone.now()

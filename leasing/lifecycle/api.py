@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Prefetch, Value, prefetch_related_objects
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -103,6 +104,8 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
                 Prefetch("allocations", queryset=Allocation.objects.select_related("card__node"))
             )
         )
+        # each team's work ahead (the start a queued lease is told) read with the page
+        leases = leases.annotate(work_ahead=Coalesce("team__fair_share__ahead", Value(0.0)))
         return leases.order_by("-submitted_at", "-pk")
 
     def filter_queryset(self, queryset):

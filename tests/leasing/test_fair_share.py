@@ -13,6 +13,7 @@ from django.utils import timezone, translation
 from django.utils.dateparse import parse_datetime
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rest_framework.test import APIClient
 
 from leasing.choices import LeaseStatus
 from leasing.lifecycle.waiting import because_text, waiting_because
@@ -495,6 +496,10 @@ def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_te
     assert lease_truth(theirs, now=now).start == now + theirs_wait
     listed = {lease.pk: lease.truth.start for lease in with_truth(Lease.objects.filter(pk=mine.pk))}
     assert listed[mine.pk] == told
+    api = APIClient()
+    api.force_authenticate(alice)
+    listed = {r["id"]: r for r in api.get(reverse("lease-list")).json()["results"]}
+    assert parse_datetime(listed[mine.pk]["effective_start"]) == told  # the API tells the same
     # the start told moved by hours: on its timeline and told to alice, with why
     (moved,) = LeaseEvent.objects.filter(lease=mine, kind="estimate_moved")
     assert moved.data["why"] == "fair_share"

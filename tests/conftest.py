@@ -83,6 +83,54 @@ def _no_kept_queue_pictures():
     plancache.forget()
 
 
+def _transactional(request) -> bool:
+    """Whether the test runs on a real transaction (its data flushed at its end)."""
+    names = request.fixturenames
+    if "transactional_db" in names or "live_server" in names:
+        return True
+    marker = request.node.get_closest_marker("django_db")
+    return bool(marker and marker.kwargs.get("transaction"))
+
+
+# Recreated by Django's post_migrate at every flush (under new ids): never put back.
+_REMADE_AT_FLUSH = ("contenttypes.contenttype", "auth.permission")
+
+
+@pytest.fixture(scope="session")
+def _migration_data(django_db_setup, django_db_blocker) -> str:
+    """What the migrations wrote (the card catalogue, the default policies), serialized."""
+    from django.apps import apps
+    from django.core import serializers
+
+    rows = []
+    with django_db_blocker.unblock():
+        for model in apps.get_models():
+            meta = model._meta
+            if meta.proxy or not meta.managed or meta.label_lower in _REMADE_AT_FLUSH:
+                continue
+            rows.extend(model._base_manager.order_by("pk"))
+        return serializers.serialize("json", rows)
+
+
+@pytest.fixture(autouse=True)
+def _migration_data_back(request, django_db_blocker):
+    """A test on a real transaction ends with every table flushed, the migrations' data
+    included; the next test on the same database (under pytest-xdist, any test the worker
+    runs after it) would find no card catalogue. Put it back after the flush (this fixture
+    is set up before the database fixtures, so it is torn down after them)."""
+    if not _transactional(request):
+        yield
+        return
+    data = request.getfixturevalue("_migration_data")
+    yield
+    from django.core import serializers
+    from django.db import transaction
+
+    with django_db_blocker.unblock(), transaction.atomic():
+        for row in serializers.deserialize("json", data):
+            row.save()
+
+
 @pytest.fixture
 def api():
     return APIClient()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import F, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from inventory.models import Card, CardModel, Node
@@ -166,8 +167,10 @@ def _work_ahead(lease: Lease) -> float:
 def with_truth(leases) -> list[Lease]:
     """The leases as a list, each with its ``truth`` (``lease_truth``) for the templates."""
     now = timezone.now()
+    if isinstance(leases, QuerySet):  # each team's work ahead read with the leases
+        leases = leases.annotate(work_ahead=Coalesce("team__fair_share__ahead", Value(0.0)))
     out = list(leases)
-    queued = [lease for lease in out if lease.status == LeaseStatus.QUEUED]
+    queued = [lease for lease in out if getattr(lease, "work_ahead", None) is None]
     ahead = work_ahead(lease.team_id for lease in queued) if queued else {}
     for lease in queued:
         lease.work_ahead = ahead.get(lease.team_id, 0.0)

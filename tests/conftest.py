@@ -113,22 +113,39 @@ def _migration_data(django_db_setup, django_db_blocker) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _migration_data_back(request, django_db_blocker):
+def _migration_data_kept(request):
     """A test on a real transaction ends with every table flushed, the migrations' data
     included; the next test on the same database (under pytest-xdist, any test the worker
-    runs after it) would find no card catalogue. Put it back after the flush (this fixture
-    is set up before the database fixtures, so it is torn down after them)."""
-    if not _transactional(request):
-        yield
-        return
-    data = request.getfixturevalue("_migration_data")
+    runs after it) would find no card catalogue. Such a test takes the migrations' data here
+    (read once, before any flush); ``pytest_runtest_teardown`` puts it back after the flush."""
+    if _transactional(request):
+        request.node.migration_data = request.getfixturevalue("_migration_data")
+        request.node.db_blocker = request.getfixturevalue("django_db_blocker")
     yield
+
+
+_restorable: dict[str, list] = {}  # the serialized data, deserialized once: model -> rows
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After every fixture of a test on a real transaction is torn down (its database
+    flushed): the migrations' rows back, into each table the flush left empty."""
+    yield
+    data = getattr(item, "migration_data", None)
+    if data is None:
+        return
     from django.core import serializers
     from django.db import transaction
 
-    with django_db_blocker.unblock(), transaction.atomic():
+    if not _restorable:
         for row in serializers.deserialize("json", data):
-            row.save()
+            _restorable.setdefault(type(row.object), []).append(row)
+    with item.db_blocker.unblock(), transaction.atomic():
+        for model, rows in _restorable.items():
+            if not model._base_manager.exists():
+                for row in rows:
+                    row.save()
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from leasing.scheduler.eta import told_start, virtual_submit
 from leasing.scheduler.offpeak import offpeak_start_for
 from leasing.scheduler.picture import model_picture
 from leasing.scheduler.preview import lease_preview
-from leasing.scheduler.snapshot import work_ahead
+from leasing.scheduler.snapshot import team_work_ahead
 from leasing.teams import quotas
 from leasing.teams.admission import Ask, Verdict, admit
 from leasing.workbench.environments import environment_check
@@ -382,7 +382,7 @@ def lease_request_check(*, now: datetime | None = None, **asked) -> RequestOutlo
     if when is not None and when > max(start_at or now, now):  # it would wait in the queue
         virtual = virtual_submit(now, duration, asked.count)
         team_id = asked.team.pk if asked.team else None
-        ahead = work_ahead([team_id]).get(team_id, 0.0)
+        ahead = team_work_ahead(team_id)
         outlook.told = told_start(when, virtual_at=virtual, now=now, ahead=ahead)
     if start_at is not None and start_at > now + STARTS_NOW and (when is None or when > start_at):
         picture = model_picture(card_model.pk, start=start_at, end=start_at + duration, now=now)

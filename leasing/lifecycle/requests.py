@@ -49,7 +49,7 @@ from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.run import (
     replan,
 )
-from leasing.scheduler.snapshot import work_ahead
+from leasing.scheduler.snapshot import team_work_ahead
 from leasing.teams import quotas
 from leasing.teams.admission import Verdict
 from leasing.transitions import event_record, notify_after_commit
@@ -368,7 +368,7 @@ def _queued_tell(lease: Lease, now: datetime) -> None:
         return
     notify_after_commit(lease.pk, "lease_queued")
     # the start told (the lease page's; moves are measured from it): scheduler.eta
-    ahead = work_ahead([lease.team_id]).get(lease.team_id, 0.0)
+    ahead = team_work_ahead(lease.team_id)
     told = lease_told_start(lease, now=now, ahead=ahead)
     event_record(
         lease.pk,

@@ -23,7 +23,7 @@ from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
 from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.picture import PLANNED, model_picture
-from leasing.scheduler.snapshot import card_slots, waiting_for, work_ahead
+from leasing.scheduler.snapshot import card_slots, team_work_ahead, waiting_for, work_ahead
 from portal.permissions import is_finance, is_operator, lead_memberships, teams_led_by
 
 # --- what a lease shows: one answer for the page, the list and the API -------------------
@@ -160,7 +160,7 @@ def _work_ahead(lease: Lease) -> float:
     (``with_truth``), else now."""
     ahead = getattr(lease, "work_ahead", None)
     if ahead is None:
-        ahead = work_ahead([lease.team_id]).get(lease.team_id, 0.0)
+        ahead = team_work_ahead(lease.team_id)
     return ahead
 
 

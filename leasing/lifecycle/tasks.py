@@ -39,7 +39,7 @@ from leasing.scheduler import moves, plancache
 from leasing.scheduler.eta import lease_told_start
 from leasing.scheduler.refresh import queue_refresh as refresh_slice
 from leasing.scheduler.refresh import queue_tick
-from leasing.scheduler.snapshot import work_ahead
+from leasing.scheduler.snapshot import team_work_ahead
 from leasing.teams import fairshare
 from leasing.workbench import workspace
 
@@ -176,7 +176,7 @@ def notify_lease(lease_id: int, kind: str) -> None:
     told = None
     if kind == Kind.LEASE_QUEUED:  # the start the lease page tells (scheduler.eta)
         lease = Lease.objects.filter(pk=lease_id).first()
-        ahead = lease and work_ahead([lease.team_id]).get(lease.team_id, 0.0)
+        ahead = lease and team_work_ahead(lease.team_id)
         told = lease and lease_told_start(lease, now=timezone.now(), ahead=ahead)
     wording.notify_lease_event(lease_id=lease_id, kind=kind, told_start=told)
 

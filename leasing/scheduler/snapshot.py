@@ -236,6 +236,11 @@ def work_ahead(team_ids) -> dict[int, float]:
     return dict(FairShare.objects.filter(team_id__in=ids).values_list("team_id", "ahead"))
 
 
+def team_work_ahead(team_id: int | None) -> float:
+    """One team's work ahead (``work_ahead``; 0 for none or a team never recomputed)."""
+    return work_ahead([team_id]).get(team_id, 0.0)
+
+
 def work_ahead_of_leases(lease_ids) -> dict[int, float]:
     """The work ahead of each lease's team (``work_ahead``), by lease id, for the leases whose
     team has some (none where no team has: one small query, as with one team)."""

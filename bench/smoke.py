@@ -180,7 +180,7 @@ def plans(args, demo: Demo, fake_url: str) -> dict:
                             "--report-minutes", "0.3", "--min-lease", "1", "--max-lease", "1",
                             "--drain-minutes", "0"],
         # several teams (every virtual cluster): fair share and its recomputations
-        "trace_replay.py": ["--jobs", "200", "--nodes", "4"]
+        "trace_replay.py": ["--jobs", "200", "--nodes", "4", "--depth", "3"]
         if _trace().exists() else f"needs the Philly trace at {_trace()}",
     }  # fmt: skip
 

@@ -48,6 +48,11 @@ its own team's reservation). Measuring costs CPU of its own, left out of ``repla
 "below share" is the old figure: the worst team's share of its waiting time spent below its
 share while another team was above it.
 
+``--depth N``: ``portal`` and ``portal-before`` plan with reservations only for the first N
+waiting jobs (``scheduler.bounded.BoundedPlan``); the rest start by backfill or as they reach
+the head, and are told the start ``BoundedPlan.tail_estimates`` gives (recomputed every
+``TAIL_EVERY``; a newcomer's at once). Without it every waiting job is planned.
+
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
 Events at the same second are applied together (ends, then submits) before one pass.
@@ -77,6 +82,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from leasing.scheduler import fairshare  # noqa: E402
+from leasing.scheduler.bounded import BoundedPlan  # noqa: E402
 from leasing.scheduler.eta import told_start, virtual_of  # noqa: E402
 from leasing.scheduler.planner import (  # noqa: E402
     CardSlot,
@@ -255,8 +261,16 @@ class Fifo:
 class Planned:
     """Conservative backfill through ``QueuePlan`` in FIFO or the portal's order."""
 
-    def __init__(self, cards, portal: bool, check_full: bool, per_card_hour, cap, start, fair=None):
-        self.plan = QueuePlan(cards, Timeline(), now=start)
+    def __init__(
+        self, cards, portal: bool, check_full: bool, per_card_hour, cap, start, fair=None,
+        depth=None,
+    ):  # fmt: skip
+        if depth and portal:
+            self.plan = BoundedPlan(cards, Timeline(), now=start, depth=depth)
+        else:
+            self.plan = QueuePlan(cards, Timeline(), now=start)
+        self.tail_told: dict[int, datetime] = {}  # a tail job's start told (BoundedPlan)
+        self.tail_at = None  # when the tail's starts were last worked out
         self.portal, self.check_full = portal, check_full
         self.per_card_hour, self.cap = per_card_hour, cap
         self.jobs: dict[int, Job] = {}
@@ -278,7 +292,8 @@ class Planned:
 
     def _entries(self):
         if self._by_id is None:
-            self._by_id = {e.request.lease_id: e for e in self.plan.entries}
+            everyone = self.plan.entries + getattr(self.plan, "tail", [])
+            self._by_id = {e.request.lease_id: e for e in everyone}
         return self._by_id
 
     def _promised(self):
@@ -325,32 +340,56 @@ class Planned:
             # those whose start has come)
             plan.reorder(lambda r: self.key(self.jobs[r.lease_id]), now=now)
         due = plan.advance(now)
+        joined = []
         for job in new:
             self.jobs[job.id] = job
             first = plan.add(self.key(job), job.request(now))[0]
             job.first_estimate = self.told(first, now)
+            joined.append(first)
         due += plan.advance(now)
-        for entry in plan.entries:  # what each waiting job is told now (the portal's rule)
+        told = [(entry, self.told(entry, now)) for entry in plan.entries]
+        if isinstance(plan, BoundedPlan):
+            told += self.tail_starts(now, joined)
+        for entry, told_now in told:  # what each waiting job is told now (the portal's rule)
             job = self.jobs[entry.request.lease_id]
-            told = self.told(entry, now)
+            if job.first_estimate is None and job.submit == now:
+                job.first_estimate = told_now
             if job.estimates is None:
-                job.estimates = [(now, told)]
-            elif job.estimates[-1][1] != told:
-                job.estimates.append((now, told))
+                job.estimates = [(now, told_now)]
+            elif job.estimates[-1][1] != told_now:
+                job.estimates.append((now, told_now))
         if self.check_full:
             self.compare(now, due, running)
         self._due = {e.request.lease_id: e.key for e in due}
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
 
-    def told(self, entry, now):
-        """What the portal tells a waiting job (``eta.told_start``): with fair share, room
-        for the work of teams ahead of its team (``fairshare.ahead``)."""
+    def told(self, entry, now, start=None):
+        """What the portal tells a waiting job (``eta.told_start``) planned to start at
+        *start* (default: its decision's): with fair share, room for the work of teams ahead
+        of its team (``fairshare.ahead``)."""
         ahead = 0.0
         if self.fair is not None:
             ahead = self.fair.ahead.get(self.jobs[entry.request.lease_id].team, 0.0)
-        return told_start(
-            entry.decision.start, virtual_at=virtual_of(entry.key), now=now, ahead=ahead
-        )
+        start = entry.decision.start if start is None else start
+        return told_start(start, virtual_at=virtual_of(entry.key), now=now, ahead=ahead)
+
+    def tail_starts(self, now, joined):
+        """(entry, start told) for the jobs of ``BoundedPlan``'s tail: all of them every
+        ``TAIL_EVERY``, else those that joined now (the others keep theirs)."""
+        plan = self.plan
+        if self.tail_at is None or now - self.tail_at >= TAIL_EVERY:
+            self.tail_at = now
+            self.tail_told = {
+                e.request.lease_id: self.told(e, now, start)
+                for e, start in plan.tail_estimates(now)
+            }
+        else:
+            ids = {e.request.lease_id for e in joined if e.decision.start is None}
+            for e in plan.tail:
+                if e.request.lease_id in ids:
+                    start = plan.tail_estimate(e.request.lease_id, now)
+                    self.tail_told[e.request.lease_id] = self.told(e, now, start)
+        return [(e, self.tail_told.get(e.request.lease_id)) for e in plan.tail]
 
     def compare(self, now, due, running):
         """The full planner on the same picture must decide exactly what the plan holds: the
@@ -521,6 +560,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             cap=timedelta(hours=args.slack_cap),
             start=jobs[0].submit,
             fair=fair,
+            depth=args.depth,
         )
     ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
     fairness = Fairness(pool, cards)
@@ -647,6 +687,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
 
 
 HOUR = timedelta(hours=1)
+TAIL_EVERY = fairshare.EVERY  # how often the tail's starts are worked out again (--depth)
 ETA_GRACE = timedelta(minutes=15)
 ETA_TARGET = 0.80  # of the jobs that waited, started by their first estimate + 15 min
 
@@ -789,6 +830,9 @@ def main() -> int:
     parser.add_argument("--slack-cap", type=float, default=SLACK_CAP / timedelta(hours=1))
     parser.add_argument("--check-full", action="store_true", help="hold QueuePlan to plan_queue")
     add_fair_share_arguments(parser)
+    parser.add_argument(
+        "--depth", type=int, help="plan reservations for the first N waiting jobs only (portal)"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the last policy")
     parser.add_argument(
         "--overload", action="store_true", help="each big VC alone on 12 x 8, all on 24 x 8"

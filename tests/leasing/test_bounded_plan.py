@@ -144,10 +144,10 @@ def test_a_tail_lease_is_told_a_start_when_cards_are_free_in_order():
     told = plan.tail_estimates(T)
     assert [e.request.lease_id for e, _t in told] == [2, 3]
     starts = [t for _e, t in told]
-    # not before a card is free; the second not before the first, and after an hour of
-    # the one card left beside the head's (counted at EFFICIENCY)
+    # not before a card is free; the second once the card beside the head's has been free
+    # for the hour of work ahead of it
     assert starts[0] == T + 60 * M
-    assert starts[1] > starts[0]
+    assert starts[1] == T + 120 * M
     assert plan.tail_estimate(3, T) == starts[1]
     assert plan.tail_estimate(99, T) is None
 

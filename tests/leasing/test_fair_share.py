@@ -518,6 +518,31 @@ def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_te
     assert f"<dt>Estimated start</dt><dd>{shown}</dd>" in page.content.decode()
 
 
+def test_the_preview_tells_the_start_the_lease_page_will_tell_with_work_ahead(
+    frozen, alice, bob, vision, nlp, a100, small_pool
+):
+    """A request that will wait is previewed with its team's work ahead stretched into the
+    start it is told, the start its page tells once it is submitted; without work ahead the
+    preview tells the plan's start with the margin for smaller work only."""
+    from leasing.lifecycle import request_steps
+    from leasing.lifecycle.selectors import lease_truth
+
+    ask(bob, nlp, a100, count=8, duration=hours(10), same_node=False)  # the pool, 10 h
+    values = {"user": alice, "team": vision, "card_model": a100, "count": 2,
+              "duration": hours(30)}  # fmt: skip
+    bare = request_steps.lease_request_check(**values)
+    FairShare.objects.update_or_create(team=vision, defaults={"ahead": 0.4})
+    outlook = request_steps.lease_request_check(**values)
+    now = timezone.now()
+    assert outlook.start == bare.start == now + hours(10)  # the plan's start: the same
+    # 60 card-hours: a slack of 4 h (the cap), a margin of 2 h for smaller work (the cap)
+    assert bare.told == bare.start + hours(2)
+    assert outlook.told == now + hours(10) / (1 - 0.4) + hours(2)
+    lease = ask(alice, vision, a100, count=2, duration=hours(30))
+    assert lease.status == LeaseStatus.QUEUED
+    assert lease_truth(lease, now=now).start == outlook.told
+
+
 # --- shown and set -------------------------------------------------------------------------
 
 

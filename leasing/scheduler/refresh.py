@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import time
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
@@ -30,10 +31,13 @@ logger = logging.getLogger(__name__)
 # lease costs one pass over the model's cards and searches through their busy periods (the
 # holders' and the plan's reservations: they grow with the queue), counted as cards plus
 # periods / PERIODS_PER_CARD (``_spend``): about five leases of a 1,600-card pool with no
-# queue, two behind 10,000 waiting. A count, not a clock, so tests decide the same and a slow
-# moment does not make slices longer (bench/queue_length.py prints the holds).
+# queue, two behind 10,000 waiting. A count, so tests decide the same and a slow moment does
+# not make slices longer; and no new lease is begun once REFRESH_PLAN_SECONDS have passed
+# since the lock was taken, so a slow moment (a loaded machine: one lease behind 10,000
+# waiting took 20-45 ms) makes them shorter (bench/queue_length.py prints the holds).
 REFRESH_BUDGET = 10_000
 PERIODS_PER_CARD = 8
+REFRESH_PLAN_SECONDS = 0.03
 
 
 def _spend(plan: QueuePlan) -> int:
@@ -44,8 +48,9 @@ def _spend(plan: QueuePlan) -> int:
 
 def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
     """Plan the stale stretch of a model's stored plan (``QueueMark``) exactly, a slice at a
-    time: one transaction holds the model's lock while it plans ``REFRESH_BUDGET`` (a count)
-    plus the reading, so requests that join meanwhile wait one slice, not the whole queue.
+    time: one transaction holds the model's lock while it plans ``REFRESH_BUDGET`` (a count;
+    less once ``REFRESH_PLAN_SECONDS`` have passed) plus the reading, so requests that join
+    meanwhile wait one slice, not the whole queue.
     True when a stale stretch is left (the caller runs it again).
 
     The leases up to the mark keep their (exact) plan; those after it are planned in order
@@ -57,6 +62,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         plancache.warm(card_model_id, now=now)  # a cold process reads outside the lock
     with transaction.atomic():
         lock_card_models([card_model_id])
+        locked = time.perf_counter()
         mark = mark_of(card_model_id)
         if mark is None:
             return False
@@ -83,7 +89,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             budget -= spend
             if entry.decision.start is not None and entry.decision.start <= now:
                 break  # it starts now, from behind those ahead: they are planned around it
-            if budget < spend:
+            if budget < spend or time.perf_counter() - locked > REFRESH_PLAN_SECONDS:
                 break
         # A lease that fits now starts here, and those ahead of it are planned again around
         # the cards it now holds (QueuePlan.advance), as a pass over the whole queue would;

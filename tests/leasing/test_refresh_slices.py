@@ -1,7 +1,8 @@
 """The refresh and the tick plan a bounded number of leases while they hold the model's lock,
 whatever the queue's length: a refresh slice at most ``REFRESH_BUDGET`` (leases times cards,
-at least one lease), the tick's own pass at most ``JOIN_BUDGET``; counted in leases planned,
-never timed. Whatever the budgets, the stored plan ends as the full planner's."""
+at least one lease, fewer once ``REFRESH_PLAN_SECONDS`` have passed), the tick's own pass at
+most ``JOIN_BUDGET``; counted in leases planned. Whatever the budgets, the stored plan ends as
+the full planner's."""
 
 import random
 from datetime import timedelta
@@ -76,6 +77,25 @@ def test_a_budget_below_one_lease_still_plans_one(
     while refresh.queue_refresh(a100.pk):
         pass
     assert holds and set(holds[:-1]) == {1}
+
+
+def test_once_its_time_has_passed_a_slice_begins_no_new_lease(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, holds
+):
+    """However much the count allows, a slice that has held the lock for
+    ``REFRESH_PLAN_SECONDS`` plans no further lease (here at once: one lease per slice), and the
+    stored plan still ends as the full planner's."""
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)
+    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 10**9)
+    monkeypatch.setattr(refresh, "REFRESH_PLAN_SECONDS", 0.0)
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for n in range(4):
+        ask(bob, nlp, a100, count=2, duration=hours(8 - n))  # each ahead of the last
+    holds.clear()
+    while refresh.queue_refresh(a100.pk):
+        pass
+    assert len(holds) > 2 and set(holds[:-1]) == {1}
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
 
 
 def test_a_slice_goes_on_from_the_last_slice_s_plan_when_nothing_changed(

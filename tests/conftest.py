@@ -130,10 +130,12 @@ _restorable: dict[str, list] = {}  # the serialized data, deserialized once: mod
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     """After every fixture of a test on a real transaction is torn down (its database
-    flushed): the migrations' rows back, into each table the flush left empty."""
+    flushed): the migrations' rows back, into each table the flush left empty. Not after the
+    session's last test: its teardown also drops the test database, and the connection is
+    back on the database the settings name (which the tests must not write)."""
     yield
     data = getattr(item, "migration_data", None)
-    if data is None:
+    if data is None or nextitem is None:
         return
     from django.core import serializers
     from django.db import transaction

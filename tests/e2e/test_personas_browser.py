@@ -8,9 +8,9 @@ Simplified Chinese and in English.
 - fin (finance): her home shows the month's cost and last month's numbered statement; she
   opens it, then exports the month from the reports page as CSV (units and currency named,
   labels in the page's language) and XLSX (dates are dates).
-- ops (operator): his home shows the pool's health; on a node's page he sees who holds
-  which card, drains the node at a chosen time (asked first), undrains it, and marks a free
-  card faulty; the pool page leads with its numbers.
+- ops (operator): his menu fits one row at 1280 px; his home shows the pool's health; on a
+  node's page he sees who holds which card, drains the node at a chosen time (asked first),
+  undrains it, and marks a free card faulty; the pool page leads with its numbers.
 
 Chromium via Playwright on the live server (PostgreSQL: the server thread must see the test's
 data); no worker is needed. Selectors are ids, names and data attributes; wording is checked
@@ -286,6 +286,12 @@ def test_operator_day(live_server, operator_day, language):
     with chromium_page(live_server) as page:
         sign_in(page, "ops", language)
         page.goto("/")
+        # every link of the operator's menu (the longest: alerts and admin) on one row at 1280
+        page.set_viewport_size({"width": 1280, "height": 800})
+        tops = page.locator(".site-nav a").evaluate_all(
+            "links => links.map(a => Math.round(a.getBoundingClientRect().top))"
+        )
+        assert len(tops) >= 10 and len(set(tops)) == 1, tops
         health = page.locator("#home-operator")
         expect(health.locator("h2")).to_have_text(said(language, "Pool health"))
         expect(health.locator('[data-stat="nodes-out"] .stat__value')).to_have_text("1")

@@ -104,28 +104,21 @@ class BoundedPlan(QueuePlan):
 
     def add(self, key: Key, request) -> list[Planned]:
         """A request joins: behind the head it waits in the tail (nothing is planned); in
-        the head it is planned and those behind it in the head are planned again, the last
-        of them moving to the tail when the head is full."""
-        if len(self.entries) >= self.depth and key > self.keys[-1]:
-            i = bisect.bisect_right(self.tail_keys, key)
-            entry = Planned(key, request, Decision(request.lease_id, None))
-            self.tail_keys.insert(i, key)
-            self.tail.insert(i, entry)
-            return [entry]
-        i = bisect.bisect_right(self.keys, key)
-        behind = self.entries[i:]
-        for entry in reversed(behind):
-            self._unreserve(entry)
+        the head it is planned and those behind it in the head are planned again
+        (``QueuePlan.add``), the head's last lease first moving to the tail when it is full
+        (nobody in the head is behind it: taking its reservation back changes no one's)."""
         if len(self.entries) >= self.depth:
-            last = behind.pop()
-            del self.entries[-1], self.keys[-1]
+            if key > self.keys[-1]:
+                i = bisect.bisect_right(self.tail_keys, key)
+                entry = Planned(key, request, Decision(request.lease_id, None))
+                self.tail_keys.insert(i, key)
+                self.tail.insert(i, entry)
+                return [entry]
+            last = self.entries.pop()
+            self.keys.pop()
+            self._unreserve(last)
             self._to_tail(last)
-        new = Planned(key, request, self._plan(request))
-        self._replan(behind, added=self._windows(new), freed=[])
-        self.keys.insert(i, key)
-        self.entries.insert(i, new)
-        self._track(new)
-        return [new, *behind]
+        return super().add(key, request)
 
     def remove(self, lease_id: int) -> list[Planned]:
         for n, entry in enumerate(self.tail):

@@ -65,29 +65,19 @@ def test_each_hold_plans_at_most_its_budget(
     assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
 
 
-def test_a_budget_below_one_lease_still_plans_one(
-    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, holds
+@pytest.mark.parametrize("bound", ["count", "time"])
+def test_a_slice_plans_one_lease_when_its_count_or_its_time_allows_no_more(
+    bound, frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, holds
 ):
+    """A budget below one lease still plans one; however much the count allows, a slice that
+    has held the lock for ``REFRESH_PLAN_SECONDS`` (here none) begins no further lease; and
+    the stored plan still ends as the full planner's."""
     monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)
-    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)
-    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
-    for n in range(4):
-        ask(bob, nlp, a100, count=2, duration=hours(8 - n))  # each ahead of the last
-    holds.clear()
-    while refresh.queue_refresh(a100.pk):
-        pass
-    assert holds and set(holds[:-1]) == {1}
-
-
-def test_once_its_time_has_passed_a_slice_begins_no_new_lease(
-    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch, holds
-):
-    """However much the count allows, a slice that has held the lock for
-    ``REFRESH_PLAN_SECONDS`` plans no further lease (here at once: one lease per slice), and the
-    stored plan still ends as the full planner's."""
-    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)
-    monkeypatch.setattr(refresh, "REFRESH_BUDGET", 10**9)
-    monkeypatch.setattr(refresh, "REFRESH_PLAN_SECONDS", 0.0)
+    if bound == "count":
+        monkeypatch.setattr(refresh, "REFRESH_BUDGET", 0)
+    else:
+        monkeypatch.setattr(refresh, "REFRESH_BUDGET", 10**9)
+        monkeypatch.setattr(refresh, "REFRESH_PLAN_SECONDS", 0.0)
     ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
     for n in range(4):
         ask(bob, nlp, a100, count=2, duration=hours(8 - n))  # each ahead of the last

@@ -186,7 +186,9 @@ def usage_report(f: ReportFilter, *, now: datetime | None = None) -> dict:
         )
         .order_by("period", "key")
     ]
-    pieces = accrued.accrued_pieces(since=f.since, until=f.until, now=now, team_ids=f.team_ids)
+    pieces = accrued.accrued_pieces(
+        since=f.since, until=f.until, now=now, team_ids=f.team_ids, detail=False
+    )
     rows = sorted(rows + _accrued_rows(pieces, f), key=_row_order)
     names = labels(f.group_by, {row["key"] for row in rows})
     for row in rows:

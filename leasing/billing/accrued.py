@@ -72,7 +72,9 @@ def accrued_pieces(
     if team_ids is not None:
         rows = rows.filter(lease__team_id__in=team_ids)
     by_lease: dict[int, list[Held]] = {}
-    for lease_id, card, node, region, start, end in rows.values_list(
+    # Unordered: a lease's pieces do not depend on the order of its allocations, and the
+    # allocations' default order (node hostname, card index) costs a sort over two joins.
+    for lease_id, card, node, region, start, end in rows.order_by().values_list(
         "lease_id", "card_id", "card__node_id", "card__node__region_id", "start_at", "end_at"
     ):
         by_lease.setdefault(lease_id, []).append((card, node, region, start, end))

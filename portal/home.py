@@ -47,8 +47,7 @@ def lead_panel(user, now: datetime) -> dict | None:
     )
     teams = []
     for membership in led:
-        overview = team_selectors.team_overview(membership.team, now=now)
-        total = next(row for row in overview["rows"] if row.card_model is None)
+        total = team_selectors.team_month_total(membership.team, now=now)
         teams.append(
             {
                 "team": membership.team,

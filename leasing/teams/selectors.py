@@ -69,6 +69,30 @@ class QuotaRow:
         return max(self.rule.card_hours_per_month - spoken_for, Decimal(0))
 
 
+def _holds_now(charge: quotas.Charge, now: datetime) -> bool:
+    return charge.start <= now < charge.end and charge.status in choices.BOOKED_STATES
+
+
+def _used_hours(card_minutes: int) -> Decimal:
+    return Decimal(card_minutes) / 60
+
+
+def team_month_total(team: Team, *, now: datetime) -> QuotaRow:
+    """The total line of ``team_overview`` alone (card-hours used, money spent, cards held
+    now), for a lead's dashboard: the same figures, without pricing every charge of the month
+    for the quota table's other columns."""
+    month = periods.month_of(now)
+    total = QuotaRow(card_model=None, rule=None)
+    for c in quotas.charges(team.pk, *month):
+        if _holds_now(c, now):
+            total.concurrent_now += c.count
+    billed = month_usage_by_model(team.pk, since=month[0], until=month[1], now=now)
+    for minutes, cost in billed.values():
+        total.used_hours += _used_hours(minutes)
+        total.money_spent += cost
+    return total
+
+
 def team_overview(team: Team, *, now: datetime) -> dict:
     """Everything a lead's team page shows, in a bounded number of queries."""
     month = periods.month_of(now)
@@ -104,14 +128,14 @@ def team_overview(team: Team, *, now: datetime) -> dict:
                     max(c.start, now), c.end, *month
                 )
             row.money += spent + booked
-            if c.start <= now < c.end and c.status in choices.BOOKED_STATES:
+            if _holds_now(c, now):
                 row.concurrent_now += c.count
     # Used so far: the finance report's figure (recorded + accrued, by the bill's own pieces).
     billed = month_usage_by_model(team.pk, since=month[0], until=month[1], now=now)
     for model_id, (minutes, cost) in billed.items():
         for key in (model_id, None):
             if key in rows:
-                rows[key].used_hours += Decimal(minutes) / 60
+                rows[key].used_hours += _used_hours(minutes)
                 rows[key].money_spent += cost
     holders = (
         Lease.objects.filter(team=team, status__in=HOLDING_STATES)

@@ -23,7 +23,7 @@ from leasing.billing.tasks import usage_close_month
 from leasing.choices import EndReason, LeaseStatus
 from leasing.lifecycle import changes, provisioning
 from leasing.models import Allocation, Lease, Price, TeamPrice, UsageRecord
-from leasing.teams.selectors import team_overview
+from leasing.teams.selectors import team_month_total, team_overview
 from portal.models import Membership
 from tests.factories import CardModelFactory, MembershipFactory, UserFactory, make_node
 from tests.leasing.conftest import ask
@@ -122,6 +122,12 @@ def test_team_page_and_finance_report_agree(finding, vision):
     assert (st["totals"]["card_hours"], st["totals"]["cost"]) == (
         report["totals"]["card_hours"], report["totals"]["cost"]
     )  # fmt: skip
+    # The lead's dashboard reads the same total line on its own.
+    total = team_month_total(vision, now=at(12, 10, 11))
+    assert (total.used_hours, total.money_spent, total.concurrent_now) == (
+        all_models.used_hours, all_models.money_spent, all_models.concurrent_now
+    )  # fmt: skip
+    assert total.concurrent_now == 8
 
 
 def replace_team(f: reports.ReportFilter, team) -> reports.ReportFilter:

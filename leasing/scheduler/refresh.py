@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from leasing.locking import lock_card_models
@@ -108,6 +108,8 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
+        if not due and not applied.started and not applied.booked:
+            _commit_without_waiting_for_the_disk()
         if not due and not applied.started and not applied.booked and applied.complete:
             # the next slice goes on from this plan if nothing changes meanwhile; the last
             # leaves the whole plan, for the tick (``_kept_plan``)
@@ -117,6 +119,17 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
 
 def _service_key(w):
     return w.key
+
+
+def _commit_without_waiting_for_the_disk() -> None:
+    """This slice only re-estimated (no lease started or was booked): its COMMIT returns
+    before PostgreSQL has flushed it (``synchronous_commit`` off for this transaction only),
+    so the model's lock is not held through a slow disk's flush (up to 126 ms at 10,000
+    waiting here; docs/performance.md). A crash may lose the last such slices whole (the
+    estimates and the stale mark together), and the refresh plans that stretch again."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 def _plan_up_to_mark(picture, exact, mark, seen: int, *, now: datetime) -> QueuePlan | None:

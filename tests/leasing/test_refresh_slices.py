@@ -125,3 +125,46 @@ def test_a_slice_goes_on_from_the_last_slice_s_plan_when_nothing_changed(
             assert not restores
     assert slices > 5
     assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
+
+
+def _synchronous_commit() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+def test_a_slice_that_only_re_estimates_does_not_wait_for_the_disk(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """Its COMMIT returns before the flush (the setting holds for its transaction only: the
+    test's transaction here); a crash loses its estimates and mark together."""
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)  # a request plans itself, no more
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    for n in range(4):
+        ask(bob, nlp, a100, count=2, duration=hours(8 - n))  # each ahead of the last
+    assert QueueMark.objects.filter(card_model=a100).exists()
+    assert _synchronous_commit() == "on"
+    refresh.queue_refresh(a100.pk)
+    assert _synchronous_commit() == "off"
+
+
+def test_a_slice_that_starts_a_lease_waits_for_the_disk(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """A lease started is recorded as started only once it is on disk."""
+    from leasing.choices import LeaseStatus
+    from leasing.lifecycle.changes import lease_release
+
+    ask(bob, nlp, a100, count=6, duration=hours(1), same_node=False)
+    freed = ask(bob, nlp, a100, count=2, duration=hours(1))
+    ask(alice, vision, a100, count=4, duration=hours(2))  # a whole node, in 1 h
+    behind = ask(alice, vision, a100, count=2, duration=hours(8))
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # a pass plans one lease of this pool
+    lease_release(lease=freed, user=bob)
+    assert QueueMark.objects.filter(card_model=a100).exists()
+    refresh.queue_refresh(a100.pk)
+    behind.refresh_from_db()
+    assert behind.status == LeaseStatus.PROVISIONING  # started by the slice
+    assert _synchronous_commit() == "on"

@@ -124,7 +124,7 @@ def _migration_data_kept(request):
     yield
 
 
-_restorable: dict[str, list] = {}  # the serialized data, deserialized once: model -> rows
+_restorable: dict[type, list] = {}  # the serialized data, deserialized once: model -> rows
 
 
 @pytest.hookimpl(hookwrapper=True)

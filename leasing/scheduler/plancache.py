@@ -238,6 +238,7 @@ class Applied:
     booked: list[tuple[Request, Decision]]
     shown: dict[int, tuple]  # lease id -> (estimated start, stall reason, planned cards)
     complete: bool = True  # False: something was not written as decided (keep nothing)
+    told: list[int] = field(default_factory=list)  # leases whose holders were sent a notice
 
 
 def keep_after_commit(card_model_id: int, picture: Picture, applied: Applied, *, now) -> None:

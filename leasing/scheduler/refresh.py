@@ -108,9 +108,10 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         else:
             QueueMark.objects.filter(card_model_id=card_model_id).delete()
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
-        if not due and not applied.started and not applied.booked:
+        re_estimated = not due and not applied.started and not applied.booked
+        if re_estimated and not applied.told:
             _commit_without_waiting_for_the_disk()
-        if not due and not applied.started and not applied.booked and applied.complete:
+        if re_estimated and applied.complete:
             # the next slice goes on from this plan if nothing changes meanwhile; the last
             # leaves the whole plan, for the tick (``_kept_plan``)
             picture.refresh_plan = (plan, planned[-1].key if more else None, picture.version)
@@ -122,11 +123,12 @@ def _service_key(w):
 
 
 def _commit_without_waiting_for_the_disk() -> None:
-    """This slice only re-estimated (no lease started or was booked): its COMMIT returns
-    before PostgreSQL has flushed it (``synchronous_commit`` off for this transaction only),
-    so the model's lock is not held through a slow disk's flush (up to 126 ms at 10,000
-    waiting here; docs/performance.md). A crash may lose the last such slices whole (the
-    estimates and the stale mark together), and the refresh plans that stretch again."""
+    """This slice only re-estimated (no lease started or was booked, nobody was sent a
+    notice): its COMMIT returns before PostgreSQL has flushed it (``synchronous_commit`` off
+    for this transaction only), so the model's lock is not held through a slow disk's flush
+    (up to 126 ms at 10,000 waiting here; docs/performance.md). A crash may lose the last such
+    slices whole (the estimates and the stale mark together), and the refresh plans that
+    stretch again; a notice is only ever sent from a commit that waited for the disk."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")

@@ -260,7 +260,8 @@ def apply_decisions(
     # a big move of the start told (scheduler.eta): a timeline event and a notice
     keys = {pk: waiting[pk].key for pk, _old, _new in moved if pk in waiting}
     ahead_of = work_ahead_of_leases(keys) if keys else {}
-    moves.estimates_moved(told_moves(moved, keys, now=now, ahead_of=ahead_of), now=now)
+    told = moves.estimates_moved(told_moves(moved, keys, now=now, ahead_of=ahead_of), now=now)
+    applied.told = stalled + told
     return applied
 
 

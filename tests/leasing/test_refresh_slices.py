@@ -168,3 +168,23 @@ def test_a_slice_that_starts_a_lease_waits_for_the_disk(
     behind.refresh_from_db()
     assert behind.status == LeaseStatus.PROVISIONING  # started by the slice
     assert _synchronous_commit() == "on"
+
+
+def test_a_slice_that_tells_a_holder_of_a_move_waits_for_the_disk(
+    frozen, alice, bob, lena, vision, nlp, a100, small_pool, monkeypatch
+):
+    """A notice leaves only from a commit on disk: a slice whose re-estimate moves a start
+    told past the threshold (a higher class took the pool ahead for 10 h) keeps the flush."""
+    from leasing.choices import Priority
+    from leasing.models import LeaseEvent
+
+    monkeypatch.setattr(joining, "JOIN_BUDGET", CARDS)  # a request plans itself, no more
+    ask(bob, nlp, a100, count=8, duration=hours(1), same_node=False)
+    behind = [ask(alice, vision, a100, count=2, duration=hours(2)) for _ in range(3)]
+    ask(lena, vision, a100, count=8, duration=hours(10), same_node=False, priority=Priority.HIGH)
+    assert QueueMark.objects.filter(card_model=a100).exists()
+    assert _synchronous_commit() == "on"
+    while refresh.queue_refresh(a100.pk):
+        pass
+    assert LeaseEvent.objects.filter(lease__in=behind, kind="estimate_moved").exists()
+    assert _synchronous_commit() == "on"

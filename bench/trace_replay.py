@@ -128,6 +128,11 @@ class Job:
     # (when, estimated start) each time the plan's estimate for it changed while it waited
     estimates: list[tuple[datetime, datetime | None]] | None = None
     cards_now: tuple[int, ...] = ()  # the cards it took, the pass it started (``Fairness``)
+    # --reclaim: the period it holds its cards in the plan's timeline, when it started last,
+    # the job it resumes (a preempted job's remaining work) and the waits of its resumptions
+    held_for: tuple[datetime, datetime] | None = None
+    resumes: Job | None = None
+    resumed_wait: float = 0.0
     started_now: datetime | None = None
 
     def request(self, now: datetime) -> Request:
@@ -361,6 +366,9 @@ class Planned:
         if self.check_full:
             self.compare(now, due, running)
         self._due = {e.request.lease_id: e.key for e in due}
+        for e in due:  # the period each holds its cards, as the plan's timeline has it
+            start = e.decision.start
+            self.jobs[e.request.lease_id].held_for = (start, start + e.request.duration)
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
 
     def told(self, entry, now, start=None):
@@ -532,6 +540,103 @@ class Fairness:
         return self.unfair_fit / self.starts if self.starts else None
 
 
+class Reclaim:
+    """``--reclaim``: fair share's reclaim in the replay, the rule the portal's queue pass
+    runs (``fairshare.reclaim``, called by ``preemption.preemption_plan``). After each pass,
+    each team below its share whose first waiting job (service order) is not planned to start
+    within ``RECLAIM_AFTER`` takes cards back from teams above theirs: the chosen jobs give
+    their cards back after ``--grace`` minutes (the plan's timeline has them free from then at
+    once, and the queue is planned again, as a changed picture does in the portal), and
+    their remaining work, with ``--reclaim-lost`` minutes of work lost since their last
+    checkpoint, joins the queue again then (a lease's ``requeue``). A team is made room for
+    once at a time (the portal's "already being made room for")."""
+
+    def __init__(self, runner, pool: int, grace: timedelta, lost: timedelta, next_id: int):
+        self.runner, self.pool, self.grace, self.lost = runner, pool, grace, lost
+        self.next_id = next_id
+        self.cut: dict[int, tuple[datetime, datetime, str]] = {}  # job -> (at, planned end, for)
+        self.preempted = 0
+
+    def stale(self, job_id: int, at: datetime) -> bool:
+        """Whether an end popped at *at* is a preempted job's old planned end."""
+        cut = self.cut.get(job_id)
+        return cut is not None and cut[0] != at
+
+    def resumed(self, job: Job, at: datetime) -> Job | None:
+        """The job that resumes *job* when it gives its cards back at *at* (None: it ended)."""
+        cut = self.cut.get(job.id)
+        if cut is None or cut[0] != at:
+            return None
+        self.next_id += 1
+        return Job(
+            id=self.next_id,
+            submit=at,
+            duration=cut[1] - at + self.lost,
+            count=job.count,
+            team=job.team,
+            same_node=job.same_node,
+            resumes=job.resumes or job,
+        )
+
+    def step(self, now: datetime, held: Counter, running_jobs: dict[int, Job], running) -> list:
+        """Mark the jobs that give cards back now (see the class); returns them."""
+        plan = self.runner.plan
+        giving = Counter()
+        pending = set()
+        for jid, (at, _end, team) in self.cut.items():
+            if at > now:
+                giving[self.runner.jobs[jid].team] += self.runner.jobs[jid].count
+                pending.add(team)
+        have = Counter({t: held[t] - giving[t] for t in held})
+        first: dict[str, object] = {}
+        for entry in [*plan.entries, *getattr(plan, "tail", [])]:
+            team = self.runner.jobs[entry.request.lease_id].team
+            first.setdefault(team, entry)
+        idle = self.pool - len(running)
+        weights = self.runner.fair.weights
+        marked = []
+        for team, entry in first.items():
+            start = entry.decision.start
+            if team in pending or (start is not None and start <= now + fairshare.RECLAIM_AFTER):
+                continue
+            victims = fairshare.reclaim(
+                team=team,
+                need=entry.request.count - idle,
+                pool=self.pool,
+                held=have,
+                weights=weights,
+                waiting=first,
+                holdings=[
+                    fairshare.Holding(j.id, j.team, j.count, *j.held_for)
+                    for j in running_jobs.values()
+                    if j.id not in self.cut
+                ],
+                now=now,
+            )
+            for holding in victims:
+                job = running_jobs[holding.lease_id]
+                start, end = job.held_for
+                at = now + self.grace
+                for c in job.cards:
+                    plan.timeline.remove(c, start, end)
+                    plan.timeline.add(c, start, at)
+                    running[c] = (start, at)
+                job.held_for = (start, at)
+                self.cut[job.id] = (at, end, team)
+                have[job.team] -= job.count
+                marked.append(job)
+            if victims:
+                pending.add(team)
+        if marked:
+            self.preempted += len(marked)
+            plan.now = now
+            plan.timeline.prune(now)
+            everyone = [*plan.entries, *getattr(plan, "tail", [])]
+            plan.rebuild([(e.key, e.request) for e in everyone])
+            self.runner._by_id = self.runner._promises = None
+        return marked
+
+
 def _by_length(job: Job):
     return (job.duration, job.id)
 
@@ -539,7 +644,7 @@ def _by_length(job: Job):
 def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
     for job in jobs:
         job.start, job.first_estimate, job.cards, job.estimates = None, None, (), None
-        job.cards_now, job.started_now = (), None
+        job.cards_now, job.started_now, job.held_for, job.resumed_wait = (), None, None, 0.0
     pool = len(cards)
     node_of = {c.card_id: c.node_id for c in cards}
     if policy in ("fifo", "easy"):
@@ -563,6 +668,15 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             depth=args.depth,
         )
     ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
+    reclaim = None
+    if args.reclaim and getattr(runner, "fair", None) is not None:
+        reclaim = Reclaim(
+            runner, pool, timedelta(minutes=args.grace), timedelta(minutes=args.reclaim_lost),
+            max(j.id for j in jobs),
+        )  # fmt: skip
+    by_id = {j.id: j for j in jobs}
+    resumed: list[Job] = []  # the jobs that resume preempted ones (--reclaim)
+    running_jobs: dict[int, Job] = {}
     fairness = Fairness(pool, cards)
     teams = sorted({j.team for j in jobs})
     running: dict[int, tuple[datetime, datetime]] = {}  # card -> the period it is busy
@@ -571,7 +685,6 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
     deprived: Counter = Counter()  # team -> seconds below its fair share while others above
     waited_time: Counter = Counter()  # team -> seconds with work waiting
     ends: list[tuple[datetime, int]] = []
-    allocations: list[tuple[int, datetime, datetime]] = []
     passes = i = 0
     last = jobs[0].submit
     t_wall, t_cpu = time.perf_counter(), time.process_time()
@@ -589,15 +702,27 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
                     if held[t] < share and over:
                         deprived[t] += span
         last = now
+        new = []
         while ends and ends[0][0] == now:
             _, jid = heapq.heappop(ends)
-            job = jobs[jid - 1]
+            if reclaim is not None and reclaim.stale(jid, now):
+                continue  # the planned end of a job preempted before it
+            job = by_id[jid]
+            del running_jobs[jid]
             held[job.team] -= job.count
             if ledger is not None:
                 ledger.hold(job.team, -job.count, now)
             for c in job.cards:
                 del running[c]
-        new = []
+            again = reclaim.resumed(job, now) if reclaim is not None else None
+            if again is not None:
+                by_id[again.id] = again
+                resumed.append(again)
+                new.append(again)
+                waiting[again.team] += 1
+                fairness.join(again)
+                if ledger is not None:
+                    ledger.ask(again.team, again.count * again.duration / HOUR, now)
         while i < len(jobs) and jobs[i].submit == now:
             new.append(jobs[i])
             waiting[jobs[i].team] += 1
@@ -613,32 +738,41 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             if ledger is not None:
                 ledger.hold(job.team, job.count, now)
             job.start, job.cards = now, tuple(chosen)
+            if job.resumes is not None:
+                job.resumes.resumed_wait += (now - job.submit).total_seconds()
             end = now + job.duration
             waiting[job.team] -= 1
             held[job.team] += job.count
+            running_jobs[job.id] = job
             for c in job.cards:
                 assert c not in running, (c, job)
                 running[c] = (now, end)
-                allocations.append((c, now, end))
             heapq.heappush(ends, (end, job.id))
+        if reclaim is not None:
+            for job in reclaim.step(now, held, running_jobs, running):
+                heapq.heappush(ends, (job.held_for[1], job.id))
     wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu - fairness.cpu
 
-    # Double allocation: no card may have overlapping busy periods.
+    # Double allocation: no card may have overlapping busy periods (a preempted job's end
+    # where it gave its cards back).
     per_card = defaultdict(list)
-    for c, s, e in allocations:
-        per_card[c].append((s, e))
+    for job in [*jobs, *resumed]:
+        cut = reclaim.cut.get(job.id) if reclaim is not None else None
+        for c in job.cards:
+            per_card[c].append((job.start, cut[0] if cut else job.start + job.duration))
     double = 0
     for periods in per_card.values():
         periods.sort()
         double += sum(1 for a, b in zip(periods, periods[1:], strict=False) if b[0] < a[1])
-    for job in jobs:
+    for job in [*jobs, *resumed]:
         assert job.start is not None and len(set(job.cards)) == job.count, job
         if job.same_node:
             assert len({node_of[c] for c in job.cards}) == 1, job
 
-    waits = sorted((j.start - j.submit).total_seconds() for j in jobs)
+    # a preempted job waits until it started first plus each time it waited to resume
+    waits = sorted((j.start - j.submit).total_seconds() + j.resumed_wait for j in jobs)
     first = jobs[0].submit
-    end_all = max(j.start + j.duration for j in jobs)
+    end_all = max(j.start + j.duration for j in [*jobs, *resumed])
     makespan = (end_all - first).total_seconds()
     busy = sum(j.duration.total_seconds() * j.count for j in jobs)
     # ETA accuracy: the first estimate a waiting job was given vs when it started
@@ -676,10 +810,13 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         "unfair_fit": fairness.figure_fit() if len(teams) > 1 else None,
         "fairness_cpu": fairness.cpu,
         "team_mean": {
-            t: statistics.fmean((j.start - j.submit).total_seconds() for j in jobs if j.team == t)
+            t: statistics.fmean(
+                (j.start - j.submit).total_seconds() + j.resumed_wait for j in jobs if j.team == t
+            )
             for t in teams
         },
         "double": double,
+        "preempted": reclaim.preempted if reclaim is not None else None,
         "passes": passes,
         "wall": wall,
         "cpu": cpu,
@@ -775,6 +912,17 @@ def add_fair_share_arguments(parser) -> None:
     parser.add_argument(
         "--no-before", action="store_true", help="do not run portal-before beside portal"
     )
+    parser.add_argument(
+        "--reclaim", action="store_true",
+        help="fair share takes cards back for a team below its share (``Reclaim``)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grace", type=float, default=10, help="minutes a preempted job keeps its cards"
+    )
+    parser.add_argument(
+        "--reclaim-lost", type=float, default=10,
+        help="minutes of work a preempted job loses (since its last checkpoint)",
+    )  # fmt: skip
 
 
 def with_before(policies: list[str], args) -> list[str]:
@@ -880,7 +1028,8 @@ def main() -> int:
                 res = replay(jobs, cards, policy, args)
             print(
                 f"  {policy}: mean {res['mean']:,.0f} s, p95 {res['p95']:,.0f} s, "
-                f"max {res['max']:,.0f} s, {res['cpu']:.1f} s CPU ({res['wall']:.1f} s wall)",
+                f"max {res['max']:,.0f} s, {res['cpu']:.1f} s CPU ({res['wall']:.1f} s wall)"
+                + (f", {res['preempted']:,} preempted" if res["preempted"] is not None else ""),
                 flush=True,
             )
             if len(res["deprived"]) > 1:
@@ -956,7 +1105,8 @@ def run_overload(args) -> int:
             res = replay(jobs, cards, policy, args)
             print(
                 f"  {policy}: mean {res['mean']:,.0f} s, p95 {res['p95']:,.0f} s, max "
-                f"{res['max']:,.0f} s, {res['cpu']:.1f} s CPU, fairness {fmt_fairness(res)}",
+                f"{res['max']:,.0f} s, {res['cpu']:.1f} s CPU, fairness {fmt_fairness(res)}"
+                + (f", {res['preempted']:,} preempted" if res["preempted"] is not None else ""),
                 flush=True,
             )
             by[policy] = res

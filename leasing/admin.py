@@ -174,7 +174,7 @@ class FairShareAdmin(admin.ModelAdmin):
 class FairSharePolicyAdmin(admin.ModelAdmin):
     """How fast use is forgotten (half-life) and how often the factors are recomputed."""
 
-    list_display = ["half_life_hours", "every_minutes", "computed_at"]
+    list_display = ["half_life_hours", "every_minutes", "reclaim", "computed_at"]
     readonly_fields = ["computed_at"]
 
     def has_add_permission(self, request):
@@ -188,6 +188,7 @@ class FairSharePolicyAdmin(admin.ModelAdmin):
             user=request.user,
             half_life_hours=obj.half_life_hours,
             every_minutes=obj.every_minutes,
+            reclaim=obj.reclaim,
         )
 
 

@@ -191,8 +191,9 @@ class FairShare(models.Model):
 
 
 class FairSharePolicy(models.Model):
-    """The site's fair-share settings (one row, id 1): how fast use is forgotten and how
-    often the factors are recomputed."""
+    """The site's fair-share settings (one row, id 1): how fast use is forgotten, how
+    often the factors are recomputed, and whether a team below its share takes cards back
+    (``scheduler.fairshare.reclaim``)."""
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
     half_life_hours = models.FloatField(
@@ -204,6 +205,16 @@ class FairSharePolicy(models.Model):
         _("recompute every (minutes)"),
         default=5,
         help_text=_("The factors are recomputed at fixed times, this many minutes apart."),
+    )
+    reclaim = models.BooleanField(
+        _("take cards back for a team below its share"),
+        default=True,
+        help_text=_(
+            "A team below its share that would wait more than 10 minutes takes cards back "
+            "from teams above theirs: from leases that agreed to be requeued, with at least "
+            "6 hours left, that have run an hour; after the grace period, and never taking "
+            "a team below its share or its guaranteed share."
+        ),
     )
     computed_at = models.DateTimeField(_("last computed at"), null=True, blank=True)
 

@@ -29,7 +29,8 @@ two recomputations no key changes while a lease waits.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 HALF_LIFE = timedelta(days=7)  # the default half-life of use
@@ -38,6 +39,12 @@ LEVEL = 0.01  # factors are kept to this step
 NO_USE = 1.0  # the factor of a team that used nothing (or was never computed)
 ARRIVALS_HALF_LIFE = timedelta(hours=12)  # how far back a team's demand counts (``ahead``)
 AHEAD_MAX = 0.9  # at most this fraction of the pool is counted as work passing a lease
+# Reclaim (``reclaim``): a team below its share whose first waiting lease is not planned to
+# start within RECLAIM_AFTER takes cards back from teams above theirs, from leases with at
+# least RECLAIM_MIN_LEFT still to run that have run RECLAIM_MIN_RUN since they (re)started.
+RECLAIM_AFTER = timedelta(minutes=10)
+RECLAIM_MIN_LEFT = timedelta(hours=6)
+RECLAIM_MIN_RUN = timedelta(hours=1)
 
 
 def level(factor: float) -> float:
@@ -153,3 +160,67 @@ class Ledger:
         """*team* holds *cards* more (negative: gives them back) from *now*."""
         self.move(now)
         self.rate[team] = self.rate.get(team, 0.0) + cards
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A running lease as ``reclaim`` sees it: its team, cards, when it (re)started and when
+    it is planned to end."""
+
+    lease_id: int
+    team: int | str
+    count: int
+    started: datetime
+    end: datetime
+
+
+def shares_of(pool: int, weights: Mapping[int | str, float], active: Iterable) -> dict:
+    """Each *active* team's share of a *pool* of cards: the pool split by weight among the
+    teams holding or waiting for its cards (a team missing from *weights* weighs 1)."""
+    active = list(active)
+    total = sum(weights.get(t, 1.0) for t in active)
+    return {t: pool * weights.get(t, 1.0) / total for t in active} if total > 0 else {}
+
+
+def reclaim(
+    *,
+    team,
+    need: int,
+    pool: int,
+    held: Mapping,
+    weights: Mapping,
+    waiting: Iterable,
+    holdings: Iterable[Holding],
+    now: datetime,
+    floor: Mapping | None = None,
+) -> list[Holding]:
+    """Fair share's reclaim: which running leases give their cards back so that *team*,
+    below its share and waiting for *need* cards more than the free ones, gets them.
+
+    Shares (``shares_of``) are of the teams holding cards (*held*: team -> cards) or with work
+    *waiting*. Only a team above its share gives back, never so much that it falls below
+    it nor below its *floor* (team -> cards: a guaranteed share); only leases with ``RECLAIM_MIN_LEFT`` still to run that have run ``RECLAIM_MIN_RUN``
+    since they (re)started (so no lease is taken back twice in a row, nor one about to end);
+    the youngest first (the least work to save). Empty when *team* is not below its share or
+    when the leases that may give back do not cover *need*: nobody is stopped for nothing.
+    The caller decides which of these the placement needs (``preemption.take_back``)."""
+    if need <= 0:
+        return []
+    active = {t for t, n in held.items() if n > 0} | set(waiting) | {team}
+    share = shares_of(pool, weights, active)
+    if held.get(team, 0) >= share[team]:
+        return []
+    floor = floor or {}
+    left = {t: held.get(t, 0) - max(share[t], floor.get(t, 0)) for t in active if t != team}
+    chosen, covered = [], 0
+    for h in sorted(holdings, key=lambda h: (h.started, h.lease_id), reverse=True):
+        if covered >= need:
+            break
+        if h.team == team or h.team not in left or left[h.team] < h.count:
+            continue
+        if h.end - now < RECLAIM_MIN_LEFT or now - h.started < RECLAIM_MIN_RUN:
+            continue
+        chosen.append(h)
+        left[h.team] -= h.count
+        covered += h.count
+    return chosen if covered >= need else []

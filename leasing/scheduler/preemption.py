@@ -14,13 +14,15 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 
+from inventory.models import Card
 from leasing import statements
 from leasing.choices import PRIORITY_RANK, RUNNING_STATES, Kind, LeaseStatus, Priority, WarningKind
 from leasing.enqueue import enqueue_after_commit
-from leasing.models import Allocation, Lease
+from leasing.models import Allocation, FairShare, FairSharePolicy, Lease
 from leasing.notify.messages import notice_send
 from leasing.notify.services import warning_with_notice
-from leasing.scheduler import planner, shares
+from leasing.scheduler import fairshare, planner, shares
+from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.snapshot import lease_card_slots, timeline_for
 from leasing.transitions import event_record
 
@@ -36,7 +38,8 @@ def preemption_plan(
     preemptible work, with a grace no longer than the share's stated time. Else the first
     waiting lease that outranks preemptible ones takes back preemptible leases.
 
-    Either way only the cards it needs, from the fewest leases (then the fewest cards; ties:
+    Then fair share's reclaim (``fair_share_reclaim``): a team below its share takes cards
+    back from teams above theirs. Either way only the cards it needs, from the fewest leases (then the fewest cards; ties:
     fewest cards held, least elapsed work). A victim whose cards are all needed ends; one
     that keeps some gives back only those. Each victim gets its grace (at least its declared
     checkpoint time, within a share's stated time) and a warning; one that declared a
@@ -61,6 +64,9 @@ def preemption_plan(
             )
             if marked:
                 return marked
+    marked = fair_share_reclaim(card_model_id, now=now, covering=covering)
+    if marked:
+        return marked
     if not statements.rows("preemption.any", _any_preemptible, model=card_model_id):
         return 0  # nobody to take cards from (the common case: one statement)
     waiting = (
@@ -75,6 +81,115 @@ def preemption_plan(
     if waiting is None or waiting.start_at > now:
         return 0
     return _make_room(card_model_id, waiting, Q(priority=Priority.PREEMPTIBLE), now=now)
+
+
+def fair_share_reclaim(
+    card_model_id: int, *, now: datetime, covering: list[shares.Share] | None = None
+) -> int:
+    """Fair share's reclaim (``fairshare.reclaim``, the rule the replay bench runs too): for
+    each team below its share of the model's cards whose first waiting lease (service
+    order) is planned to start more than ``RECLAIM_AFTER`` from now, running leases of teams
+    above their share give cards back after their grace. Only leases that agreed to be
+    requeued when preempted (their work resumes in a new lease) and of no higher class than
+    the waiting one; a team never falls below its fair share nor its guaranteed share
+    (*covering*). Off when the site's policy says so (``FairSharePolicy.reclaim``).
+
+    One statement in the common case (no lease may give cards back). Returns the number of
+    leases marked."""
+    if not statements.rows(
+        "preemption.reclaimable",
+        _reclaimable,
+        model=card_model_id,
+        ran_since=now - fairshare.RECLAIM_MIN_RUN,
+        left_until=now + fairshare.RECLAIM_MIN_LEFT,
+    ):
+        return 0
+    if FairSharePolicy.objects.filter(pk=1, reclaim=False).exists():
+        return 0  # the operators turned it off
+    running = list(
+        Lease.objects.filter(card_model_id=card_model_id, status__in=RUNNING_STATES).values_list(
+            "pk", "team_id", "count", "activated_at", "end_at", "requeue", "priority_rank",
+            "preempt_at",
+        )
+    )  # fmt: skip
+    held: dict[int, int] = defaultdict(int)
+    busy = 0
+    for _pk, team, count, _started, _end, _requeue, _rank, marked_at in running:
+        busy += count
+        if marked_at is None:
+            held[team] += count
+    first: dict[int, tuple] = {}
+    for row in Lease.objects.filter(
+        card_model_id=card_model_id, status=LeaseStatus.QUEUED
+    ).values_list("pk", "team_id", "priority_rank", "submitted_at", "duration", "count",
+                  "estimated_start"):  # fmt: skip
+        pk, team, rank, submitted, duration, count, _eta = row
+        key = service_key(rank=rank, submitted_at=submitted, duration=duration, count=count,
+                          lease_id=pk, fair=fairshare.NO_USE)  # fmt: skip
+        if team not in first or key < first[team][0]:
+            first[team] = (key, row)
+    if not first:
+        return 0
+    active = {t for t, n in held.items() if n} | set(first)
+    weights = dict(FairShare.objects.filter(team_id__in=active).values_list("team_id", "weight"))
+    pool = Card.objects.in_service().filter(card_model_id=card_model_id).count()
+    if covering is None:
+        covering = shares.shares_covering(card_model_id)
+    floor = {s.team_id: s.cards for s in covering}
+    share = fairshare.shares_of(pool, weights, active)
+    marked = 0
+    for team in sorted(first, key=lambda t: (held.get(t, 0) / share[t], t)):
+        pk, _team, rank, _submitted, _duration, count, eta = first[team][1]
+        if eta is None or eta <= now + fairshare.RECLAIM_AFTER:
+            continue  # not planned yet (the next pass plans it), or soon enough
+        victims = fairshare.reclaim(
+            team=team,
+            need=count - (pool - busy),
+            pool=pool,
+            held=held,
+            weights=weights,
+            waiting=first,
+            holdings=[
+                fairshare.Holding(v_pk, v_team, v_count, started, end)
+                for v_pk, v_team, v_count, started, end, requeue, v_rank, marked_at in running
+                if requeue and marked_at is None and v_rank <= rank and started is not None
+            ],
+            now=now,
+            floor=floor,
+        )
+        if not victims:
+            continue
+        taken = _make_room(
+            card_model_id,
+            Lease.objects.get(pk=pk),
+            Q(pk__in=[v.lease_id for v in victims]),
+            now=now,
+            why="fair_share",
+        )
+        if taken:
+            marked += taken
+            given = set(
+                Lease.objects.filter(
+                    pk__in=[v.lease_id for v in victims], preempt_at__isnull=False
+                ).values_list("pk", flat=True)
+            )
+            for v in victims:
+                if v.lease_id in given:
+                    held[v.team] -= v.count
+            running = [r for r in running if r[0] not in given]
+    return marked
+
+
+def _reclaimable(model: int, ran_since: datetime, left_until: datetime):
+    """A running lease of *model* that fair share's reclaim could take cards back from."""
+    return Lease.objects.filter(
+        card_model_id=model,
+        status__in=RUNNING_STATES,
+        requeue=True,
+        preempt_at__isnull=True,
+        activated_at__lte=ran_since,
+        end_at__gte=left_until,
+    ).values_list("pk")[:1]
 
 
 def grace_for(lease: Lease, *, now: datetime, within: int | None = None) -> datetime:
@@ -105,7 +220,13 @@ def _any_preemptible(model: int):
 
 
 def _make_room(
-    card_model_id: int, waiting: Lease, victims_q: Q, *, now: datetime, within: int | None = None
+    card_model_id: int,
+    waiting: Lease,
+    victims_q: Q,
+    *,
+    now: datetime,
+    within: int | None = None,
+    why: str = "",
 ) -> int:
     """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan)."""
     # A lease another waiting lease already takes back after the share's stated time is a
@@ -154,7 +275,7 @@ def _make_room(
     for lease_id, card_ids in taken.items():
         _mark(
             by_pk[lease_id], card_ids, held[lease_id], at=preempt_at[lease_id], waiting=waiting,
-            now=now, reclaim=within is not None,
+            now=now, reclaim=within is not None, why=why,
         )  # fmt: skip
     return len(taken)
 
@@ -168,6 +289,7 @@ def _mark(
     waiting: Lease,
     now: datetime,
     reclaim: bool,
+    why: str = "",
 ) -> None:
     """Mark *victim* to give back *card_ids* (of the cards it *held*) at *at* for *waiting*,
     warn its holder, and have its checkpoint signal sent. A victim already marked for later
@@ -202,6 +324,7 @@ def _mark(
             "cards": len(card_ids),
             "whole": whole,
             "reclaim": reclaim,
+            **({"why": why} if why else {}),
         },
     )
     victim.refresh_from_db()

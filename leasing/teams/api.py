@@ -140,8 +140,9 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class FairSharePolicyView(APIView):
-    """The site's fair-share settings: the half-life of use and the minutes between two
-    recomputations of the factors. Everyone signed in reads them; operators change them."""
+    """The site's fair-share settings: the half-life of use, the minutes between two
+    recomputations of the factors, and whether a team below its share takes cards back
+    (``reclaim``). Everyone signed in reads them; operators change them."""
 
     @extend_schema(responses=FairSharePolicySerializer)
     def get(self, request):

@@ -287,9 +287,10 @@ def weight_set(*, user, team: Team, weight) -> FairShare:
     return row
 
 
-def policy_set(*, user, half_life_hours=None, every_minutes=None) -> FairSharePolicy:
-    """Change the half-life of use (hours, > 0) or the time between recomputations
-    (minutes, 1…1440); operators only. The next recomputation uses them."""
+def policy_set(*, user, half_life_hours=None, every_minutes=None, reclaim=None) -> FairSharePolicy:
+    """Change the half-life of use (hours, > 0), the time between recomputations (minutes,
+    1…1440) or whether a team below its share takes cards back (``reclaim``, a boolean);
+    operators only. The next recomputation (the next queue pass, for ``reclaim``) uses them."""
     _operators_only(user)
     errors = {}
     changes = {}
@@ -315,6 +316,10 @@ def policy_set(*, user, half_life_hours=None, every_minutes=None) -> FairSharePo
                 % {"max": EVERY_MAX_MINUTES}
             ]
         changes["every_minutes"] = every_minutes
+    if reclaim is not None:
+        if not isinstance(reclaim, bool):
+            errors["reclaim"] = [_("Say true or false.")]
+        changes["reclaim"] = reclaim
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():

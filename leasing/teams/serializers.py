@@ -142,4 +142,9 @@ class FairSharePolicySerializer(StrictSerializer):
 
     half_life_hours = serializers.FloatField(min_value=0.001, max_value=24 * 365, required=False)
     every_minutes = serializers.IntegerField(min_value=1, max_value=24 * 60, required=False)
+    reclaim = serializers.BooleanField(
+        required=False,
+        help_text="Whether a team below its share takes cards back from teams above theirs "
+        "(leases that agreed to be requeued, with 6 h left, that ran 1 h).",
+    )
     computed_at = serializers.DateTimeField(read_only=True, allow_null=True)

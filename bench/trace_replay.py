@@ -352,17 +352,7 @@ class Planned:
             job.first_estimate = self.told(first, now)
             joined.append(first)
         due += plan.advance(now)
-        told = [(entry, self.told(entry, now)) for entry in plan.entries]
-        if isinstance(plan, BoundedPlan):
-            told += self.tail_starts(now, joined)
-        for entry, told_now in told:  # what each waiting job is told now (the portal's rule)
-            job = self.jobs[entry.request.lease_id]
-            if job.first_estimate is None and job.submit == now:
-                job.first_estimate = told_now
-            if job.estimates is None:
-                job.estimates = [(now, told_now)]
-            elif job.estimates[-1][1] != told_now:
-                job.estimates.append((now, told_now))
+        self.tell(now, joined)
         if self.check_full:
             self.compare(now, due, running)
         self._due = {e.request.lease_id: e.key for e in due}
@@ -370,6 +360,27 @@ class Planned:
             start = e.decision.start
             self.jobs[e.request.lease_id].held_for = (start, start + e.request.duration)
         return [(self.jobs[e.request.lease_id], e.decision.card_ids) for e in due]
+
+    def tell(self, now, joined, again=False):
+        """Record what each waiting job is told now (the portal's rule); *again*: the plan
+        changed later in the same pass (a reclaim), what the holders see is this."""
+        plan = self.plan
+        told = [(entry, self.told(entry, now)) for entry in plan.entries]
+        if isinstance(plan, BoundedPlan):
+            if again:
+                self.tail_at = None
+            told += self.tail_starts(now, joined)
+        for entry, told_now in told:
+            job = self.jobs[entry.request.lease_id]
+            if job.submit == now and (job.first_estimate is None or again):
+                job.first_estimate = told_now
+            if job.estimates is None:
+                job.estimates = [(now, told_now)]
+            elif job.estimates[-1][1] != told_now:
+                if again and job.estimates[-1][0] == now:
+                    job.estimates[-1] = (now, told_now)
+                else:
+                    job.estimates.append((now, told_now))
 
     def told(self, entry, now, start=None):
         """What the portal tells a waiting job (``eta.told_start``) planned to start at
@@ -634,6 +645,7 @@ class Reclaim:
             everyone = [*plan.entries, *getattr(plan, "tail", [])]
             plan.rebuild([(e.key, e.request) for e in everyone])
             self.runner._by_id = self.runner._promises = None
+            self.runner.tell(now, [], again=True)
         return marked
 
 

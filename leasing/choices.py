@@ -81,6 +81,14 @@ class EndReason(models.TextChoices):
     FAULTY = "faulty", _("A card failed and no spare was free")
 
 
+class PreemptWhy(models.TextChoices):
+    """Why a running lease is being preempted (what its holder is told)."""
+
+    PRIORITY = "priority", _("A higher-priority request needs its cards")
+    SHARE = "share", _("A team's guaranteed share needs its cards back")
+    FAIR_SHARE = "fair_share", _("A team below its fair share needs its cards")
+
+
 class StallReason(models.TextChoices):
     """Why a waiting lease can never be placed as asked (set by the queue pass)."""
 

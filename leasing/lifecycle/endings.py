@@ -354,7 +354,9 @@ def cards_take_back(lease: Lease, *, now: datetime) -> bool:
             return False
         count, taken = row
         left = count - taken
-        Lease.objects.filter(pk=lease.pk).update(count=left, preempt_at=None, preempt_cards=None)
+        Lease.objects.filter(pk=lease.pk).update(
+            count=left, preempt_at=None, preempt_cards=None, preempt_why=""
+        )
         lease.refresh_from_db()
         # The backend gives the taken cards back (Slurm: the job's GRES) and answers the access.
         backend_change_after_commit(lease, now=now)

@@ -18,6 +18,7 @@ from leasing.choices import (
     TERMINAL_STATES,
     WAITING_STATES,
     LeaseStatus,
+    PreemptWhy,
 )
 from leasing.models import Allocation, Lease, LeaseChange, LeaseEvent
 from leasing.notify.messages import stall_text
@@ -53,7 +54,8 @@ class LeaseTruth:
     ``end`` is the effective end: the booked end, or earlier where a drain or a preemption
     cuts the lease short (``cut`` says which, ``cut_node`` where); for a waiting lease it is
     its (estimated) start + duration, never before the start; None when the start is unknown.
-    ``cards_lost`` cards are taken back at ``cards_lost_at`` by a partial preemption.
+    ``cards_lost`` cards are taken back at ``cards_lost_at`` by a partial preemption;
+    ``cut_why`` says why a preemption takes them (``PreemptWhy``).
     ``stall``/``stall_why``/``stall_todo``: why a waiting lease cannot start, and what to do.
     """
 
@@ -62,6 +64,7 @@ class LeaseTruth:
     booked_end: datetime
     cut: str = ""
     cut_node: str = ""
+    cut_why: str = ""  # a preemption's reason (``PreemptWhy``), whole or partial
     cards_lost: int = 0
     cards_lost_at: datetime | None = None
     stall: str = ""
@@ -138,8 +141,9 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
     drain_at, drain_host = _drain_of(lease)
     if drain_at is not None and drain_at < end:
         end, cut, node = max(drain_at, lease.start_at), "drain", drain_host
-    lost, lost_at = 0, None
+    lost, lost_at, why = 0, None, ""
     if lease.preempt_at is not None and lease.status in RUNNING_STATES:
+        why = lease.preempt_why or PreemptWhy.PRIORITY
         if lease.preempt_cards is None and lease.preempt_at < end:
             end, cut, node = lease.preempt_at, "preemption", ""
         elif lease.preempt_cards:
@@ -150,6 +154,7 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
         booked_end=lease.end_at,
         cut=cut,
         cut_node=node,
+        cut_why=why if (cut == "preemption" or lost) else "",
         cards_lost=lost,
         cards_lost_at=lost_at,
     )

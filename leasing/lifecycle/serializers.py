@@ -153,10 +153,12 @@ class LeaseSerializer(serializers.ModelSerializer):
         )
     )
     ends_early = serializers.SerializerMethodField(
-        help_text="Why effective_end is before the booked end: drain or preemption (null: it is not)."
+        help_text="Why effective_end is before the booked end: drain or preemption, and for a "
+        "preemption `because`: priority, share (a guaranteed share) or fair_share (null: it is not)."
     )
     cards_taken_back = serializers.SerializerMethodField(
-        help_text="A partial preemption: how many cards go back, and when (null: none)."
+        help_text="A partial preemption: how many cards go back, when, and `because` (as in "
+        "ends_early) (null: none)."
     )
     waiting_reason = serializers.SerializerMethodField(
         help_text=(
@@ -267,13 +269,22 @@ class LeaseSerializer(serializers.ModelSerializer):
         truth = self._truth(lease)
         if not truth.cut:
             return None
-        return {"why": truth.cut, "at": _when(truth.end), "node": truth.cut_node or None}
+        return {
+            "why": truth.cut,
+            "at": _when(truth.end),
+            "node": truth.cut_node or None,
+            "because": truth.cut_why or None,
+        }
 
     def get_cards_taken_back(self, lease: Lease) -> dict | None:
         truth = self._truth(lease)
         if not truth.cards_lost:
             return None
-        return {"cards": truth.cards_lost, "at": _when(truth.cards_lost_at)}
+        return {
+            "cards": truth.cards_lost,
+            "at": _when(truth.cards_lost_at),
+            "because": truth.cut_why or None,
+        }
 
     @extend_schema_field(WaitingBecauseSerializer(many=True))
     def get_waiting_because(self, lease: Lease) -> list[dict]:

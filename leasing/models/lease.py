@@ -22,6 +22,7 @@ from leasing.choices import (
     REASONED_STATES,
     EndReason,
     LeaseStatus,
+    PreemptWhy,
     Priority,
     Purpose,
     StallReason,
@@ -122,6 +123,13 @@ class Lease(models.Model):
         null=True,
         blank=True,
         help_text=_("When a pending preemption ends this lease (the grace period's end)."),
+    )
+    preempt_why = models.CharField(
+        _("preempted because"),
+        max_length=12,
+        choices=PreemptWhy.choices,
+        blank=True,
+        help_text=_("Why the pending preemption takes its cards (what its holder is told)."),
     )
     preempt_cards = models.PositiveSmallIntegerField(
         _("cards taken back"),
@@ -253,6 +261,11 @@ class Lease(models.Model):
                 condition=Q(status__in=REASONED_STATES, end_reason__gt="")
                 | (~Q(status__in=REASONED_STATES) & Q(end_reason="")),
                 name="lease_end_reason_iff_ending",
+            ),
+            # a reason only for a pending preemption
+            models.CheckConstraint(
+                condition=Q(preempt_why="") | Q(preempt_at__isnull=False),
+                name="lease_preempt_why_only_when_preempted",
             ),
             models.UniqueConstraint(
                 fields=["user", "request_key"],

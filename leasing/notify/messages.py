@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from leasing.choices import AlertKind, AlertSeverity, EndReason, StallReason
+from leasing.choices import AlertKind, AlertSeverity, EndReason, PreemptWhy, StallReason
 from leasing.models import Lease, Notification
 from leasing.notify.services import notify
 
@@ -66,10 +66,20 @@ def _expiring(p: Mapping) -> tuple[str, str]:
 
 def _preemption(p: Mapping) -> tuple[str, str]:
     title = _("Lease %(id)s will be preempted at %(at)s") % {"id": p["id"], "at": _at(p["at"])}
-    body = _(
-        "A higher-priority request needs these cards. Save a checkpoint now; the lease ends at %(at)s."
-    ) % {"at": _at(p["at"])}
-    return title, body
+    why = p.get("why")  # a notice from before the reason was kept: a higher class
+    if why == PreemptWhy.FAIR_SHARE:
+        body = _(
+            "Another team is below its fair share of these cards and waiting for them. This lease agreed to be requeued: its work resumes in a new lease for the time it had left. Save a checkpoint now; the lease ends at %(at)s."
+        )
+    elif why == PreemptWhy.SHARE:
+        body = _(
+            "A team's guaranteed share needs these cards back. Save a checkpoint now; the lease ends at %(at)s."
+        )
+    else:
+        body = _(
+            "A higher-priority request needs these cards. Save a checkpoint now; the lease ends at %(at)s."
+        )
+    return title, body % {"at": _at(p["at"])}
 
 
 def _preemption_partial(p: Mapping) -> tuple[str, str]:
@@ -79,9 +89,20 @@ def _preemption_partial(p: Mapping) -> tuple[str, str]:
         "count": p["count"],
         "at": _at(p["at"]),
     }
-    body = _(
-        "A higher-priority request needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
-    ) % {
+    why = p.get("why")
+    if why == PreemptWhy.FAIR_SHARE:
+        body = _(
+            "A team below its fair share needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
+        )
+    elif why == PreemptWhy.SHARE:
+        body = _(
+            "A team's guaranteed share needs %(n)s cards (%(cards)s) back. Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
+        )
+    else:
+        body = _(
+            "A higher-priority request needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
+        )
+    body = body % {
         "n": p["n"],
         "cards": ", ".join(p.get("cards", [])) or "—",
         "at": _at(p["at"]),

@@ -16,7 +16,15 @@ from django.db.models import Q
 
 from inventory.models import Card
 from leasing import statements
-from leasing.choices import PRIORITY_RANK, RUNNING_STATES, Kind, LeaseStatus, Priority, WarningKind
+from leasing.choices import (
+    PRIORITY_RANK,
+    RUNNING_STATES,
+    Kind,
+    LeaseStatus,
+    PreemptWhy,
+    Priority,
+    WarningKind,
+)
 from leasing.enqueue import enqueue_after_commit
 from leasing.models import Allocation, FairShare, FairSharePolicy, Lease
 from leasing.notify.messages import notice_send
@@ -164,7 +172,7 @@ def fair_share_reclaim(
             Lease.objects.get(pk=pk),
             Q(pk__in=[v.lease_id for v in victims]),
             now=now,
-            why="fair_share",
+            why=PreemptWhy.FAIR_SHARE,
         )
         if taken:
             marked += taken
@@ -313,6 +321,7 @@ def _mark(
         preempt_at=at,
         preempt_cards=None if whole else len(card_ids),
         preempted_for=waiting,
+        preempt_why=why or (PreemptWhy.SHARE if reclaim else PreemptWhy.PRIORITY),
     )
     event_record(
         victim.pk,
@@ -324,7 +333,7 @@ def _mark(
             "cards": len(card_ids),
             "whole": whole,
             "reclaim": reclaim,
-            **({"why": why} if why else {}),
+            "why": why or (PreemptWhy.SHARE if reclaim else PreemptWhy.PRIORITY),
         },
     )
     victim.refresh_from_db()
@@ -439,6 +448,7 @@ def preemption_warn(lease: Lease, *, now: datetime) -> bool:
         )
         message = "preemption_partial"
         params = {
+            "why": lease.preempt_why or PreemptWhy.PRIORITY,
             "id": lease.pk,
             "n": lease.preempt_cards,
             "count": lease.count,
@@ -446,7 +456,12 @@ def preemption_warn(lease: Lease, *, now: datetime) -> bool:
             "cards": [f"{a.card.node.hostname}:{a.card.index}" for a in taken],
         }
     else:
-        message, params = "preemption", {"id": lease.pk, "at": lease.preempt_at}
+        message = "preemption"
+        params = {
+            "why": lease.preempt_why or PreemptWhy.PRIORITY,
+            "id": lease.pk,
+            "at": lease.preempt_at,
+        }
     return warning_with_notice(
         lease,
         WarningKind.PREEMPTION,

@@ -8,13 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import translation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leasing.choices import EndReason, LeaseStatus
+from leasing.choices import EndReason, LeaseStatus, PreemptWhy
 from leasing.lifecycle import endings, provisioning
 from leasing.lifecycle.validation import Checkpoint
-from leasing.models import FairShare, FairSharePolicy, Lease
+from leasing.models import FairShare, FairSharePolicy, Lease, Notification
+from leasing.notify.messages import notice_text
 from leasing.scheduler import fairshare
 from leasing.scheduler.refresh import queue_tick
 from leasing.teams.services import share_set
@@ -134,7 +136,17 @@ def _marked(leases):
 
 
 def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
-    frozen, lena, bob, vision, nlp, a100, eight, sent_tasks, django_capture_on_commit_callbacks
+    frozen,
+    lena,
+    bob,
+    vision,
+    nlp,
+    a100,
+    eight,
+    sent_tasks,
+    django_capture_on_commit_callbacks,
+    client,
+    api,
 ):
     first, second = _nlp_fills_the_pool(bob, nlp, a100)
     frozen.move_to(T0 + hours(2))
@@ -154,6 +166,22 @@ def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
     ]
     mine.refresh_from_db()
     assert mine.estimated_start == victim.preempt_at
+    # the holder is told why, in their language: not "a higher-priority request"
+    assert victim.preempt_why == PreemptWhy.FAIR_SHARE
+    note = Notification.objects.get(lease=victim, kind="preemption_warning")
+    assert note.data["params"]["why"] == "fair_share"
+    title, body = notice_text(note)
+    assert "below its fair share" in body and "resumes in a new lease" in body
+    assert "higher-priority" not in body
+    with translation.override("zh-hans"):
+        title, body = notice_text(note)
+    assert "公平份额" in body and "更高优先级" not in body
+    client.force_login(bob)
+    page = client.get(f"/leases/{victim.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert 'data-because="fair_share"' in page and "低于其公平份额" in page
+    api.force_authenticate(bob)
+    early = api.get(f"/api/v1/leases/{victim.pk}/").json()["ends_early"]
+    assert (early["why"], early["because"]) == ("preemption", "fair_share")
     # nlp keeps its share: the other lease runs on
     queue_tick(a100.pk)
     assert len(_marked([first, second])) == 1

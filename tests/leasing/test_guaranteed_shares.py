@@ -53,6 +53,10 @@ def test_idle_share_is_lent_then_taken_back_within_its_time(
     assert mine.estimated_start == T0 + timedelta(minutes=3)
     event = lent.events.get(kind="preemption_scheduled")
     assert event.data["reclaim"] is True
+    # its holder is told a guaranteed share takes them back, not a higher class
+    assert lent.preempt_why == "share" and event.data["why"] == "share"
+    (note,) = lent.notifications.filter(kind="preemption_warning")
+    assert "保障份额" in note.body and "更高优先级" not in note.body  # bob reads Chinese
 
     frozen.move_to(T0 + timedelta(minutes=3))
     assert endings.preemptions_due() == 1

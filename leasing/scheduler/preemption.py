@@ -148,8 +148,12 @@ def fair_share_reclaim(
     marked = 0
     for team in sorted(first, key=lambda t: (held.get(t, 0) / share[t], t)):
         pk, _team, rank, _submitted, _duration, count, eta = first[team][1]
+        waiting = None
+        if eta is None:  # not planned yet (it joins now): the earliest it could start
+            waiting = Lease.objects.get(pk=pk)
+            eta = _earliest_alone(waiting, now=now)
         if eta is None or eta <= now + fairshare.RECLAIM_AFTER:
-            continue  # not planned yet (the next pass plans it), or soon enough
+            continue  # soon enough (or it can never start here)
         victims = fairshare.reclaim(
             team=team,
             need=count - (pool - busy),
@@ -169,7 +173,7 @@ def fair_share_reclaim(
             continue
         taken = _make_room(
             card_model_id,
-            Lease.objects.get(pk=pk),
+            waiting or Lease.objects.get(pk=pk),
             Q(pk__in=[v.lease_id for v in victims]),
             now=now,
             why=PreemptWhy.FAIR_SHARE,
@@ -186,6 +190,17 @@ def fair_share_reclaim(
                     held[v.team] -= v.count
             running = [r for r in running if r[0] not in given]
     return marked
+
+
+def _earliest_alone(lease: Lease, *, now: datetime) -> datetime | None:
+    """The earliest *lease* could start around the cards held now, ahead of every other
+    waiting lease: its planned start is never sooner (a lease that joins in this pass has
+    none yet)."""
+    cards = lease_card_slots(lease.card_model_id, now=now, requirements=lease.requirements)
+    request = planner.Request(
+        lease.pk, lease.count, lease.duration, max(lease.start_at, now), lease.same_node
+    )
+    return planner.earliest(cards, timeline_for(lease.card_model_id, now=now), request).start
 
 
 def _reclaimable(model: int, ran_since: datetime, left_until: datetime):

@@ -114,82 +114,89 @@ def fair_share_reclaim(
         return 0
     if FairSharePolicy.objects.filter(pk=1, reclaim=False).exists():
         return 0  # the operators turned it off
+    first = _first_waiting_by_team(card_model_id)
+    if not first:
+        return 0
     running = list(
         Lease.objects.filter(card_model_id=card_model_id, status__in=RUNNING_STATES).values_list(
             "pk", "team_id", "count", "activated_at", "end_at", "requeue", "priority_rank",
             "preempt_at",
         )
     )  # fmt: skip
+    busy = sum(row[2] for row in running)
     held: dict[int, int] = defaultdict(int)
-    busy = 0
-    for _pk, team, count, _started, _end, _requeue, _rank, marked_at in running:
-        busy += count
+    for _pk, team, count, *_rest, marked_at in running:
         if marked_at is None:
             held[team] += count
-    first: dict[int, tuple] = {}
-    for row in Lease.objects.filter(
-        card_model_id=card_model_id, status=LeaseStatus.QUEUED
-    ).values_list("pk", "team_id", "priority_rank", "submitted_at", "duration", "count",
-                  "estimated_start"):  # fmt: skip
-        pk, team, rank, submitted, duration, count, _eta = row
-        key = service_key(rank=rank, submitted_at=submitted, duration=duration, count=count,
-                          lease_id=pk, fair=fairshare.NO_USE)  # fmt: skip
-        if team not in first or key < first[team][0]:
-            first[team] = (key, row)
-    if not first:
-        return 0
     active = {t for t, n in held.items() if n} | set(first)
     weights = dict(FairShare.objects.filter(team_id__in=active).values_list("team_id", "weight"))
     pool = Card.objects.in_service().filter(card_model_id=card_model_id).count()
     if covering is None:
         covering = shares.shares_covering(card_model_id)
-    floor = {s.team_id: s.cards for s in covering}
     share = fairshare.shares_of(pool, weights, active)
     marked = 0
     for team in sorted(first, key=lambda t: (held.get(t, 0) / share[t], t)):
-        pk, _team, rank, _submitted, _duration, count, eta = first[team][1]
-        waiting = None
-        if eta is None:  # not planned yet (it joins now): the earliest it could start
-            waiting = Lease.objects.get(pk=pk)
-            eta = _earliest_alone(waiting, now=now)
-        if eta is None or eta <= now + fairshare.RECLAIM_AFTER:
-            continue  # soon enough (or it can never start here)
+        waiting = first[team]
+        if not _waits_long(waiting, now=now):
+            continue
         victims = fairshare.reclaim(
             team=team,
-            need=count - (pool - busy),
+            need=waiting.count - (pool - busy),
             pool=pool,
             held=held,
             weights=weights,
             waiting=first,
             holdings=[
-                fairshare.Holding(v_pk, v_team, v_count, started, end)
-                for v_pk, v_team, v_count, started, end, requeue, v_rank, marked_at in running
-                if requeue and marked_at is None and v_rank <= rank and started is not None
+                fairshare.Holding(pk, v_team, count, started, end)
+                for pk, v_team, count, started, end, requeue, rank, marked_at in running
+                if requeue and marked_at is None and rank <= waiting.priority_rank and started
             ],
             now=now,
-            floor=floor,
+            floor={s.team_id: s.cards for s in covering},
         )
-        if not victims:
+        ids = [v.lease_id for v in victims]
+        if not ids or not _make_room(
+            card_model_id, waiting, Q(pk__in=ids), now=now, why=PreemptWhy.FAIR_SHARE
+        ):
             continue
-        taken = _make_room(
-            card_model_id,
-            waiting or Lease.objects.get(pk=pk),
-            Q(pk__in=[v.lease_id for v in victims]),
-            now=now,
-            why=PreemptWhy.FAIR_SHARE,
-        )
-        if taken:
-            marked += taken
-            given = set(
-                Lease.objects.filter(
-                    pk__in=[v.lease_id for v in victims], preempt_at__isnull=False
-                ).values_list("pk", flat=True)
+        given = dict(
+            Lease.objects.filter(pk__in=ids, preempt_at__isnull=False).values_list(
+                "pk", "preempt_cards"
             )
-            for v in victims:
-                if v.lease_id in given:
-                    held[v.team] -= v.count
-            running = [r for r in running if r[0] not in given]
+        )
+        marked += len(given)
+        for v in victims:
+            if v.lease_id in given:
+                held[v.team] -= given[v.lease_id] or v.count
+        running = [r for r in running if r[0] not in given]
     return marked
+
+
+def _first_waiting_by_team(card_model_id: int) -> dict[int, Lease]:
+    """Each team's first waiting lease of the model in service order (inside a team the
+    fair-share factor is the same: class, then virtual submit time)."""
+    first: dict[int, tuple] = {}
+    fields = ("pk", "team_id", "priority_rank", "submitted_at", "duration", "count")
+    for row in Lease.objects.filter(
+        card_model_id=card_model_id, status=LeaseStatus.QUEUED
+    ).values_list(*fields):
+        pk, team, rank, submitted, duration, count = row
+        key = service_key(rank=rank, submitted_at=submitted, duration=duration, count=count,
+                          lease_id=pk, fair=fairshare.NO_USE)  # fmt: skip
+        if team not in first or key < first[team][0]:
+            first[team] = (key, pk)
+    leases = Lease.objects.in_bulk([pk for _key, pk in first.values()])
+    return {team: leases[pk] for team, (_key, pk) in first.items()}
+
+
+def _waits_long(lease: Lease, *, now: datetime) -> bool:
+    """Whether *lease* is planned to start more than ``RECLAIM_AFTER`` from now; one that
+    joins in this pass has no plan yet: the earliest it could start counts (its plan is
+    never sooner)."""
+    start = lease.estimated_start
+    if start is None:
+        start = _earliest_alone(lease, now=now)
+    return start is not None and start > now + fairshare.RECLAIM_AFTER
 
 
 def _earliest_alone(lease: Lease, *, now: datetime) -> datetime | None:

@@ -44,9 +44,17 @@ the policy ordered behind the one that started, which could have run its whole l
 those cards without taking cards promised to work ordered before it) and *by size* (a job
 no larger than the cards free: it counts a short job started into a gap before a
 reservation while the team below its share waits only for a long job that would run into
-its own team's reservation). Measuring costs CPU of its own, left out of ``replay CPU``.
+its own team's reservation). Measuring (this, and recording what every waiting job is told
+at every pass) costs CPU of its own, left out of ``replay CPU``.
 "below share" is the old figure: the worst team's share of its waiting time spent below its
 share while another team was above it.
+
+Reclaim (on unless ``--no-reclaim``, as in the portal; ``Reclaim``): with fair share, a team
+below its share whose first waiting job is not planned within 10 minutes takes cards back
+from long work of teams above theirs (``fairshare.reclaim``); the preempted job resumes as a
+new job for what it had left plus ``--reclaim-lost`` minutes after ``--grace``, and its wait
+counts both waits. The trace has no checkpoints: every job is taken as one that agreed to be
+requeued (in the portal only such leases are taken back).
 
 ``--depth N``: ``portal`` and ``portal-before`` plan with reservations only for the first N
 waiting jobs (``scheduler.bounded.BoundedPlan``); the rest start by backfill or as they reach
@@ -276,6 +284,9 @@ class Planned:
             self.plan = QueuePlan(cards, Timeline(), now=start)
         self.tail_told: dict[int, datetime] = {}  # a tail job's start told (BoundedPlan)
         self.tail_at = None  # when the tail's starts were last worked out
+        # the replay's own bookkeeping of what every waiting job is told at every pass (the
+        # portal works a told start out when it is read or moves): left out of replay CPU
+        self.tell_cpu = 0.0
         self.portal, self.check_full = portal, check_full
         self.per_card_hour, self.cap = per_card_hour, cap
         self.jobs: dict[int, Job] = {}
@@ -365,11 +376,14 @@ class Planned:
         """Record what each waiting job is told now (the portal's rule); *again*: the plan
         changed later in the same pass (a reclaim), what the holders see is this."""
         plan = self.plan
+        began = time.process_time()
         told = [(entry, self.told(entry, now)) for entry in plan.entries]
+        self.tell_cpu += time.process_time() - began
         if isinstance(plan, BoundedPlan):
             if again:
                 self.tail_at = None
-            told += self.tail_starts(now, joined)
+            told += self.tail_starts(now, joined)  # the portal's own work: counted
+        began = time.process_time()
         for entry, told_now in told:
             job = self.jobs[entry.request.lease_id]
             if job.submit == now and (job.first_estimate is None or again):
@@ -381,6 +395,7 @@ class Planned:
                     job.estimates[-1] = (now, told_now)
                 else:
                     job.estimates.append((now, told_now))
+        self.tell_cpu += time.process_time() - began
 
     def told(self, entry, now, start=None):
         """What the portal tells a waiting job (``eta.told_start``) planned to start at
@@ -681,7 +696,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         )
     ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
     reclaim = None
-    if args.reclaim and getattr(runner, "fair", None) is not None:
+    if not getattr(args, "no_reclaim", False) and getattr(runner, "fair", None) is not None:
         reclaim = Reclaim(
             runner, pool, timedelta(minutes=args.grace), timedelta(minutes=args.reclaim_lost),
             max(j.id for j in jobs),
@@ -763,7 +778,8 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
         if reclaim is not None:
             for job in reclaim.step(now, held, running_jobs, running):
                 heapq.heappush(ends, (job.held_for[1], job.id))
-    wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu - fairness.cpu
+    measuring = fairness.cpu + getattr(runner, "tell_cpu", 0.0)
+    wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu - measuring
 
     # Double allocation: no card may have overlapping busy periods (a preempted job's end
     # where it gave its cards back).
@@ -925,8 +941,8 @@ def add_fair_share_arguments(parser) -> None:
         "--no-before", action="store_true", help="do not run portal-before beside portal"
     )
     parser.add_argument(
-        "--reclaim", action="store_true",
-        help="fair share takes cards back for a team below its share (``Reclaim``)",
+        "--no-reclaim", action="store_true",
+        help="fair share without taking cards back for a team below its share (``Reclaim``)",
     )  # fmt: skip
     parser.add_argument(
         "--grace", type=float, default=10, help="minutes a preempted job keeps its cards"

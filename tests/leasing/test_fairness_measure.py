@@ -72,3 +72,32 @@ def test_a_one_node_job_needs_its_cards_on_one_node(fairness):
     assert fairness.could_start(waiting, started, runner, {3, 4}, NOW)
     spread = job(3, count=2, same_node=False)
     assert fairness.could_start(spread, started, Runner({3: 5, 2: 3}, {}), {1, 3}, NOW)
+
+
+# --- the replay's reclaim (``Reclaim``): the portal's rule on a simulated clock ------------
+
+
+def test_the_replay_reclaims_for_a_team_below_its_share_and_counts_both_waits():
+    """Team a fills a 2 x 2 pool with long jobs; team b's job comes an hour later: a's
+    youngest job gives its cards back after the grace, b starts then, and a's job resumes
+    with what it had left (plus the work lost) as soon as cards free: its wait is both."""
+    import argparse
+
+    cards = tr.grid_pool(2, 2)
+    hog = [tr.Job(n, NOW + n * timedelta(minutes=5), 12 * H, 2, "a", True) for n in (1, 2)]
+    late = tr.Job(3, NOW + 2 * H, 2 * H, 2, "b", True)
+    args = argparse.Namespace(
+        half_life=168, fair_every=5, check_full=True, slack_per_card_hour=15, slack_cap=4,
+        depth=None, no_reclaim=False, grace=10, reclaim_lost=10,
+    )  # fmt: skip
+    out = tr.replay([*hog, late], cards, "portal", args)
+    assert out["preempted"] == 1 and out["double"] == 0
+    # b waited only for the grace, not for a's twelve hours
+    assert late.start == late.submit + timedelta(minutes=10)
+    # the youngest of a's jobs was taken back; it resumed when b's two hours were over
+    victim, kept = hog[1], hog[0]
+    assert kept.resumed_wait == 0 and victim.resumed_wait == (2 * H).total_seconds()
+    assert out["mean"] == ((10 * 60) + victim.resumed_wait) / 3
+    args.no_reclaim = True
+    out = tr.replay([*hog, late], cards, "portal", args)
+    assert out["preempted"] is None and late.start == hog[0].start + 12 * H

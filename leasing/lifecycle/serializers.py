@@ -121,7 +121,8 @@ class WaitingBecauseSerializer(serializers.Serializer):
     params = serializers.DictField(
         help_text=(
             "approval: approvers; requirements: reason, same_node; ahead_in_queue: count, "
-            "card_hours; fair_share: count, factor; cards_in_use: count, until, leases (those you may see), others; "
+            "card_hours; fair_share: count, factor; taken_back: count, at, why (priority, share, "
+            "fair_share); cards_in_use: count, until, leases (those you may see), others; "
             "off_peak: from, policy; unhealthy_cards, drain: count."
         )
     )

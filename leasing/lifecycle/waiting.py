@@ -10,6 +10,9 @@ Kinds, in the order they are listed:
 * ``fair_share`` — ``count`` of those were asked for later and are served first only
   because their teams are further below their fair share (``factor``: the lease's team's
   fair-share factor, ``scheduler.fairshare``);
+* ``taken_back`` — ``count`` cards are being taken back for it from running leases (a
+  preemption: ``why`` a higher class, its team's guaranteed share or fair share), free
+  ``at`` the end of their grace;
 * ``cards_in_use`` — from the start it asked for, ``count`` cards are held, reserved or
   planned for a lease ahead ``until`` its estimated start; ``leases``: those the reader may
   see, ``others``: how many other leases (other teams') are in the way;
@@ -31,7 +34,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from leasing.choices import LeaseStatus
+from leasing.choices import RUNNING_STATES, LeaseStatus, PreemptWhy
 from leasing.lifecycle.selectors import leases_visible_to
 from leasing.models import Lease
 from leasing.notify.messages import stall_text
@@ -44,6 +47,7 @@ KINDS = (
     "requirements",
     "ahead_in_queue",
     "fair_share",
+    "taken_back",
     "cards_in_use",
     "off_peak",
     "unhealthy_cards",
@@ -91,6 +95,7 @@ def waiting_because_many(leases, *, user, now: datetime | None = None) -> dict[i
         by_model[lease.card_model_id].append(lease)
     found: dict[int, list[Because]] = {}
     in_the_way: dict[int, set[int]] = {}
+    taken = _taken_back_for([lease.pk for lease in waiting if lease.status == LeaseStatus.QUEUED])
     for model_id, model_leases in by_model.items():
         queue = waiting_for(model_id, now=now)
         end = now + HORIZON
@@ -131,6 +136,8 @@ def waiting_because_many(leases, *, user, now: datetime | None = None) -> dict[i
                     fair = fair_share_ahead(mine, ahead)
                     if fair:
                         out.append(Because("fair_share", {"count": fair, "factor": -mine[1]}))
+                if lease.pk in taken:
+                    out.append(Because("taken_back", taken[lease.pk]))
                 wanted = max(now, lease.start_at)
                 eta = lease.estimated_start
                 if eta is None or eta > wanted:
@@ -173,6 +180,22 @@ def waiting_because_many(leases, *, user, now: datetime | None = None) -> dict[i
     return found
 
 
+def _taken_back_for(lease_ids: list[int]) -> dict[int, dict]:
+    """For each of *lease_ids* that running leases are being preempted for: how many cards,
+    when the last is free, and why (``PreemptWhy``). One query."""
+    if not lease_ids:
+        return {}
+    out: dict[int, dict] = {}
+    rows = Lease.objects.filter(
+        preempted_for_id__in=lease_ids, status__in=RUNNING_STATES, preempt_at__isnull=False
+    ).values_list("preempted_for_id", "count", "preempt_cards", "preempt_at", "preempt_why")
+    for waiting_id, count, cards, at, why in rows:
+        seen = out.setdefault(waiting_id, {"count": 0, "at": at, "why": why or PreemptWhy.PRIORITY})
+        seen["count"] += cards or count
+        seen["at"] = max(seen["at"], at)
+    return out
+
+
 def fair_share_ahead(mine, ahead) -> int:
     """How many of the leases *ahead* (their service keys smaller than *mine*) are there only
     because of fair share: same class, a higher factor, a later virtual submit time."""
@@ -210,6 +233,34 @@ def because_text(b: Because) -> str:
             "fair share (your team's fair-share factor: %(factor)s)",
             p["count"],
         ) % {"n": p["count"], "factor": f"{p['factor']:.2f}"}
+    if b.kind == "taken_back":
+        values = {"n": p["count"], "at": _at(p.get("at"))}
+        if p.get("why") == PreemptWhy.FAIR_SHARE:
+            return (
+                ngettext(
+                    "%(n)s card is being taken back for it from a team above its fair share: free at %(at)s",
+                    "%(n)s cards are being taken back for it from teams above their fair share: free at %(at)s",
+                    p["count"],
+                )
+                % values
+            )
+        if p.get("why") == PreemptWhy.SHARE:
+            return (
+                ngettext(
+                    "%(n)s card is being taken back for its team's guaranteed share: free at %(at)s",
+                    "%(n)s cards are being taken back for its team's guaranteed share: free at %(at)s",
+                    p["count"],
+                )
+                % values
+            )
+        return (
+            ngettext(
+                "%(n)s card is being taken back for it from lower-priority work: free at %(at)s",
+                "%(n)s cards are being taken back for it from lower-priority work: free at %(at)s",
+                p["count"],
+            )
+            % values
+        )
     if b.kind == "cards_in_use":
         whose = [_("lease %(id)s") % {"id": i} for i in p.get("leases", [])]
         if p.get("others"):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from leasing.choices import EndReason, LeaseStatus, PreemptWhy
 from leasing.lifecycle import endings, provisioning
 from leasing.lifecycle.validation import Checkpoint
+from leasing.lifecycle.waiting import because_text, waiting_because
 from leasing.models import FairShare, FairSharePolicy, Lease, Notification
 from leasing.notify.messages import notice_text
 from leasing.scheduler import fairshare
@@ -183,6 +184,12 @@ def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
     api.force_authenticate(bob)
     early = api.get(f"/api/v1/leases/{victim.pk}/").json()["ends_early"]
     assert (early["why"], early["because"]) == ("preemption", "fair_share")
+    # the waiting lease says why it waits: its cards are being taken back, free then
+    (taken,) = [b for b in waiting_because(mine, user=lena) if b.kind == "taken_back"]
+    assert taken.params == {"count": 4, "at": victim.preempt_at, "why": "fair_share"}
+    assert "from teams above their fair share" in because_text(taken)
+    with translation.override("zh-hans"):
+        assert "高于公平份额" in because_text(taken)
     # nlp keeps its share: the other lease runs on
     queue_tick(a100.pk)
     assert len(_marked([first, second])) == 1

@@ -181,6 +181,7 @@ def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
     client.force_login(bob)
     page = client.get(f"/leases/{victim.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
     assert 'data-because="fair_share"' in page and "低于其公平份额" in page
+    assert "卡将被收回给低于公平份额的团队" in page and "更高优先级" not in page  # the timeline
     api.force_authenticate(bob)
     early = api.get(f"/api/v1/leases/{victim.pk}/").json()["ends_early"]
     assert (early["why"], early["because"]) == ("preemption", "fair_share")
@@ -199,6 +200,9 @@ def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
     assert endings.preemptions_due() == 1
     victim.refresh_from_db()
     assert victim.end_reason == EndReason.PREEMPTED
+    page = client.get(f"/leases/{victim.pk}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "Preempted for a team below its fair share" in page
+    assert "higher-priority" not in page
     resumed = Lease.objects.get(resumes=victim)
     assert resumed.status == LeaseStatus.QUEUED and resumed.team == nlp
     assert resumed.duration == victim.end_at - victim.ended_at  # the time it still had

@@ -136,6 +136,35 @@ def _marked(leases):
     return [lease for lease in leases if lease.preempt_at is not None]
 
 
+def _told_why(victim, mine, *, bob, lena, client, api):
+    """The holder of a lease taken back for fair share is told so (notice, page, API), in
+    their language, and the waiting lease says its cards are coming back."""
+    # the holder is told why, in their language: not "a higher-priority request"
+    assert victim.preempt_why == PreemptWhy.FAIR_SHARE
+    note = Notification.objects.get(lease=victim, kind="preemption_warning")
+    assert note.data["params"]["why"] == "fair_share"
+    title, body = notice_text(note)
+    assert "below its fair share" in body and "resumes in a new lease" in body
+    assert "higher-priority" not in body
+    with translation.override("zh-hans"):
+        title, body = notice_text(note)
+    assert "公平份额" in body and "更高优先级" not in body
+    client.force_login(bob)
+    page = client.get(f"/leases/{victim.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert 'data-because="fair_share"' in page and "低于其公平份额" in page
+    assert "卡将被收回给低于公平份额的团队" in page and "更高优先级" not in page  # the timeline
+    api.force_authenticate(bob)
+    early = api.get(f"/api/v1/leases/{victim.pk}/").json()["ends_early"]
+    assert (early["why"], early["because"]) == ("preemption", "fair_share")
+    # the waiting lease says why it waits: its cards are being taken back, free then
+    (taken,) = [b for b in waiting_because(mine, user=lena) if b.kind == "taken_back"]
+    assert taken.params == {"count": 4, "at": victim.preempt_at, "why": "fair_share"}
+    with translation.override("en"):
+        assert "from teams above their fair share" in because_text(taken)
+    with translation.override("zh-hans"):
+        assert "高于公平份额" in because_text(taken)
+
+
 def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
     frozen,
     lena,
@@ -168,30 +197,7 @@ def test_a_team_below_its_share_takes_cards_back_and_the_work_resumes(
     ]
     mine.refresh_from_db()
     assert mine.estimated_start == victim.preempt_at
-    # the holder is told why, in their language: not "a higher-priority request"
-    assert victim.preempt_why == PreemptWhy.FAIR_SHARE
-    note = Notification.objects.get(lease=victim, kind="preemption_warning")
-    assert note.data["params"]["why"] == "fair_share"
-    title, body = notice_text(note)
-    assert "below its fair share" in body and "resumes in a new lease" in body
-    assert "higher-priority" not in body
-    with translation.override("zh-hans"):
-        title, body = notice_text(note)
-    assert "公平份额" in body and "更高优先级" not in body
-    client.force_login(bob)
-    page = client.get(f"/leases/{victim.pk}/", HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
-    assert 'data-because="fair_share"' in page and "低于其公平份额" in page
-    assert "卡将被收回给低于公平份额的团队" in page and "更高优先级" not in page  # the timeline
-    api.force_authenticate(bob)
-    early = api.get(f"/api/v1/leases/{victim.pk}/").json()["ends_early"]
-    assert (early["why"], early["because"]) == ("preemption", "fair_share")
-    # the waiting lease says why it waits: its cards are being taken back, free then
-    (taken,) = [b for b in waiting_because(mine, user=lena) if b.kind == "taken_back"]
-    assert taken.params == {"count": 4, "at": victim.preempt_at, "why": "fair_share"}
-    with translation.override("en"):
-        assert "from teams above their fair share" in because_text(taken)
-    with translation.override("zh-hans"):
-        assert "高于公平份额" in because_text(taken)
+    _told_why(victim, mine, bob=bob, lena=lena, client=client, api=api)
     # nlp keeps its share: the other lease runs on
     queue_tick(a100.pk)
     assert len(_marked([first, second])) == 1

@@ -258,3 +258,16 @@ def test_operators_turn_reclaim_off_and_on_through_the_api(api, ops, alice):
     api.force_authenticate(alice)
     assert api.put(url, {"reclaim": True}, format="json").status_code == 403
     assert FairSharePolicy.current().reclaim is False
+
+
+def test_the_admin_turns_reclaim_off(client, db):
+    from tests.factories import UserFactory
+
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    FairSharePolicy.current()
+    change = reverse("admin:leasing_fairsharepolicy_change", args=[1])
+    form = {"half_life_hours": "168", "every_minutes": "5"}  # the box unticked: off
+    assert client.post(change, form).status_code == 302
+    assert FairSharePolicy.current().reclaim is False
+    assert client.post(change, {**form, "reclaim": "on"}).status_code == 302
+    assert FairSharePolicy.current().reclaim is True

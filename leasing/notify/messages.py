@@ -64,21 +64,26 @@ def _expiring(p: Mapping) -> tuple[str, str]:
     return title, body
 
 
+def _by_why(why: str | None, *, priority: str, share: str, fair_share: str) -> str:
+    """The wording for a preemption's reason (``PreemptWhy``); a notice from before the
+    reason was kept is a higher class's."""
+    return {PreemptWhy.FAIR_SHARE: fair_share, PreemptWhy.SHARE: share}.get(why, priority)
+
+
 def _preemption(p: Mapping) -> tuple[str, str]:
     title = _("Lease %(id)s will be preempted at %(at)s") % {"id": p["id"], "at": _at(p["at"])}
-    why = p.get("why")  # a notice from before the reason was kept: a higher class
-    if why == PreemptWhy.FAIR_SHARE:
-        body = _(
-            "Another team is below its fair share of these cards and waiting for them. This lease agreed to be requeued: its work resumes in a new lease for the time it had left. Save a checkpoint now; the lease ends at %(at)s."
-        )
-    elif why == PreemptWhy.SHARE:
-        body = _(
-            "A team's guaranteed share needs these cards back. Save a checkpoint now; the lease ends at %(at)s."
-        )
-    else:
-        body = _(
+    body = _by_why(
+        p.get("why"),
+        priority=_(
             "A higher-priority request needs these cards. Save a checkpoint now; the lease ends at %(at)s."
-        )
+        ),
+        share=_(
+            "A team's guaranteed share needs these cards back. Save a checkpoint now; the lease ends at %(at)s."
+        ),
+        fair_share=_(
+            "Another team is below its fair share of these cards and waiting for them. This lease agreed to be requeued: its work resumes in a new lease for the time it had left. Save a checkpoint now; the lease ends at %(at)s."
+        ),
+    )
     return title, body % {"at": _at(p["at"])}
 
 
@@ -89,19 +94,18 @@ def _preemption_partial(p: Mapping) -> tuple[str, str]:
         "count": p["count"],
         "at": _at(p["at"]),
     }
-    why = p.get("why")
-    if why == PreemptWhy.FAIR_SHARE:
-        body = _(
-            "A team below its fair share needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
-        )
-    elif why == PreemptWhy.SHARE:
-        body = _(
-            "A team's guaranteed share needs %(n)s cards (%(cards)s) back. Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
-        )
-    else:
-        body = _(
+    body = _by_why(
+        p.get("why"),
+        priority=_(
             "A higher-priority request needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
-        )
+        ),
+        share=_(
+            "A team's guaranteed share needs %(n)s cards (%(cards)s) back. Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
+        ),
+        fair_share=_(
+            "A team below its fair share needs %(n)s cards (%(cards)s). Save what runs on them before %(at)s; the lease keeps its other %(left)s cards until its end."
+        ),
+    )
     body = body % {
         "n": p["n"],
         "cards": ", ".join(p.get("cards", [])) or "—",

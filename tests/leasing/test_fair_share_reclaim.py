@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leasing.choices import EndReason, LeaseStatus, PreemptWhy
-from leasing.lifecycle import endings, provisioning
+from leasing.lifecycle import endings
 from leasing.lifecycle.validation import Checkpoint
 from leasing.lifecycle.waiting import because_text, waiting_because
 from leasing.models import FairShare, FairSharePolicy, Lease, Notification
@@ -23,6 +23,7 @@ from leasing.scheduler.refresh import queue_tick
 from leasing.teams.services import share_set
 from tests.factories import make_node
 from tests.leasing.conftest import T0, ask, hours
+from tests.leasing.test_guaranteed_shares import active
 
 SAVE = Checkpoint(signal="usr1", seconds=900, requeue=True)  # a 15-minute checkpoint
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -109,12 +110,6 @@ def test_a_team_at_or_above_its_share_takes_nothing_back():
 
 
 # --- the queue pass ----------------------------------------------------------------------
-
-
-def active(lease):
-    provisioning.provision_step(lease_id=lease.pk)
-    lease.refresh_from_db()
-    return lease
 
 
 @pytest.fixture

@@ -758,26 +758,33 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
                 ledger.ask(jobs[i].team, jobs[i].count * jobs[i].duration / HOUR, now)
             i += 1
         passes += 1
-        idle_before, held_before = pool - len(running), Counter(held)
-        started = runner.step(now, new, running)
-        fairness.passed(started, held_before, idle_before, runner, running, now)
-        for job, chosen in started:
-            if ledger is not None:
-                ledger.hold(job.team, job.count, now)
-            job.start, job.cards = now, tuple(chosen)
-            if job.resumes is not None:
-                job.resumes.resumed_wait += (now - job.submit).total_seconds()
-            end = now + job.duration
-            waiting[job.team] -= 1
-            held[job.team] += job.count
-            running_jobs[job.id] = job
-            for c in job.cards:
-                assert c not in running, (c, job)
-                running[c] = (now, end)
-            heapq.heappush(ends, (end, job.id))
-        if reclaim is not None:
-            for job in reclaim.step(now, held, running_jobs, running):
+        arrivals = new
+        while True:
+            idle_before, held_before = pool - len(running), Counter(held)
+            started = runner.step(now, arrivals, running)
+            fairness.passed(started, held_before, idle_before, runner, running, now)
+            for job, chosen in started:
+                if ledger is not None:
+                    ledger.hold(job.team, job.count, now)
+                job.start, job.cards = now, tuple(chosen)
+                if job.resumes is not None:
+                    job.resumes.resumed_wait += (now - job.submit).total_seconds()
+                end = now + job.duration
+                waiting[job.team] -= 1
+                held[job.team] += job.count
+                running_jobs[job.id] = job
+                for c in job.cards:
+                    assert c not in running, (c, job)
+                    running[c] = (now, end)
+                heapq.heappush(ends, (end, job.id))
+            marked = reclaim.step(now, held, running_jobs, running) if reclaim else []
+            for job in marked:
                 heapq.heappush(ends, (job.held_for[1], job.id))
+            if not marked:
+                break
+            # the queue was planned again around the victims' new ends: a lease that can
+            # start now does, in this pass (as the portal's pass plans after marking them)
+            arrivals = []
     measuring = fairness.cpu + getattr(runner, "tell_cpu", 0.0)
     wall, cpu = time.perf_counter() - t_wall, time.process_time() - t_cpu - measuring
 

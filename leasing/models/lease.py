@@ -129,6 +129,8 @@ class Lease(models.Model):
         max_length=12,
         choices=PreemptWhy.choices,
         blank=True,
+        default="",
+        db_default="",
         help_text=_("Why the pending preemption takes its cards (what its holder is told)."),
     )
     preempt_cards = models.PositiveSmallIntegerField(

@@ -50,7 +50,7 @@ at every pass) costs CPU of its own, left out of ``replay CPU``.
 share while another team was above it.
 
 Reclaim (on unless ``--no-reclaim``, as in the portal; ``Reclaim``): with fair share, a team
-below its share whose first waiting job is not planned within 10 minutes takes cards back
+below its share whose first waiting job is not planned within ``RECLAIM_AFTER`` (5 min) takes cards back
 from long work of teams above theirs (``fairshare.reclaim``); the preempted job resumes as a
 new job for what it had left plus ``--reclaim-lost`` minutes after ``--grace``, and its wait
 counts both waits. The trace has no checkpoints: every job is taken as one that agreed to be

@@ -210,7 +210,7 @@ class FairSharePolicy(models.Model):
         _("take cards back for a team below its share"),
         default=True,
         help_text=_(
-            "A team below its share that would wait more than 10 minutes takes cards back "
+            "A team below its share that would wait more than 5 minutes takes cards back "
             "from teams above theirs: from leases that agreed to be requeued, with at least "
             "6 hours left, that have run an hour; after the grace period, and never taking "
             "a team below its share or its guaranteed share."

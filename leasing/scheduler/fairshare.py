@@ -42,7 +42,7 @@ AHEAD_MAX = 0.9  # at most this fraction of the pool is counted as work passing 
 # Reclaim (``reclaim``): a team below its share whose first waiting lease is not planned to
 # start within RECLAIM_AFTER takes cards back from teams above theirs, from leases with at
 # least RECLAIM_MIN_LEFT still to run that have run RECLAIM_MIN_RUN since they (re)started.
-RECLAIM_AFTER = timedelta(minutes=10)
+RECLAIM_AFTER = timedelta(minutes=5)
 RECLAIM_MIN_LEFT = timedelta(hours=6)
 RECLAIM_MIN_RUN = timedelta(hours=1)
 

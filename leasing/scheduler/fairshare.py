@@ -199,9 +199,10 @@ def reclaim(
 
     Shares (``shares_of``) are of the teams holding cards (*held*: team -> cards) or with work
     *waiting*. Only a team above its share gives back, never so much that it falls below
-    it nor below its *floor* (team -> cards: a guaranteed share); only leases with ``RECLAIM_MIN_LEFT`` still to run that have run ``RECLAIM_MIN_RUN``
-    since they (re)started (so no lease is taken back twice in a row, nor one about to end);
-    the youngest first (the least work to save). Empty when *team* is not below its share or
+    it nor below its *floor* (team -> cards: a guaranteed share); only leases with
+    ``RECLAIM_MIN_LEFT`` still to run that have run ``RECLAIM_MIN_RUN`` since they
+    (re)started (so no lease is taken back twice in a row, nor one about to end); the
+    youngest first (the least work to save). Empty when *team* is not below its share or
     when the leases that may give back do not cover *need*: nobody is stopped for nothing.
     The caller decides which of these the placement needs (``preemption.take_back``)."""
     if need <= 0:

@@ -101,3 +101,29 @@ def test_the_replay_reclaims_for_a_team_below_its_share_and_counts_both_waits():
     args.no_reclaim = True
     out = tr.replay([*hog, late], cards, "portal", args)
     assert out["preempted"] is None and late.start == hog[0].start + 12 * H
+
+
+def test_a_lease_the_reclaim_lets_start_now_starts_in_the_same_pass():
+    """Team b's four-card job waits for a whole node; its three-card job behind it could run
+    now on node 1's free cards but for the four-card job's reservation there. The reclaim
+    takes a's youngest node, the four-card job moves to it, and the three-card job starts
+    at once, in the same pass (before, at the next event: later than its plan said)."""
+    import argparse
+
+    cards = tr.grid_pool(4, 4)
+    m = timedelta(minutes=1)
+    hog = [tr.Job(1, NOW, 10 * H, 1, "a", True)]
+    hog += [tr.Job(n, NOW + 10 * m, 24 * H, 4, "a", True) for n in (2, 3, 4)]
+    node, behind = (
+        tr.Job(5, NOW + 2 * H, H, 4, "b", True),
+        tr.Job(6, NOW + 2 * H, 20 * H, 3, "b", True),
+    )
+    args = argparse.Namespace(
+        half_life=168, fair_every=5, check_full=True, slack_per_card_hour=15, slack_cap=4,
+        depth=None, no_reclaim=False, grace=10, reclaim_lost=10,
+    )  # fmt: skip
+    out = tr.replay([*hog, node, behind], cards, "portal", args)
+    assert out["preempted"] == 1 and out["double"] == 0
+    assert behind.start == behind.submit  # it started in the reclaim's own pass
+    assert node.start == node.submit + 10 * m  # on the youngest node, after the grace
+    assert set(node.cards) == set(hog[3].cards)

@@ -47,8 +47,8 @@ def preemption_plan(
     waiting lease that outranks preemptible ones takes back preemptible leases.
 
     Then fair share's reclaim (``fair_share_reclaim``): a team below its share takes cards
-    back from teams above theirs. Either way only the cards it needs, from the fewest leases (then the fewest cards; ties:
-    fewest cards held, least elapsed work). A victim whose cards are all needed ends; one
+    back from teams above theirs. Either way only the cards it needs, from the fewest leases
+    (then the fewest cards; ties: fewest cards held, least elapsed work). A victim whose cards are all needed ends; one
     that keeps some gives back only those. Each victim gets its grace (at least its declared
     checkpoint time, within a share's stated time) and a warning; one that declared a
     checkpoint signal or command gets it through its backend after commit. A
@@ -114,9 +114,6 @@ def fair_share_reclaim(
         return 0
     if FairSharePolicy.objects.filter(pk=1, reclaim=False).exists():
         return 0  # the operators turned it off
-    first = _first_waiting_by_team(card_model_id)
-    if not first:
-        return 0
     running = list(
         Lease.objects.filter(card_model_id=card_model_id, status__in=RUNNING_STATES).values_list(
             "pk", "team_id", "count", "activated_at", "end_at", "requeue", "priority_rank",
@@ -128,12 +125,18 @@ def fair_share_reclaim(
     for _pk, team, count, *_rest, marked_at in running:
         if marked_at is None:
             held[team] += count
-    active = {t for t, n in held.items() if n} | set(first)
+    queued = Lease.objects.filter(card_model_id=card_model_id, status=LeaseStatus.QUEUED)
+    waiting_teams = set(queued.order_by().values_list("team_id", flat=True).distinct())
+    active = {t for t, n in held.items() if n} | waiting_teams
     weights = dict(FairShare.objects.filter(team_id__in=active).values_list("team_id", "weight"))
     pool = Card.objects.in_service().filter(card_model_id=card_model_id).count()
+    share = fairshare.shares_of(pool, weights, active)
+    below = [t for t in waiting_teams if held.get(t, 0) < share[t]]
+    if not below:
+        return 0  # every team with work waiting has its share
+    first = _first_waiting_by_team(queued.filter(team_id__in=below))
     if covering is None:
         covering = shares.shares_covering(card_model_id)
-    share = fairshare.shares_of(pool, weights, active)
     marked = 0
     for team in sorted(first, key=lambda t: (held.get(t, 0) / share[t], t)):
         waiting = first[team]
@@ -145,7 +148,7 @@ def fair_share_reclaim(
             pool=pool,
             held=held,
             weights=weights,
-            waiting=first,
+            waiting=waiting_teams,
             holdings=[
                 fairshare.Holding(pk, v_team, count, started, end)
                 for pk, v_team, count, started, end, requeue, rank, marked_at in running
@@ -172,14 +175,12 @@ def fair_share_reclaim(
     return marked
 
 
-def _first_waiting_by_team(card_model_id: int) -> dict[int, Lease]:
-    """Each team's first waiting lease of the model in service order (inside a team the
-    fair-share factor is the same: class, then virtual submit time)."""
+def _first_waiting_by_team(queued) -> dict[int, Lease]:
+    """Each team's first lease of *queued* (waiting leases of one model) in service order
+    (inside a team the fair-share factor is the same: class, then virtual submit time)."""
     first: dict[int, tuple] = {}
     fields = ("pk", "team_id", "priority_rank", "submitted_at", "duration", "count")
-    for row in Lease.objects.filter(
-        card_model_id=card_model_id, status=LeaseStatus.QUEUED
-    ).values_list(*fields):
+    for row in queued.values_list(*fields):
         pk, team, rank, submitted, duration, count = row
         key = service_key(rank=rank, submitted_at=submitted, duration=duration, count=count,
                           lease_id=pk, fair=fairshare.NO_USE)  # fmt: skip
@@ -258,7 +259,10 @@ def _make_room(
     within: int | None = None,
     why: str = "",
 ) -> int:
-    """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan)."""
+    """Mark the fewest leases matching *victims_q* so *waiting* fits (see preemption_plan);
+    *why*: the reason the holders are told (default: a share's when *within* is given, else
+    a higher class's)."""
+    why = why or (PreemptWhy.SHARE if within is not None else PreemptWhy.PRIORITY)
     # A lease another waiting lease already takes back after the share's stated time is a
     # victim too: its cards may be needed sooner (the grace it was given is cut short).
     sooner_than = None if within is None else now + timedelta(minutes=within)
@@ -305,7 +309,7 @@ def _make_room(
     for lease_id, card_ids in taken.items():
         _mark(
             by_pk[lease_id], card_ids, held[lease_id], at=preempt_at[lease_id], waiting=waiting,
-            now=now, reclaim=within is not None, why=why,
+            now=now, why=why,
         )  # fmt: skip
     return len(taken)
 
@@ -318,8 +322,7 @@ def _mark(
     at: datetime,
     waiting: Lease,
     now: datetime,
-    reclaim: bool,
-    why: str = "",
+    why: str,
 ) -> None:
     """Mark *victim* to give back *card_ids* (of the cards it *held*) at *at* for *waiting*,
     warn its holder, and have its checkpoint signal sent. A victim already marked for later
@@ -343,7 +346,7 @@ def _mark(
         preempt_at=at,
         preempt_cards=None if whole else len(card_ids),
         preempted_for=waiting,
-        preempt_why=why or (PreemptWhy.SHARE if reclaim else PreemptWhy.PRIORITY),
+        preempt_why=why,
     )
     event_record(
         victim.pk,
@@ -354,8 +357,8 @@ def _mark(
             "for": waiting.pk,
             "cards": len(card_ids),
             "whole": whole,
-            "reclaim": reclaim,
-            "why": why or (PreemptWhy.SHARE if reclaim else PreemptWhy.PRIORITY),
+            "reclaim": why == PreemptWhy.SHARE,  # a guaranteed share's
+            "why": why,
         },
     )
     victim.refresh_from_db()

@@ -67,6 +67,8 @@ def test_a_four_card_need_takes_three_cards_not_the_whole_seven_card_lease(
     api.force_authenticate(bob)
     data = api.get(f"/api/v1/leases/{cheap.pk}/").json()
     assert data["cards_taken_back"]["cards"] == 3 and data["ends_early"] is None
+    assert data["cards_taken_back"]["because"] == "priority"  # a higher class takes them
+    assert 'data-because="priority"' in page
 
     frozen.move_to(at)
     with django_capture_on_commit_callbacks(execute=True):

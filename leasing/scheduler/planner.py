@@ -128,6 +128,22 @@ def place(
     same_node: bool,
 ) -> list[int] | None:
     """Choose *count* cards free over [start, end), or None if they cannot be found."""
+    if count == 1:
+        return _place_one(cards, timeline.busy, start, end)
+    return _place_many(cards, timeline, count, start, end, same_node=same_node)
+
+
+def _place_many(
+    cards: Sequence[CardSlot],
+    timeline: Timeline,
+    count: int,
+    start: datetime,
+    end: datetime,
+    *,
+    same_node: bool,
+) -> list[int] | None:
+    """``place`` for any count (one card too: tests/leasing/test_queueplan.py holds
+    ``_place_one`` to it)."""
     by_node: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     busy = timeline.busy
     bisect_left = bisect.bisect_left
@@ -181,6 +197,35 @@ def place(
             if len(chosen) == count:
                 return chosen
     return None
+
+
+def _place_one(cards: Sequence[CardSlot], busy, start: datetime, end: datetime):
+    """``place`` for one card (its first step, the only one one card needs): the first free
+    card of the best-fitting node and domain, ranked as there. A leaner loop: most requests
+    in a long queue are for one card, and this runs over every card for each."""
+    bisect_left = bisect.bisect_left
+    probe = (end, end)
+    node_free: dict[int, int] = {}
+    in_domain: dict[tuple[int, int], list[int]] = {}  # (node, domain) -> [free, first card]
+    for card in cards:
+        if card.usable_until is not None and end > card.usable_until:
+            continue
+        periods = busy.get(card.card_id)
+        if periods:
+            i = bisect_left(periods, probe)
+            if i > 0 and periods[i - 1][1] > start:
+                continue
+        node = card.node_id
+        node_free[node] = node_free.get(node, 0) + 1
+        found = in_domain.get((node, card.domain))
+        if found is None:
+            in_domain[node, card.domain] = [1, card.card_id]
+        else:
+            found[0] += 1
+    if not in_domain:
+        return None
+    best = min(in_domain, key=lambda nd: (node_free[nd[0]], in_domain[nd][0], nd[0], nd[1]))
+    return [in_domain[best][1]]
 
 
 def earliest(
@@ -290,17 +335,26 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
     busy = timeline.busy
     gaps = timeline.gaps
     walks = []
+    end0 = t0 + d
     for card in cards:
-        periods = busy.get(card.card_id)
+        card_id = card.card_id
+        periods = busy.get(card_id)
         t = t0
-        if periods and (way := _in_the_way(card.card_id, periods, gaps, t0, d)) is not None:
-            j, gap = way
+        # ``_in_the_way`` inlined, its search left for the cards that need it: this loop runs
+        # over every card for every one-card request planned
+        if periods and periods[0][0] < end0 and periods[-1][1] > t0:
+            gap = gaps.get(card_id)
+            if gap is None:
+                gap = gaps[card_id] = longest_gap(periods)
             if gap == timedelta.max:
                 return _UNKNOWN  # a period of no length
-            if gap >= d:
-                walks.append((card, periods, j))
+            if gap < d:
+                # no gap between its periods fits the request, and a period begins before
+                # the request would end and ends after it would begin: busy until its last end
+                t = periods[-1][1]
+            elif (way := _in_the_way(card_id, periods, gaps, t0, d)) is not None:
+                walks.append((card, periods, way[0]))
                 continue
-            t = max(t0, periods[-1][1])  # busy from t0 until its last period ends
         limit = card.usable_until
         if (best is None or t < best) and (limit is None or t + d <= limit):
             best = t

@@ -310,20 +310,27 @@ class QueuePlan:
         # again while the re-planning moves someone's start to now (a lease ahead of one
         # that started may move to another node and free the cards of one behind it)
         while self.any_due(now):
+            # the leases whose tracked start has come (every current start is tracked; an
+            # outdated one names a lease whose start moved, or one that left)
+            come = set()
+            starts = self._starts  # ``_track`` may put a new heap in its place
+            while starts and starts[0][0] <= now:
+                come.add(heapq.heappop(starts)[1])
             due = [
-                e for e in self.entries if e.decision.start is not None and e.decision.start <= now
-            ]
+                e
+                for e in self.entries
+                if e.request.lease_id in come and e.decision.start is not None
+                and e.decision.start <= now
+            ]  # fmt: skip
             if not due:
-                self._starts_reset()  # only outdated starts had come
-                break
-            keep = [e for e in self.entries if e.decision.start is None or e.decision.start > now]
+                continue  # only outdated starts had come
+            gone = {e.request.lease_id for e in due}
+            keep = [e for e in self.entries if e.request.lease_id not in gone]
             self.entries = keep
             self.keys = [e.key for e in keep]
-            self._starts_reset()
             out += due
             last = max(e.key for e in due)
-            ahead = [e for e in keep if e.key < last]
-            if ahead:
+            if keep and keep[0].key < last:  # a lease started from behind one still waiting
                 # the leases behind those (kept or not) were planned after them: re-plan
                 # them too, in order, with what changes counted as usual
                 for entry in reversed(keep):
@@ -350,8 +357,32 @@ class QueuePlan:
         window to *freed* and its new one to *added* for those behind it. *started*: leases
         that hold cards now and were behind some of *behind* (``advance``): added busy time
         for those ahead of them."""
+        # The times the changes span, for a test that needs no walk over them: an entry whose
+        # window no change reaches (nothing freed before its end, nothing added over it)
+        # keeps its decision, as ``_keep`` would decide it. Most of a long queue is that.
+        freed_from = min((w[0] for w in freed), default=None)
+        added_span = _span(added)
+        started_span = _span([w for _k, w in started])
+        last_started = max((k for k, _w in started), default=None)
         for entry in behind:
             old = entry.decision
+            if old.start is None:
+                if freed_from is None:
+                    continue  # nothing was freed: still never fits
+            else:
+                start, end = old.start, old.start + entry.request.duration
+                if (
+                    (freed_from is None or freed_from >= end)
+                    and (added_span is None or added_span[0] >= end or added_span[1] <= start)
+                    and (
+                        last_started is None
+                        or entry.key > last_started
+                        or started_span[0] >= end
+                        or started_span[1] <= start
+                    )
+                ):
+                    self._reserve(entry)
+                    continue
             extra = [w for key, w in started if key > entry.key]
             kept = self._keep(entry, old, added + extra if extra else added, freed)
             if kept is _NOT_BEFORE:
@@ -366,8 +397,11 @@ class QueuePlan:
                 self._reserve(entry)
             if entry.decision != old:
                 self._track(entry)
-                freed = freed + self._windows(entry, old)
-                added = added + self._windows(entry)
+                was, now = self._windows(entry, old), self._windows(entry)
+                freed, added = freed + was, added + now
+                if was:
+                    freed_from = min(was[0][0], freed_from or was[0][0])
+                added_span = _span(now, added_span)
 
     def _keep(
         self, entry: Planned, old: Decision, added: list[Window], freed: list[Window]
@@ -512,6 +546,13 @@ class QueuePlan:
         end = d.start + entry.request.duration
         for card_id in d.card_ids:
             self.timeline.remove(card_id, d.start, end)
+
+
+def _span(windows: list[Window], span: tuple | None = None) -> tuple | None:
+    """(earliest start, latest end) of *windows* and of *span* (None: none at all)."""
+    for a, b, _nodes in windows:
+        span = (a, b) if span is None else (min(span[0], a), max(span[1], b))
+    return span
 
 
 def _best_domain(cards: Sequence[CardSlot], timeline: Timeline, count, start, end):

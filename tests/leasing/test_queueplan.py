@@ -13,6 +13,7 @@ from leasing.scheduler.planner import (
     Decision,
     Request,
     Timeline,
+    _place_many,
     earliest,
     place,
     plan_queue,
@@ -160,6 +161,20 @@ def test_earliest_matches_trying_every_candidate(data):
     request = Request(1, count, minutes * M, T + after * M, same_node)
     timeline = timeline_of(busy)
     assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_one_card_is_placed_as_the_general_placement_places_it(data):
+    """``place`` for one card takes a leaner loop (``_place_one``): the same card as the
+    general placement's, or None where it finds none."""
+    cards = data.draw(pools())
+    timeline = timeline_of(data.draw(timelines(cards)))
+    start = T + data.draw(st.integers(-40, 300)) * M
+    end = start + data.draw(st.integers(1, 240)) * M
+    same_node = data.draw(st.booleans())
+    general = _place_many(cards, timeline, 1, start, end, same_node=same_node)
+    assert place(cards, timeline, 1, start, end, same_node=same_node) == general
 
 
 def test_short_work_passes_long_work_submitted_a_little_earlier():

@@ -127,3 +127,22 @@ def test_a_lease_the_reclaim_lets_start_now_starts_in_the_same_pass():
     assert behind.start == behind.submit  # it started in the reclaim's own pass
     assert node.start == node.submit + 10 * m  # on the youngest node, after the grace
     assert set(node.cards) == set(hog[3].cards)
+
+
+def _row(**over):
+    row = {"mean": 100.0, "p95": 200.0, "max": 300.0, "cpu": 1.0, "eta_first15": 0.9}
+    return {**row, **over}
+
+
+def test_the_overload_bar_names_each_part_the_portal_misses():
+    """``--overload`` fails a row on each part of the issue's bar, the ETA target included."""
+    easy = _row()
+    assert tr.overload_verdict("x", {"easy": easy, "portal": _row(mean=90.0, p95=190.0)}) == []
+    missed = tr.overload_verdict(
+        "x", {"easy": easy, "portal": _row(p95=201.0, cpu=12.5, eta_first15=0.79)}
+    )
+    assert missed == ["x: mean", "x: p95", "x: CPU", "x: ETA"]
+    # no job waited: no ETA to keep
+    assert tr.overload_verdict("x", {"easy": easy, "portal": _row(mean=0, eta_first15=None)}) == [
+        "x: p95"
+    ]

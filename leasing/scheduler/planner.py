@@ -284,6 +284,17 @@ def earliest(
                                same_node=True)  # fmt: skip
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
+    if valid and not request.same_node and horizon is None:
+        # Across nodes: ``place`` succeeds exactly where enough cards of the pool are free
+        # (its last step), so one sweep over the cards' free windows finds the moment.
+        t = _first_spread(cards, timeline, request)
+        if t is None:
+            return Decision(request.lease_id, None)
+        if t is not _UNKNOWN:
+            chosen = place(cards, timeline, request.count, t, t + request.duration,
+                           same_node=False)  # fmt: skip
+            if chosen is not None:
+                return Decision(request.lease_id, t, tuple(chosen))
     card_ids = [c.card_id for c in cards]
     candidates = [t0, *timeline.ends_after(card_ids, t0)]
     first = 0
@@ -377,6 +388,53 @@ def _first_free_card(cards: Sequence[CardSlot], timeline: Timeline, t0: datetime
             continue
         best = t
     return best
+
+
+def _first_spread(cards: Sequence[CardSlot], timeline: Timeline, request: Request):
+    """The earliest *t* >= ``not_before`` where ``count`` cards of the pool are free over
+    ``[t, t + duration)`` (where ``place`` succeeds for a request that may spread), None if
+    never, or ``_UNKNOWN`` when a period of zero or negative length makes it unsafe.
+
+    A card is free at *t* inside its closed windows (``_first_feasible`` says which); the
+    windows, cut to start no earlier than ``not_before``, are swept in time order, a window
+    opening before one closing at the same moment, until ``count`` are open at once."""
+    t0, d, count = request.not_before, request.duration, request.count
+    busy = timeline.busy
+    events: list[tuple[datetime, int]] = []  # (moment, 0: a window opens, 1: one closes)
+    open_now = 0  # cards free from t0 on for ever
+    for card in cards:
+        periods = busy.get(card.card_id)
+        limit = None if card.usable_until is None else card.usable_until - d
+        prev_end = None
+        for s, e in periods or ():
+            if e <= s:
+                return _UNKNOWN
+            b = s - d if limit is None or limit >= s - d else limit
+            a = t0 if prev_end is None or prev_end < t0 else prev_end
+            if a <= b:
+                events.append((a, 0))
+                events.append((b, 1))
+            prev_end = e
+        a = t0 if prev_end is None or prev_end < t0 else prev_end
+        if limit is None:
+            if a == t0:
+                open_now += 1
+            else:
+                events.append((a, 0))
+        elif a <= limit:
+            events.append((a, 0))
+            events.append((limit, 1))
+    if open_now >= count:
+        return t0
+    events.sort()
+    for t, closes in events:
+        if closes:
+            open_now -= 1
+        else:
+            open_now += 1
+            if open_now >= count:
+                return t
+    return None
 
 
 def _first_on_a_node(cards: Sequence[CardSlot], timeline: Timeline, request: Request):

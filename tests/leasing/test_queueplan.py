@@ -165,6 +165,30 @@ def test_earliest_matches_trying_every_candidate(data):
 
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
+def test_a_request_across_nodes_starts_where_trying_every_candidate_finds(data):
+    """Across nodes ``earliest`` sweeps the cards' free windows (``_first_spread``) instead of
+    trying every end: held to the definition on pools where it rarely fits at once."""
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    count = data.draw(st.integers(2, max(2, len(cards))))
+    # often a length that makes one card's window close where another's opens (a tie)
+    ties = sorted(
+        {(s - e) // M for ps in busy.values() for s, _e in ps for qs in busy.values()
+         for _s, e in qs if s - e >= M}
+    )  # fmt: skip
+    minutes = data.draw(
+        st.sampled_from(ties) if ties and data.draw(st.booleans()) else st.integers(1, 240)
+    )
+    # from a moment the pool is busy, often exactly at an end or a window's last moment
+    moments = sorted({t for ps in busy.values() for s, e in ps for t in (s, e)}) or [T]
+    at = data.draw(st.sampled_from(moments)) + data.draw(st.sampled_from([0, 0, 1, -1])) * M
+    request = Request(1, count, minutes * M, at, False)
+    timeline = timeline_of(busy)
+    assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
 def test_one_card_is_placed_as_the_general_placement_places_it(data):
     """``place`` for one card takes a leaner loop (``_place_one``): the same card as the
     general placement's, or None where it finds none."""

@@ -241,7 +241,8 @@ def earliest(
     ``place`` at each one costs a pass over every card per candidate, which is what made a
     long queue slow (bench/trace_replay.py). So: for one card or one node, find the first
     moment that fits without listing the candidates (``_first_free_card``,
-    ``_first_on_a_node``); else try ``not_before`` first (the common case), and otherwise
+    ``_first_on_a_node``); across nodes, with one sweep over the free windows of every card
+    (``_first_spread``); else try ``not_before`` first (the common case), and otherwise
     find the first candidate where ``place`` can succeed with one sweep over the free
     windows of every card (see ``_first_feasible``); then let ``place`` choose the cards
     there. Same answer, in one pass instead of one per candidate.
@@ -251,17 +252,19 @@ def earliest(
     # One card, or one node: the first moment that fits (``not_before`` when it fits then)
     # found without a pass over every card per try; then ``place`` chooses there.
     searched = request.count == 1 or (request.same_node and horizon is None)
+    spread = not request.same_node and horizon is None  # the sweep below finds it
     if valid:
         if horizon is not None and t0 > horizon:
             return Decision(request.lease_id, None)
         if not searched:
-            # Fits when it asks to start (the common case): no need to list the candidates.
-            chosen = place(
-                cards, timeline, request.count, t0, t0 + request.duration,
-                same_node=request.same_node,
-            )  # fmt: skip
-            if chosen is not None:
-                return Decision(request.lease_id, t0, tuple(chosen))
+            if not spread:
+                # Fits when it asks to start (the common case): no list of the candidates.
+                chosen = place(
+                    cards, timeline, request.count, t0, t0 + request.duration,
+                    same_node=request.same_node,
+                )  # fmt: skip
+                if chosen is not None:
+                    return Decision(request.lease_id, t0, tuple(chosen))
         elif request.count == 1:
             # One card: the earliest moment any single card is free (no sweep, no list of
             # every end; tests/leasing/test_queueplan.py holds it to the general way).
@@ -284,7 +287,7 @@ def earliest(
                                same_node=True)  # fmt: skip
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
-    if valid and not request.same_node and horizon is None:
+    if valid and spread and request.count > 1:
         # Across nodes: ``place`` succeeds exactly where enough cards of the pool are free
         # (its last step), so one sweep over the cards' free windows finds the moment.
         t = _first_spread(cards, timeline, request)
@@ -299,7 +302,7 @@ def earliest(
     candidates = [t0, *timeline.ends_after(card_ids, t0)]
     first = 0
     if valid:
-        if len(candidates) == 1 and not searched:
+        if len(candidates) == 1 and not searched and not spread:
             return Decision(request.lease_id, None)  # tried above; nothing ever frees up
         first = _first_feasible(cards, timeline, request, candidates)
         if first is None:

@@ -10,7 +10,8 @@ Run by hand, no database:
 ``--overload``: every virtual cluster with >= ``--min-jobs`` jobs alone on ``OVERLOAD_ALONE``
 nodes, then all of them together (teams sharing the pool) on ``OVERLOAD_TOGETHER`` nodes, by
 FIFO, EASY and the portal's policy: the queue grows to thousands, where the planner's cost
-shows (``replay CPU``; the portal's bar: at most 2 x EASY's + 10 s).
+shows (``replay CPU``; the portal's bar: at most 2 x EASY's + 10 s, ahead on mean and p95,
+its longest wait within 1.5 x EASY's, the ETA target kept; ``overload_verdict``).
 
 Each trace job becomes a lease request: submit time -> request time, duration -> requested
 (and actual) duration, num_gpus -> count, cluster -> team; one node for up to 8 cards

@@ -57,6 +57,8 @@ class LeaseTruth:
     ``cards_lost`` cards are taken back at ``cards_lost_at`` by a partial preemption;
     ``cut_why`` says why a preemption takes them (``PreemptWhy``).
     ``stall``/``stall_why``/``stall_todo``: why a waiting lease cannot start, and what to do.
+    ``planned``: for a queued lease told a later start than its place in the plan, that place
+    (the start told leaves room for work that may still pass it, ``scheduler.eta``).
     """
 
     start: datetime | None
@@ -70,6 +72,7 @@ class LeaseTruth:
     stall: str = ""
     stall_why: str = ""
     stall_todo: str = ""
+    planned: datetime | None = None
 
     @property
     def ends_early(self) -> bool:
@@ -125,6 +128,7 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
         if lease.status == LeaseStatus.QUEUED and lease.stall_reason:
             start = None
             why, todo = stall_text(lease.stall_reason, same_node=lease.same_node)
+        planned = lease.estimated_start if lease.status == LeaseStatus.QUEUED else None
         return LeaseTruth(
             start=start,
             end=start + lease.duration if start is not None else None,
@@ -132,6 +136,7 @@ def lease_truth(lease: Lease, *, now: datetime | None = None) -> LeaseTruth:
             stall=lease.stall_reason if why else "",
             stall_why=why,
             stall_todo=todo,
+            planned=planned if start is not None and planned and planned < start else None,
         )
     if lease.status in TERMINAL_STATES or lease.status in ENDING_STATES:
         return LeaseTruth(

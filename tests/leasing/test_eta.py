@@ -64,3 +64,38 @@ def test_the_queued_notice_and_the_event_tell_the_start_told(frozen, alice, bob,
     assert parse_datetime(queued.data["estimated_start"]) == told
     waiting.refresh_from_db()
     assert waiting.estimated_start == NOW + hours(8)  # the plan's start is kept as it is
+
+
+def test_the_lease_page_says_when_the_plan_has_cards_and_that_the_rest_is_room(
+    frozen, alice, bob, vision, nlp, a100, client
+):
+    """A queued lease told a later start than its place in the plan says both (why the start
+    it is told is later), in the reader's language; once nobody can pass it they are one."""
+    import re
+
+    from leasing.lifecycle import provisioning
+    from tests.factories import make_node
+    from tests.leasing.conftest import ask, hours
+
+    make_node(a100, cards=1, domains=1, hostname="e1")
+    provisioning.provision_step(lease_id=ask(alice, vision, a100, duration=hours(8)).pk)
+    waiting = ask(bob, nlp, a100, duration=hours(2))
+    client.force_login(bob)
+
+    def shown(language):
+        page = client.get(f"/leases/{waiting.pk}/", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+        told = re.search(r"<dd>(\d{4}-\d\d-\d\d \d\d:\d\d)", page.split("data-planned")[0][-400:])
+        planned = re.search(r"data-planned>[^<]*?(\d{4}-\d\d-\d\d \d\d:\d\d)", page)
+        return page, told, planned
+
+    page, told, planned = shown("en")
+    assert "the rest is room for requests that may still go ahead of it" in page
+    # the plan's start (8 h from now) and the start told (1 h of room later), in one time zone
+    gap = datetime.fromisoformat(told.group(1)) - datetime.fromisoformat(planned.group(1))
+    assert gap == timedelta(hours=1)
+    page, _told, planned = shown("zh-hans")
+    assert "队列计划从" in page and planned is not None
+    # past its virtual submit time (30 min of slack) nobody can pass: no room, no note
+    frozen.shift(timedelta(minutes=31))
+    page, _told, planned = shown("en")
+    assert "data-planned" not in page and "Estimated start" in page

@@ -43,8 +43,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from leasing.enqueue import enqueue_after_commit
-from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, longest_gap
+from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline
 from leasing.scheduler.queueplan import KEY_FIELDS
+from leasing.scheduler.search import longest_gap
 from leasing.scheduler.snapshot import Waiting, card_slots, timeline_for, waiting_for
 
 logger = logging.getLogger(__name__)

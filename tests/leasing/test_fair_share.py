@@ -515,7 +515,11 @@ def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_te
     page = client.get(reverse("leasing:detail", args=[mine.pk]), HTTP_ACCEPT_LANGUAGE="en")
     assert page.status_code == 200
     shown = timezone.localtime(told).strftime("%Y-%m-%d %H:%M")
-    assert f"<dt>Estimated start</dt><dd>{shown}</dd>" in page.content.decode()
+    html = page.content.decode()
+    assert f"<dt>Estimated start</dt><dd>{shown} " in html
+    # and when the plan has cards for it: the rest is room for other teams' work ahead
+    planned = timezone.localtime(mine.estimated_start).strftime("%Y-%m-%d %H:%M")
+    assert f"the queue's plan has cards for it from {planned}" in html
 
 
 def test_the_preview_tells_the_start_the_lease_page_will_tell_with_work_ahead(

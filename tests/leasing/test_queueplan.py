@@ -166,7 +166,7 @@ def test_earliest_matches_trying_every_candidate(data):
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_a_request_across_nodes_starts_where_trying_every_candidate_finds(data):
-    """Across nodes ``earliest`` sweeps the cards' free windows (``_first_spread``) instead of
+    """Across nodes ``earliest`` sweeps the cards' free windows (``search.first_spread``) instead of
     trying every end: held to the definition on pools where it rarely fits at once."""
     cards = data.draw(pools())
     busy = data.draw(timelines(cards))

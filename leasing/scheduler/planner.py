@@ -260,19 +260,30 @@ def earliest(
     # One card, or one node: the first moment that fits (``not_before`` when it fits then)
     # found without a pass over every card per try; then ``place`` chooses there.
     searched = request.count == 1 or (request.same_node and horizon is None)
-    spread = not request.same_node and horizon is None  # the sweep below finds it
+    spread = not request.same_node and horizon is None  # across nodes: one sweep
     if valid:
         if horizon is not None and t0 > horizon:
             return Decision(request.lease_id, None)
-        if not searched:
-            if not spread:
-                # Fits when it asks to start (the common case): no list of the candidates.
-                chosen = place(
-                    cards, timeline, request.count, t0, t0 + request.duration,
-                    same_node=request.same_node,
-                )  # fmt: skip
+        if spread and not searched:
+            # Across nodes: ``place`` succeeds exactly where enough cards of the pool are free
+            # (its last step), so one sweep over the cards' free windows finds the moment
+            # (``not_before`` when it fits then).
+            t = first_spread(cards, timeline, request)
+            if t is None:
+                return Decision(request.lease_id, None)
+            if t is not UNKNOWN:
+                chosen = place(cards, timeline, request.count, t, t + request.duration,
+                               same_node=False)  # fmt: skip
                 if chosen is not None:
-                    return Decision(request.lease_id, t0, tuple(chosen))
+                    return Decision(request.lease_id, t, tuple(chosen))
+        elif not searched:
+            # Fits when it asks to start (the common case): no need to list the candidates.
+            chosen = place(
+                cards, timeline, request.count, t0, t0 + request.duration,
+                same_node=request.same_node,
+            )  # fmt: skip
+            if chosen is not None:
+                return Decision(request.lease_id, t0, tuple(chosen))
         elif request.count == 1:
             # One card: the earliest moment any single card is free (no sweep, no list of
             # every end; tests/leasing/test_queueplan.py holds it to the general way).
@@ -295,23 +306,12 @@ def earliest(
                                same_node=True)  # fmt: skip
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
-    if valid and spread and request.count > 1:
-        # Across nodes: ``place`` succeeds exactly where enough cards of the pool are free
-        # (its last step), so one sweep over the cards' free windows finds the moment.
-        t = first_spread(cards, timeline, request)
-        if t is None:
-            return Decision(request.lease_id, None)
-        if t is not UNKNOWN:
-            chosen = place(cards, timeline, request.count, t, t + request.duration,
-                           same_node=False)  # fmt: skip
-            if chosen is not None:
-                return Decision(request.lease_id, t, tuple(chosen))
     card_ids = [c.card_id for c in cards]
     candidates = [t0, *timeline.ends_after(card_ids, t0)]
     first = 0
     if valid:
         if len(candidates) == 1 and not searched and not spread:
-            return Decision(request.lease_id, None)  # tried above; nothing ever frees up
+            return Decision(request.lease_id, None)  # tried at t0 above; nothing frees up
         first = first_feasible(cards, timeline, request, candidates)
         if first is None:
             return Decision(request.lease_id, None)

@@ -48,13 +48,14 @@ def preemption_plan(
 
     Then fair share's reclaim (``fair_share_reclaim``): a team below its share takes cards
     back from teams above theirs. Either way only the cards it needs, from the fewest leases
-    (then the fewest cards; ties: fewest cards held, least elapsed work). A victim whose cards are all needed ends; one
-    that keeps some gives back only those. Each victim gets its grace (at least its declared
-    checkpoint time, within a share's stated time) and a warning; one that declared a
-    checkpoint signal or command gets it through its backend after commit. A
-    non-preemptible lease that is not on loan is never touched. A share's reclaim may also
-    take a victim already marked for later (for a higher class, with the site's longer grace)
-    and cut its grace to the share's time: else the team would wait for that longer grace.
+    (then the fewest cards; ties: fewest cards held, least elapsed work). A victim whose
+    cards are all needed ends; one that keeps some gives back only those. Each victim gets
+    its grace (at least its declared checkpoint time, within a share's stated time) and a
+    warning; one that declared a checkpoint signal or command gets it through its backend
+    after commit. A non-preemptible lease that is not on loan is never touched. A share's
+    reclaim may also take a victim already marked for later (for a higher class, with the
+    site's longer grace) and cut its grace to the share's time: else the team would wait for
+    that longer grace.
 
     Runs inside the queue pass (the model is locked); *covering* is the model's guaranteed
     shares when the pass has read them. Returns the number of leases marked.

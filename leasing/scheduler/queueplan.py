@@ -397,11 +397,11 @@ class QueuePlan:
                 self._reserve(entry)
             if entry.decision != old:
                 self._track(entry)
-                was, now = self._windows(entry, old), self._windows(entry)
-                freed, added = freed + was, added + now
+                was, new = self._windows(entry, old), self._windows(entry)
+                freed, added = freed + was, added + new
                 if was:
                     freed_from = min(was[0][0], freed_from or was[0][0])
-                added_span = _span(now, added_span)
+                added_span = _span(new, added_span)
 
     def _keep(
         self, entry: Planned, old: Decision, added: list[Window], freed: list[Window]

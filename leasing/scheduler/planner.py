@@ -49,13 +49,22 @@ class Timeline:
     )
     # Per card, the longest gap between two of its busy periods, found when first needed
     # (``first_free_card``: a card with no gap as long as the request is free only after its
-    # last period, no walk over its periods). ``add`` and ``remove`` forget it; ``prune``
-    # only takes gaps away, so what it leaves is never shorter than the truth.
+    # last period, no walk over its periods). ``add`` and ``remove`` keep it where a period
+    # after the last one comes or goes, ``prune`` forgets it where periods went. A gap kept
+    # is never shorter than the truth (a longer one only makes the search walk).
     gaps: dict[int, timedelta] = field(default_factory=dict, compare=False, repr=False)
 
     def add(self, card_id: int, start: datetime, end: datetime) -> None:
-        bisect.insort(self.busy[card_id], (start, end))
-        self.gaps.pop(card_id, None)
+        periods = self.busy[card_id]
+        gap = self.gaps.pop(card_id, None)
+        if periods and periods[-1] <= (start, end):
+            # after the card's last period (most reservations): the longest gap, when known,
+            # is only joined by the one before this period (``search.longest_gap``)
+            if gap is not None and end > start and periods[-1][1] <= start:
+                self.gaps[card_id] = max(gap, start - periods[-1][1])
+            periods.append((start, end))
+        else:
+            bisect.insort(periods, (start, end))
 
     def remove(self, card_id: int, start: datetime, end: datetime) -> None:
         """Take back a period added with ``add`` (a reservation being re-planned)."""
@@ -63,17 +72,23 @@ class Timeline:
         i = bisect.bisect_left(periods, (start, end))
         if i == len(periods) or periods[i] != (start, end):
             raise KeyError((card_id, start, end))
+        gap = self.gaps.pop(card_id, None)
+        if gap is not None and 0 < i == len(periods) - 1 and start - periods[i - 1][1] < gap:
+            # its last period, not behind the longest gap: that gap is still there
+            self.gaps[card_id] = gap
         del periods[i]
-        self.gaps.pop(card_id, None)
 
     def prune(self, now: datetime) -> None:
         """Forget the periods that ended by *now*: they can no longer be in anyone's way."""
-        for periods in self.busy.values():
+        gaps = self.gaps
+        for card_id, periods in self.busy.items():
             n = 0
             while n < len(periods) and periods[n][1] <= now:
                 n += 1
             if n:
                 del periods[:n]
+                if card_id in gaps:
+                    del gaps[card_id]  # its gaps may have gone with them: found again
 
     def is_free(self, card_id: int, start: datetime, end: datetime) -> bool:
         periods = self.busy.get(card_id)
@@ -287,11 +302,12 @@ def earliest(
         elif request.count == 1:
             # One card: the earliest moment any single card is free (no sweep, no list of
             # every end; tests/leasing/test_queueplan.py holds it to the general way).
-            t = first_free_card(cards, timeline, t0, request.duration)
+            t, among = first_free_card(cards, timeline, t0, request.duration)
             if t is not UNKNOWN:
                 if t is None or (horizon is not None and t > horizon):
                     return Decision(request.lease_id, None)
-                chosen = place(cards, timeline, 1, t, t + request.duration, same_node=True)
+                # chosen among the cards that can be free then, as among all of them
+                chosen = _place_one(among or cards, timeline.busy, t, t + request.duration)
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
         else:

@@ -331,12 +331,14 @@ class QueuePlan:
             out += due
             last = max(e.key for e in due)
             if keep and keep[0].key < last:  # a lease started from behind one still waiting
-                # the leases behind those (kept or not) were planned after them: re-plan
-                # them too, in order, with what changes counted as usual
-                for entry in reversed(keep):
+                # those ahead of the last one started are planned again; those behind it were
+                # planned after it and move only if someone ahead of them does: they keep
+                # their reservations unless a lease ahead needs a search (``_replan``)
+                ahead = bisect.bisect_left(self.keys, last)
+                for entry in reversed(keep[:ahead]):
                     self._unreserve(entry)
                 started = [(e.key, w) for e in due for w in self._windows(e)]
-                self._replan(keep, added=[], freed=[], started=started)
+                self._replan(keep, added=[], freed=[], started=started, reserved_from=ahead)
         out.sort(key=lambda e: e.key)
         return out
 
@@ -348,9 +350,15 @@ class QueuePlan:
         added: list[Window],
         freed: list[Window],
         started: list[tuple[Key, Window]] = (),
+        reserved_from: int | None = None,
     ) -> None:
         """Plan *behind* again, in order, after the timeline changed ahead of them: busy time
         *added* (new reservations) and *freed* (reservations taken out).
+
+        *reserved_from*: the entries from there on still hold their reservations (none of the
+        changes reaches them unless an entry before them changes): they are taken out only
+        when an entry ahead needs a search (which must not see them), and when none does,
+        they stand as they are.
 
         What ``earliest`` and ``place`` would decide, without a search over the whole pool
         where the answer is known (``_keep``). Every decision that changes adds its old
@@ -364,7 +372,9 @@ class QueuePlan:
         added_span = _span(added)
         started_span = _span([w for _k, w in started])
         last_started = max((k for k, _w in started), default=None)
-        for entry in behind:
+        for n, entry in enumerate(behind):
+            if n == reserved_from:
+                return  # no entry ahead changed or searched: those left stand as they are
             old = entry.decision
             if old.start is None:
                 if freed_from is None:
@@ -383,6 +393,10 @@ class QueuePlan:
                 ):
                     self._reserve(entry)
                     continue
+            if reserved_from is not None and n < reserved_from:
+                for later in reversed(behind[reserved_from:]):
+                    self._unreserve(later)  # out of the way of this search
+                reserved_from = None
             extra = [w for key, w in started if key > entry.key]
             kept = self._keep(entry, old, added + extra if extra else added, freed)
             if kept is _NOT_BEFORE:

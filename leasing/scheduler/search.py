@@ -2,7 +2,7 @@
 trying ``planner.place`` at every candidate (``not_before`` and every end of a busy period after
 it), which cost a pass over every card per candidate and made long queues slow.
 
-* ``first_free_card``: one card;
+* ``first_free_card``: one card (and the few cards that can be chosen then);
 * ``first_on_a_node``: a request that must stay on one node;
 * ``first_spread``: a request that may spread across nodes (one sweep over the cards' free
   windows);
@@ -42,20 +42,24 @@ def in_the_way(card_id: int, periods, gaps: dict, t0: datetime, d: timedelta):
 
 
 def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
-    """The earliest *t* >= *t0* where some card is free over ``[t, t + d)``, None if none
-    ever is, or ``UNKNOWN`` when a period of zero or negative length makes the shortcut
-    unsafe. A card's free windows begin at *t0* or at one of its own ends, so the first
-    candidate where any card is free is the smallest such moment over the cards.
+    """``(t, among)``: the earliest *t* >= *t0* where some card is free over ``[t, t + d)``,
+    and the cards, in their order, among which every card free then is (None: all of them;
+    ``place`` chooses among them as among all, as the others are busy then). ``(None, None)``
+    if no card ever is free, or ``(UNKNOWN, None)`` when a period of zero or negative length
+    makes the shortcut unsafe. A card's free windows begin at *t0* or at one of its own ends,
+    so the first candidate where any card is free is the smallest such moment over the cards.
 
     Two rounds: first the cards whose answer needs no walk over their periods (free at *t0*,
-    or no gap between their periods as long as *d*: free from their last end), then a walk
-    over the others' periods, each stopped at the best found so far."""
+    or no gap between their periods as long as *d*: free from their last end, and then only
+    from it), then a walk over the others' periods, each stopped at the best found so far.
+    Those walked may be free at the answer: they are among the cards returned."""
     best: datetime | None = None
+    at_best: list[int] = []  # positions of the cards of the first round free from best
     busy = timeline.busy
     gaps = timeline.gaps
     walks = []
     end0 = t0 + d
-    for card in cards:
+    for n, card in enumerate(cards):
         card_id = card.card_id
         periods = busy.get(card_id)
         t = t0
@@ -66,18 +70,25 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
             if gap is None:
                 gap = gaps[card_id] = longest_gap(periods)
             if gap == timedelta.max:
-                return UNKNOWN  # a period of no length
+                return UNKNOWN, None  # a period of no length
             if gap < d:
                 # no gap between its periods fits the request, and a period begins before
                 # the request would end and ends after it would begin: busy until its last end
                 t = periods[-1][1]
             elif (way := in_the_way(card_id, periods, gaps, t0, d)) is not None:
-                walks.append((card, periods, way[0]))
+                walks.append((n, card, periods, way[0]))
                 continue
         limit = card.usable_until
-        if (best is None or t < best) and (limit is None or t + d <= limit):
+        if limit is not None and t + d > limit:
+            continue
+        if best is None or t < best:
+            if t == t0:
+                return t0, None  # free from the first moment asked: nothing is earlier
             best = t
-    for card, periods, j in walks:
+            at_best = [n]
+        elif t == best:
+            at_best.append(n)
+    for _n, card, periods, j in walks:
         t = t0
         n = len(periods)
         while j < n:
@@ -95,7 +106,10 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
         if limit is not None and t + d > limit:
             continue
         best = t
-    return best
+    if best is None:
+        return None, None
+    among = sorted(at_best + [w[0] for w in walks])
+    return best, [cards[n] for n in among]
 
 
 def first_spread(cards: Sequence, timeline, request):

@@ -19,6 +19,7 @@ from leasing.scheduler.planner import (
     plan_queue,
 )
 from leasing.scheduler.queueplan import SLACK_CAP, QueuePlan, service_key
+from leasing.scheduler.search import longest_gap
 
 T = datetime(2026, 3, 2, tzinfo=UTC)
 M = timedelta(minutes=1)
@@ -49,6 +50,21 @@ def timelines(draw, cards):
             t += length + draw(st.integers(0, 60)) * M
         if periods:
             busy[card.card_id] = periods
+    return busy
+
+
+@st.composite
+def coarse_timelines(draw, cards):
+    """As ``timelines``, on a half-hour grid: cards on several nodes free up at once."""
+    busy = {}
+    for card in cards:
+        t = T - 30 * M * draw(st.integers(0, 2))
+        periods = []
+        for _ in range(draw(st.integers(1, 3))):
+            length = 30 * M * draw(st.integers(1, 4))
+            periods.append((t, t + length))
+            t += length + 30 * M * draw(st.integers(0, 2))
+        busy[card.card_id] = periods
     return busy
 
 
@@ -137,6 +153,40 @@ def test_leaving_and_time_moving_on_keep_the_plan_exact(data):
     assert plan.decisions() == full_plan(cards, busy, items.values(), now)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_time_moving_through_every_start_keeps_the_plan_exact(data):
+    """Time moves from start to start: leases that start from behind others still waiting
+    make those ahead be planned again, and those behind them move only if one ahead does
+    (``advance`` leaves their reservations until a search needs them gone). Small requests on
+    a half-hour grid, so that starting from behind, and moving, are common."""
+    cards = data.draw(pools())
+    busy = data.draw(coarse_timelines(cards))
+    small = st.tuples(
+        st.integers(1, 2), st.sampled_from([30, 60, 90, 150]), st.sampled_from([0, 0, 30, 60]),
+        st.just(True), st.integers(0, 120),
+    )  # fmt: skip
+    specs = data.draw(st.lists(small, min_size=2, max_size=10))
+    items = {n: keyed(n, spec) for n, spec in enumerate(specs, start=1)}
+    plan = QueuePlan(cards, timeline_of(busy), now=T)
+    plan.rebuild(items.values())
+    now = T
+    while items:
+        starts = sorted(
+            {d.start for d in plan.decisions() if d.start is not None and d.start > now}
+        )
+        if not starts:
+            break
+        now = starts[0]
+        for entry in plan.advance(now):
+            for card_id in entry.decision.card_ids:
+                busy.setdefault(card_id, []).append(
+                    (entry.decision.start, entry.decision.start + entry.request.duration)
+                )
+            del items[entry.request.lease_id]
+        assert plan.decisions() == full_plan(cards, busy, items.values(), now)
+
+
 def brute_earliest(cards, timeline, request):
     """``place`` at every candidate in turn: the definition ``earliest`` must match."""
     t0 = request.not_before
@@ -184,6 +234,55 @@ def test_a_request_across_nodes_starts_where_trying_every_candidate_finds(data):
     at = data.draw(st.sampled_from(moments)) + data.draw(st.sampled_from([0, 0, 1, -1])) * M
     request = Request(1, count, minutes * M, at, False)
     timeline = timeline_of(busy)
+    assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_one_card_starts_and_is_placed_where_trying_every_candidate_finds(data):
+    """One card: ``earliest`` chooses among the few cards that can be free at the first
+    moment (``search.first_free_card``), not all of them: the same card as ``place`` at every
+    candidate in turn, where cards on several nodes free up at the same moment."""
+    cards = data.draw(pools())
+    busy = data.draw(coarse_timelines(cards))
+    minutes = data.draw(st.sampled_from([1, 29, 30, 31, 60, 90]))
+    after = data.draw(st.sampled_from([0, 0, 30, 60, 1]))
+    request = Request(1, 1, minutes * M, T + after * M, data.draw(st.booleans()))
+    timeline = timeline_of(busy)
+    assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_cards_longest_gap_kept_through_changes_is_never_shorter_than_its_gaps(data):
+    """``Timeline`` keeps each card's longest gap through ``add`` and ``remove`` after the
+    last period and forgets it elsewhere and in ``prune``: what it keeps is never shorter
+    than the truth (a shorter one would let ``first_free_card`` skip a free window), so one
+    card's search after any changes finds what trying every candidate finds."""
+    cards = data.draw(pools())
+    busy = data.draw(timelines(cards))
+    timeline = timeline_of(busy)
+    for _ in range(data.draw(st.integers(1, 12))):
+        card = data.draw(st.sampled_from(cards)).card_id
+        periods = timeline.busy[card]
+        action = data.draw(st.sampled_from(["add", "remove", "prune", "ask"]))
+        if action == "add":  # after its last period, or in a free window before it
+            after = data.draw(st.booleans())
+            s = (periods[-1][1] if periods and after else T) + data.draw(st.integers(0, 90)) * M
+            e = s + data.draw(st.integers(1, 120)) * M
+            if timeline.is_free(card, s, e):
+                timeline.add(card, s, e)
+        elif action == "remove" and periods:
+            timeline.remove(card, *data.draw(st.sampled_from(periods)))
+        elif action == "prune":
+            timeline.prune(T + data.draw(st.integers(-30, 120)) * M)
+        else:
+            request = Request(1, 1, data.draw(st.integers(1, 120)) * M, T, True)
+            earliest(cards, timeline, request)  # finds and keeps gaps
+        for card_id, gap in timeline.gaps.items():
+            if timeline.busy.get(card_id):
+                assert gap >= longest_gap(timeline.busy[card_id])
+    request = Request(1, 1, data.draw(st.integers(1, 120)) * M, T, True)
     assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
 
 

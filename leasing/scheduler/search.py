@@ -59,6 +59,8 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
     gaps = timeline.gaps
     walks = []
     end0 = t0 + d
+    probe = (t0, t0)
+    bisect_right = bisect.bisect_right
     for n, card in enumerate(cards):
         card_id = card.card_id
         periods = busy.get(card_id)
@@ -75,9 +77,13 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
                 # no gap between its periods fits the request, and a period begins before
                 # the request would end and ends after it would begin: busy until its last end
                 t = periods[-1][1]
-            elif (way := in_the_way(card_id, periods, gaps, t0, d)) is not None:
-                walks.append((n, card, periods, way[0]))
-                continue
+            else:  # ``in_the_way`` inlined: the first period running at t0 or after it
+                j = bisect_right(periods, probe)
+                if j > 0 and periods[j - 1][1] > t0:
+                    j -= 1
+                if j < len(periods) and periods[j][0] < end0:
+                    walks.append((n, card, periods, j))
+                    continue
         limit = card.usable_until
         if limit is not None and t + d > limit:
             continue
@@ -88,6 +94,17 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
             at_best = [n]
         elif t == best:
             at_best.append(n)
+    best = _walk(walks, t0, d, best)
+    if best is None:
+        return None, None
+    among = sorted(at_best + [w[0] for w in walks])
+    return best, [cards[n] for n in among]
+
+
+def _walk(walks: list, t0: datetime, d: timedelta, best: datetime | None):
+    """``first_free_card``'s second round: the first moment each walked card is free over
+    ``[t, t + d)``, its walk stopped at the *best* found so far; the earliest of them and
+    *best*."""
     for _n, card, periods, j in walks:
         t = t0
         n = len(periods)
@@ -106,10 +123,7 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
         if limit is not None and t + d > limit:
             continue
         best = t
-    if best is None:
-        return None, None
-    among = sorted(at_best + [w[0] for w in walks])
-    return best, [cards[n] for n in among]
+    return best
 
 
 def first_spread(cards: Sequence, timeline, request):

@@ -106,6 +106,17 @@ def full_plan(cards, busy, items, now):
     return plan_queue(cards, timeline_of(busy), queue)
 
 
+def started_now(plan, now, busy, items):
+    """Time moves to *now*: those the plan starts leave the queue (*items*) and hold their
+    cards (*busy*)."""
+    for entry in plan.advance(now):
+        for card_id in entry.decision.card_ids:
+            busy.setdefault(card_id, []).append(
+                (entry.decision.start, entry.decision.start + entry.request.duration)
+            )
+        del items[entry.request.lease_id]
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_requests_joining_one_by_one_get_what_the_full_planner_decides(data):
@@ -139,12 +150,7 @@ def test_leaving_and_time_moving_on_keep_the_plan_exact(data):
     # hold their cards; the rest must be what the full planner decides at that moment
     starts = sorted({d.start for d in plan.decisions() if d.start is not None})
     now = data.draw(st.sampled_from(starts)) if starts else T + 10 * M
-    for entry in plan.advance(now):
-        for card_id in entry.decision.card_ids:
-            busy.setdefault(card_id, []).append(
-                (entry.decision.start, entry.decision.start + entry.request.duration)
-            )
-        del items[entry.request.lease_id]
+    started_now(plan, now, busy, items)
     assert plan.decisions() == full_plan(cards, busy, items.values(), now)
     # and a newcomer after that
     extra = keyed(99, data.draw(requests))
@@ -178,12 +184,7 @@ def test_time_moving_through_every_start_keeps_the_plan_exact(data):
         if not starts:
             break
         now = starts[0]
-        for entry in plan.advance(now):
-            for card_id in entry.decision.card_ids:
-                busy.setdefault(card_id, []).append(
-                    (entry.decision.start, entry.decision.start + entry.request.duration)
-                )
-            del items[entry.request.lease_id]
+        started_now(plan, now, busy, items)
         assert plan.decisions() == full_plan(cards, busy, items.values(), now)
 
 

@@ -74,7 +74,7 @@ class Timeline:
             raise KeyError((card_id, start, end))
         gap = self.gaps.pop(card_id, None)
         if gap is not None and 0 < i == len(periods) - 1 and start - periods[i - 1][1] < gap:
-            # its last period, not behind the longest gap: that gap is still there
+            # its last period, not behind the longest gap: what is kept still bounds the truth
             self.gaps[card_id] = gap
         del periods[i]
 

@@ -279,27 +279,7 @@ def earliest(
     if valid:
         if horizon is not None and t0 > horizon:
             return Decision(request.lease_id, None)
-        if spread and not searched:
-            # Across nodes: ``place`` succeeds exactly where enough cards of the pool are free
-            # (its last step), so one sweep over the cards' free windows finds the moment
-            # (``not_before`` when it fits then).
-            t = first_spread(cards, timeline, request)
-            if t is None:
-                return Decision(request.lease_id, None)
-            if t is not UNKNOWN:
-                chosen = place(cards, timeline, request.count, t, t + request.duration,
-                               same_node=False)  # fmt: skip
-                if chosen is not None:
-                    return Decision(request.lease_id, t, tuple(chosen))
-        elif not searched:
-            # Fits when it asks to start (the common case): no need to list the candidates.
-            chosen = place(
-                cards, timeline, request.count, t0, t0 + request.duration,
-                same_node=request.same_node,
-            )  # fmt: skip
-            if chosen is not None:
-                return Decision(request.lease_id, t0, tuple(chosen))
-        elif request.count == 1:
+        if request.count == 1:
             # One card: the earliest moment any single card is free (no sweep, no list of
             # every end; tests/leasing/test_queueplan.py holds it to the general way).
             t, among = first_free_card(cards, timeline, t0, request.duration)
@@ -310,18 +290,28 @@ def earliest(
                 chosen = _place_one(among or cards, timeline.busy, t, t + request.duration)
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
-        else:
-            # On one node: the earliest moment some node has enough cards free, node by
-            # node from the likeliest, without listing every end in the pool
-            # (tests/leasing/test_queueplan.py holds it to the general way).
-            t = first_on_a_node(cards, timeline, request)
+        elif spread or searched:
+            # On one node: the earliest moment some node has enough cards free, node by node
+            # from the likeliest. Across nodes: ``place`` succeeds exactly where enough cards
+            # of the pool are free (its last step), so one sweep over the cards' free windows
+            # finds the moment. Neither lists every end in the pool
+            # (tests/leasing/test_queueplan.py holds both to the general way).
+            t = (first_on_a_node if searched else first_spread)(cards, timeline, request)
             if t is None:
                 return Decision(request.lease_id, None)
             if t is not UNKNOWN:
                 chosen = place(cards, timeline, request.count, t, t + request.duration,
-                               same_node=True)  # fmt: skip
+                               same_node=request.same_node)  # fmt: skip
                 if chosen is not None:
                     return Decision(request.lease_id, t, tuple(chosen))
+        else:
+            # Fits when it asks to start (the common case): no need to list the candidates.
+            chosen = place(
+                cards, timeline, request.count, t0, t0 + request.duration,
+                same_node=request.same_node,
+            )  # fmt: skip
+            if chosen is not None:
+                return Decision(request.lease_id, t0, tuple(chosen))
     card_ids = [c.card_id for c in cards]
     candidates = [t0, *timeline.ends_after(card_ids, t0)]
     first = 0

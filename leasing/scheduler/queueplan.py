@@ -393,7 +393,7 @@ class QueuePlan:
                 ):
                     self._reserve(entry)
                     continue
-            if reserved_from is not None and n < reserved_from:
+            if reserved_from is not None:  # (before it: at it, the loop has returned)
                 for later in reversed(behind[reserved_from:]):
                     self._unreserve(later)  # out of the way of this search
                 reserved_from = None

@@ -50,9 +50,10 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
     waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
     waiting.refresh_from_db()
     assert waiting.estimated_start == T0 + hours(2)
-    # told 13:00: the plan's 11:00 and room for smaller work that may pass (scheduler.eta:
-    # 2 h at most); moves are measured on the start told
-    assert lease_told_start(waiting, now=T0) == T0 + hours(4)
+    # told 13:01: the plan's 11:00 and room for smaller work that may pass (scheduler.eta:
+    # 2 h at most, and 1 % of the 2 h wait in whole minutes); moves are measured on the
+    # start told
+    assert lease_told_start(waiting, now=T0) == T0 + hours(4) + timedelta(minutes=1)
 
     # 1. a request of higher priority joins ahead of him: 11:00 → 13:00
     frozen.shift(timedelta(minutes=10))
@@ -73,10 +74,11 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
 
     events = _moves(waiting)
     assert [(e.data["from"][11:16], e.data["to"][11:16], e.data["why"]) for e in events] == [
-        ("05:00", "07:00", "higher_priority"),
-        ("07:00", "08:00", "drain"),
-        ("08:00", "05:00", "released"),
-    ]  # UTC, told: 13:00 → 15:00, 15:00 → 16:00, 16:00 → 13:00 in Shanghai
+        ("05:01", "07:02", "higher_priority"),
+        ("07:02", "08:02", "drain"),
+        ("08:02", "05:00", "released"),
+    ]  # UTC, told in Shanghai: 13:01 → 15:02, 15:02 → 16:02, 16:02 → 13:00 (each with 1 %
+    # of its wait from the moment it moved, in whole minutes rounded down)
     told = _notices(waiting)
     assert len(told) == 1 and told[0].user == bob
     assert "预计开始时间" in told[0].title  # worded in bob's language when sent
@@ -84,7 +86,7 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
     client.force_login(bob)
     page = client.get(f"/leases/{waiting.pk}/").content.decode()
     assert page.count('data-kind="estimate_moved"') == 3
-    assert "12-01 13:00 → 12-01 15:00" in page
+    assert "12-01 13:01 → 12-01 15:02" in page
 
     # after the hour, the moves left untold are told once, with the latest estimate
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=40)) == 0
@@ -92,7 +94,7 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=85)) == 1
     latest = _notices(waiting)
     assert len(latest) == 2
-    # from what he was told (13:00) to the latest estimate (11:00)
+    # from what he was told (13:01) to the latest estimate (13:00)
     assert latest[-1].data["params"]["from"] == events[0].data["to"]
     assert latest[-1].data["params"]["to"] == events[-1].data["to"]
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=86)) == 0  # told once

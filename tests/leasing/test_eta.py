@@ -1,6 +1,7 @@
 """The start a waiting lease is told (scheduler.eta): never before the plan's, the plan's
 once nobody can pass it, and the room left for passing work only shrinks as time goes on."""
 
+import math
 from datetime import UTC, datetime, timedelta
 
 from django.utils.dateparse import parse_datetime
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from leasing.scheduler.eta import (
     PASSING_CAP,
     PASSING_FACTOR,
+    PASSING_STRETCH,
     told_start,
     virtual_of,
     virtual_submit,
@@ -35,7 +37,12 @@ def test_told_start_counts_what_may_still_pass(planned, duration, count, since, 
     plan = now + planned
     told = told_start(plan, virtual_at=virtual, now=now)
     assert told >= plan
-    assert told - plan == min(PASSING_FACTOR * max(virtual - now, timedelta(0)), PASSING_CAP)
+    if now < virtual:  # it can still be passed: room for the work and the holes it cuts
+        margin = min(PASSING_FACTOR * (virtual - now), PASSING_CAP)
+        stretch = timedelta(minutes=math.floor(PASSING_STRETCH * planned.total_seconds() / 60))
+        assert told - plan == margin + stretch
+    else:
+        assert told == plan
     # later, with the same plan: never further out
     assert told_start(plan, virtual_at=virtual, now=now + later) <= told
     # past the virtual submit time nobody can pass: the plan's start itself
@@ -56,7 +63,9 @@ def test_the_queued_notice_and_the_event_tell_the_start_told(frozen, alice, bob,
     provisioning.provision_step(lease_id=ask(alice, vision, a100, duration=hours(8)).pk)
     waiting = ask(bob, nlp, a100, duration=hours(2))
     assert waiting.status == LeaseStatus.QUEUED and waiting.estimated_start == NOW + hours(8)
-    told = NOW + hours(9)  # 2 x the 30 min of slack of 1 card x 2 h, all still ahead
+    # 2 x the 30 min of slack of 1 card x 2 h, all still ahead, and 1 % of the 8 h wait
+    # (4.8 min: whole minutes, rounded down)
+    told = NOW + hours(9) + timedelta(minutes=4)
     lease_tasks.notify_lease(waiting.pk, "lease_queued")
     notice = Notification.objects.get(lease=waiting, kind="lease_queued")
     assert parse_datetime(notice.data["params"]["estimated_start"]) == told
@@ -90,9 +99,10 @@ def test_the_lease_page_says_when_the_plan_has_cards_and_that_the_rest_is_room(
 
     page, told, planned = shown("en")
     assert "the rest is room for requests that may still go ahead of it" in page
-    # the plan's start (8 h from now) and the start told (1 h of room later), in one time zone
+    # the plan's start (8 h from now) and the start told (1 h of room and 1 % of the wait
+    # later), in one time zone
     gap = datetime.fromisoformat(told.group(1)) - datetime.fromisoformat(planned.group(1))
-    assert gap == timedelta(hours=1)
+    assert gap == timedelta(hours=1, minutes=4)
     page, _told, planned = shown("zh-hans")
     assert "队列计划从" in page and planned is not None
     # past its virtual submit time (30 min of slack) nobody can pass: no room, no note

@@ -539,9 +539,10 @@ def test_the_preview_tells_the_start_the_lease_page_will_tell_with_work_ahead(
     outlook = request_steps.lease_request_check(**values)
     now = timezone.now()
     assert outlook.start == bare.start == now + hours(10)  # the plan's start: the same
-    # 60 card-hours: a slack of 4 h (the cap), a margin of 2 h for smaller work (the cap)
-    assert bare.told == bare.start + hours(2)
-    assert outlook.told == now + hours(10) / (1 - 0.4) + hours(2)
+    # 60 card-hours: a slack of 4 h (the cap), a margin of 2 h for smaller work (the cap),
+    # and 1 % of the wait (whole minutes, rounded down): 6 min of 10 h, 10 min of the 16 h 40 min stretched
+    assert bare.told == bare.start + hours(2) + timedelta(minutes=6)
+    assert outlook.told == now + hours(10) / (1 - 0.4) + hours(2) + timedelta(minutes=10)
     lease = ask(alice, vision, a100, count=2, duration=hours(30))
     assert lease.status == LeaseStatus.QUEUED
     assert lease_truth(lease, now=now).start == outlook.told

@@ -86,17 +86,17 @@ def test_a_queued_lease_ends_its_duration_after_its_estimated_start(
 
     # Told: the plan's start plus room for smaller work that may pass within its slack
     # (scheduler.eta: 2 x the 30 min of slack 1 card x 2 h gets, all of it still ahead,
-    # under the 2 h cap).
+    # under the 2 h cap, and 1 % of the 8 h wait: 4.8 min, 4 in whole minutes rounded down).
     data = api_lease(api, alice, waiting)
-    assert api_time(api, data["effective_start"]) == T0 + hours(9)
-    assert api_time(api, data["effective_end"]) == T0 + hours(11)
+    assert api_time(api, data["effective_start"]) == T0 + hours(9) + timedelta(minutes=4)
+    assert api_time(api, data["effective_end"]) == T0 + hours(11) + timedelta(minutes=4)
 
     client.force_login(alice)
     listing = client.get("/leases/").content.decode()
-    assert "12-01 18:00" in listing and "12-01 20:00" in listing
+    assert "12-01 18:04" in listing and "12-01 20:04" in listing
     assert "12-01 11:00" not in listing  # the wanted window's end, before the start
     page = client.get(f"/leases/{waiting.pk}/").content.decode()
-    assert "2026-12-01 20:00" in page
+    assert "2026-12-01 20:04" in page
 
     # Once nobody can pass it any more (its virtual submit time has come), the plan's start.
     frozen.shift(timedelta(minutes=30))

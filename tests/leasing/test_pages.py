@@ -77,8 +77,9 @@ def test_preview_says_free_now_or_estimated_start(browser, frozen, alice, vision
         "/leases/preview/", form_data(a100), HTTP_HX_REQUEST="true"
     ).content.decode()
     # told as the lease page will: free at 11:00, plus room for smaller work that may pass
-    # it within its slack (scheduler.eta: 2 x 1.5 h, at most 2 h)
-    assert "Estimated start: 2026-12-01 13:00" in later
+    # it within its slack (scheduler.eta: 2 x 1.5 h, at most 2 h) and 1 % of the 2 h wait
+    # (1.2 min: 1, whole minutes rounded down)
+    assert "Estimated start: 2026-12-01 13:01" in later
     assert not Lease.objects.filter(status=LeaseStatus.QUEUED).exists()
 
 

@@ -1,6 +1,8 @@
 """Priority classes an operator configures: a purpose can lift a request's class in the queue
 (CARDPOOL["PURPOSE_PRIORITY"], e.g. inference above training when the pool is tight)."""
 
+from datetime import timedelta
+
 import pytest
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -90,5 +92,7 @@ def test_the_preview_counts_the_lifted_class_like_the_request(
     late = ask(bob, nlp, a100, count=8, purpose=Purpose.INFERENCE, same_node=False)
     late.refresh_from_db()
     assert late.estimated_start == ahead.start
-    # told (scheduler.eta): the plan's start plus 2 h of room for smaller work
-    assert ahead.told == T0 + hours(3 + 2) == lease_told_start(late, now=T0)
+    # told (scheduler.eta): the plan's start plus 2 h of room for smaller work and 1 % of
+    # the 3 h wait (1.8 min: 1, whole minutes rounded down)
+    told = T0 + hours(3 + 2) + timedelta(minutes=1)
+    assert ahead.told == told == lease_told_start(late, now=T0)

@@ -113,10 +113,27 @@ def charges(
     card swap or a partial preemption charges each card for its own time, as the bill does;
     a waiting lease charges ``count`` over its booked window.
     """
-    rows = (
+    return charges_over(team_id, [(lo, hi)], card_model_id=card_model_id, user_id=user_id, cut=cut)[
+        0
+    ]
+
+
+def charges_over(
+    team_id: int,
+    ranges: list[tuple[datetime, datetime]],
+    *,
+    card_model_id: int | None = None,
+    user_id: int | None = None,
+    cut: tuple[int, datetime] | None = None,
+) -> list[list[Charge]]:
+    """``charges`` for each of *ranges*, from one read of the leases and allocations over
+    the smallest range that covers them all (a page that shows a month and a chart's days).
+    Each range keeps the leases and allocations its own read would find."""
+    lo_all, hi_all = min(lo for lo, _hi in ranges), max(hi for _lo, hi in ranges)
+    rows = list(
         _leases(team_id, card_model_id=card_model_id, user_id=user_id)
-        .filter(status__in=CHARGED_STATES, start_at__lt=hi, end_at__gt=lo)
-        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
+        .filter(status__in=CHARGED_STATES, start_at__lt=hi_all, end_at__gt=lo_all)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo_all))
         .values_list(
             "pk",
             "count",
@@ -130,19 +147,25 @@ def charges(
             "priority",
         )
     )
-    rows = list(rows)
     held: dict[int, list[tuple[datetime, datetime]]] = {}
     for lease_id, start, end in Allocation.objects.filter(
-        lease_id__in=[r[0] for r in rows if r[7] != LeaseStatus.QUEUED], start_at__lt=hi
+        lease_id__in=[r[0] for r in rows if r[7] != LeaseStatus.QUEUED], start_at__lt=hi_all
     ).values_list("lease_id", "start_at", "end_at"):
         held.setdefault(lease_id, []).append((start, end))
+    return [_charges_in(rows, held, lo, hi, cut) for lo, hi in ranges]
+
+
+def _charges_in(rows, held, lo: datetime, hi: datetime, cut) -> list[Charge]:
+    """``charges`` over [lo, hi) from the rows and allocations of a read that covers it."""
     out = []
     for pk, count, start, end, ended, model_id, user, status, borrowed, priority in rows:
+        if not (start < hi and end > lo and (ended is None or ended > lo)):
+            continue
         stop = min(end, ended) if ended else end
         if cut and pk == cut[0]:
             stop = min(stop, cut[1])
-        windows = [(max(s, start), min(e, stop)) for s, e in held.get(pk, [])]
-        if status == LeaseStatus.QUEUED or pk not in held:
+        windows = [(max(s, start), min(e, stop)) for s, e in held.get(pk, []) if s < hi]
+        if status == LeaseStatus.QUEUED or not windows:
             windows = [(start, stop)] * count
         for s, e in windows:
             if e > s:

@@ -93,13 +93,25 @@ def team_month_total(team: Team, *, now: datetime) -> QuotaRow:
     return total
 
 
-def team_overview(team: Team, *, now: datetime) -> dict:
-    """Everything a lead's team page shows, in a bounded number of queries."""
+def team_page(team: Team, *, now: datetime, since: datetime, until: datetime) -> tuple:
+    """(``team_overview``, ``team_daily_hours`` over [since, until)): what the team page
+    shows, the team's charges read once for the month and the chart's days."""
+    month = periods.month_of(now)
+    chart = (since, max(since, min(until, now)))
+    in_month, in_chart = quotas.charges_over(team.pk, [month, chart])
+    overview = team_overview(team, now=now, charges=in_month)
+    return overview, team_daily_hours(team, since=since, until=until, now=now, charges=in_chart)
+
+
+def team_overview(team: Team, *, now: datetime, charges: list | None = None) -> dict:
+    """Everything a lead's team page shows, in a bounded number of queries (*charges*: the
+    month's, when the caller has read them: ``team_page``)."""
     month = periods.month_of(now)
     rules = {
         q.card_model_id: q for q in Quota.objects.filter(team=team).select_related("card_model")
     }
-    charges = quotas.charges(team.pk, *month)
+    if charges is None:
+        charges = quotas.charges(team.pk, *month)
     models = {
         m.pk: m
         for m in CardModel.objects.filter(
@@ -174,14 +186,15 @@ CHART_DAYS_MAX = 366
 
 
 def team_daily_hours(
-    team: Team, *, since: datetime, until: datetime, now: datetime
+    team: Team, *, since: datetime, until: datetime, now: datetime, charges: list | None = None
 ) -> dict[str, dict]:
     """Card-hours held per card model and day (site time zone) in [since, until), up to *now*:
-    the team chart over any range (whole days; at most ``CHART_DAYS_MAX``)."""
+    the team chart over any range (whole days; at most ``CHART_DAYS_MAX``). *charges*: those
+    of [since, min(until, now)), when the caller has read them (``team_page``)."""
     until = min(until, now)
     if until <= since:
         return {}
-    found = quotas.charges(team.pk, since, until)
+    found = quotas.charges(team.pk, since, until) if charges is None else charges
     names = dict(
         CardModel.objects.filter(pk__in={c.card_model_id for c in found}).values_list("pk", "name")
     )

@@ -83,14 +83,13 @@ def team_detail(request, slug: str):
     if team is None:
         raise Http404
     now = timezone.now()
-    overview = selectors.team_overview(team, now=now)
     range_form, start, end = _chart_range(request, now)
     tz = periods.site_tz()
-    daily = selectors.team_daily_hours(
+    overview, daily = selectors.team_page(
         team,
+        now=now,
         since=datetime.combine(start, time.min, tzinfo=tz),
         until=datetime.combine(end + timedelta(days=1), time.min, tzinfo=tz),
-        now=now,
     )
     days = [start + timedelta(days=i) for i in range((end - start).days + 1)]
     can_lead = is_operator(request.user) or leads_team(request.user, team.pk)

@@ -45,7 +45,7 @@ from leasing.models import (
     LeaseEvent,
 )
 from leasing.scheduler import fastpath, plancache, shares
-from leasing.scheduler.eta import lease_told_start
+from leasing.scheduler.eta import lease_told_basis, lease_told_start
 from leasing.scheduler.run import (
     replan,
 )
@@ -370,11 +370,12 @@ def _queued_tell(lease: Lease, now: datetime) -> None:
     # the start told (the lease page's; moves are measured from it): scheduler.eta
     ahead = team_work_ahead(lease.team_id)
     told = lease_told_start(lease, now=now, ahead=ahead)
+    basis = lease_told_basis(lease, ahead=ahead)  # what it is made of: scheduler.moves
     event_record(
         lease.pk,
         kind="queued",
         at=now,
-        data={"estimated_start": told and told.isoformat()},
+        data={"estimated_start": told and told.isoformat(), **({"basis": basis} if basis else {})},
     )
 
 

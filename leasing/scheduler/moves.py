@@ -23,6 +23,7 @@ from django.utils.dateparse import parse_datetime
 from leasing.choices import Kind, LeaseStatus
 from leasing.models import Lease, LeaseEvent, Notification
 from leasing.notify.messages import notice_send
+from leasing.scheduler.eta import told_again
 
 logger = logging.getLogger(__name__)
 
@@ -62,32 +63,38 @@ def threshold() -> timedelta:
 
 
 def estimates_moved(
-    moved: list[tuple[int, datetime | None, datetime | None]], *, now: datetime
+    moved: list[tuple[int, datetime | None, datetime | None, dict | None]], *, now: datetime
 ) -> list[int]:
-    """Record (and tell) the moves of *moved* ``(lease, old estimate, new estimate)`` larger
-    than the threshold; the leases told now. Called by the pass that wrote the estimates.
+    """Record (and tell) the moves of *moved* ``(lease, old estimate, new estimate, basis)``
+    larger than the threshold; the leases told now. Called by the pass that wrote the
+    estimates; *basis*: what the new estimate is made of (``eta.told_basis``), kept with it.
 
     A move is measured from the estimate last recorded on the lease's timeline (the one it
-    was given when it queued, or the last move's), so many small steps add up to a move."""
+    was given when it queued, or the last move's), so many small steps add up to a move; that
+    estimate as it reads now (``eta.told_again``): the room a start told leaves for passing
+    work shrinks as time goes on, which is no move."""
     limit = threshold()
-    changed = [(pk, old, new) for pk, old, new in moved if new is not None]
+    changed = [m for m in moved if m[2] is not None]
     if not changed:
         return []
-    base = baselines([pk for pk, _o, _n in changed])
+    base = baselines([pk for pk, _o, _n, _b in changed])
     big = []
-    for pk, old, new in changed:
-        was = base.get(pk, old)
+    for pk, old, new, basis in changed:
+        was = old
+        if pk in base:
+            recorded, recorded_basis = base[pk]
+            was = told_again(recorded_basis, now=now) if recorded_basis else recorded
         if was is not None and abs(new - was) > limit:
-            big.append((pk, was, new))
+            big.append((pk, was, new, basis))
     if not big:
         return []
     why, params = _cause.get() or ("replanned", {})
     ranks = {}
     if why == "request_ahead":
-        ids = [pk for pk, _o, _n in big] + [params.get("lease")]
+        ids = [pk for pk, *_m in big] + [params.get("lease")]
         ranks = dict(Lease.objects.filter(pk__in=ids).values_list("pk", "priority_rank"))
     events = []
-    for pk, old, new in big:
+    for pk, old, new, basis in big:
         reason = why
         if why == "request_ahead" and ranks.get(params.get("lease"), 0) > ranks.get(pk, 0):
             reason = "higher_priority"
@@ -96,25 +103,32 @@ def estimates_moved(
                 lease_id=pk,
                 kind=EVENT,
                 at=now,
-                data={"from": old.isoformat(), "to": new.isoformat(), "why": reason, **params},
+                data={
+                    "from": old.isoformat(),
+                    "to": new.isoformat(),
+                    "why": reason,
+                    **params,
+                    **({"basis": basis} if basis else {}),
+                },
             )
         )
     LeaseEvent.objects.bulk_create(events)
     told_lately = set(
         Notification.objects.filter(
-            lease_id__in=[pk for pk, _o, _n in big],
+            lease_id__in=[pk for pk, _o, _n, _b in big],
             data__message=MESSAGE,
             created_at__gt=now - NOTICE_EVERY,
         ).values_list("lease_id", flat=True)
     )
-    due = [(pk, e) for (pk, _o, _n), e in zip(big, events, strict=True) if pk not in told_lately]
+    due = [(pk, e) for (pk, *_m), e in zip(big, events, strict=True) if pk not in told_lately]
     return _tell(dict(due[:INLINE_NOTICES]), now=now)
 
 
-def baselines(lease_ids: list[int]) -> dict[int, datetime]:
-    """Per lease, the estimate its timeline last recorded: at queueing (``queued``) or the
-    last ``estimate_moved``. One query."""
-    out: dict[int, datetime] = {}
+def baselines(lease_ids: list[int]) -> dict[int, tuple[datetime, dict | None]]:
+    """Per lease, the estimate its timeline last recorded, at queueing (``queued``) or the
+    last ``estimate_moved``, with what it was made of (``eta.told_basis``; None on events
+    recorded without it). One query."""
+    out: dict[int, tuple[datetime, dict | None]] = {}
     rows = (
         LeaseEvent.objects.filter(lease_id__in=lease_ids, kind__in=("queued", EVENT))
         .order_by("lease_id", "at", "pk")
@@ -124,7 +138,7 @@ def baselines(lease_ids: list[int]) -> dict[int, datetime]:
         value = (data or {}).get("to" if kind == EVENT else "estimated_start")
         moment = parse_datetime(str(value)) if value else None
         if moment is not None:
-            out[lease_id] = moment
+            out[lease_id] = (moment, (data or {}).get("basis"))
     return out
 
 

@@ -29,7 +29,7 @@ from leasing.choices import LeaseStatus
 from leasing.locking import lock_card_models
 from leasing.models import Allocation, FairShare, FairSharePolicy, Lease, PlanVersion, QueueMark
 from leasing.scheduler import fairshare, moves
-from leasing.scheduler.eta import told_start, virtual_submit
+from leasing.scheduler.eta import told_basis, told_start, virtual_submit
 from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.run import replan
 from portal.audit import audit
@@ -206,7 +206,8 @@ def _told_moves(teams: list[int], before: dict, after: dict, *, now: datetime) -
             told_start(planned, virtual_at=virtual, now=now, ahead=a.get(team_id, 0.0))
             for a in (before, after)
         )
-        moved.append((pk, old, new))
+        basis = told_basis(planned, virtual_at=virtual, ahead=after.get(team_id, 0.0))
+        moved.append((pk, old, new, basis))
     moves.estimates_moved(moved, now=now)
 
 

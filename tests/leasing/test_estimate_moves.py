@@ -94,7 +94,7 @@ def test_three_moves_in_an_hour_three_events_one_notice_in_the_holders_language(
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=85)) == 1
     latest = _notices(waiting)
     assert len(latest) == 2
-    # from what he was told (13:01) to the latest estimate (13:00)
+    # from what the first move told him (15:02) to the latest estimate (13:00)
     assert latest[-1].data["params"]["from"] == events[0].data["to"]
     assert latest[-1].data["params"]["to"] == events[-1].data["to"]
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=86)) == 0  # told once
@@ -108,7 +108,7 @@ def test_a_move_under_the_threshold_is_not_told(frozen, alice, bob, vision, nlp,
         ask(bob, nlp, a100, count=8, duration=hours(1), priority=Priority.NORMAL)
         told = lease_told_start(waiting, now=T0)
         moved = moves.estimates_moved(
-            [(waiting.pk, told, told + hours(2))], now=T0
+            [(waiting.pk, told, told + hours(2), None)], now=T0
         )  # two hours: under a three-hour threshold
     assert moved == [] and _moves(waiting) == []
 
@@ -120,7 +120,7 @@ def test_the_notice_reads_in_english_for_an_english_reader(
     ask(alice, vision, a100, count=8, duration=hours(4))
     waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
     with moves.because("drain", node="n1"):
-        moves.estimates_moved([(waiting.pk, T0 + hours(2), T0 + hours(5))], now=T0)
+        moves.estimates_moved([(waiting.pk, T0 + hours(2), T0 + hours(5), None)], now=T0)
     from django.utils import translation
 
     with translation.override("en"):
@@ -142,7 +142,9 @@ def test_a_pass_that_moves_many_tells_a_few_and_the_tick_the_rest(
     ask(alice, vision, a100, count=8, duration=hours(4))
     waiting = [ask(bob, nlp, a100, count=8, duration=hours(2)) for _ in range(3)]
     monkeypatch.setattr(moves, "INLINE_NOTICES", 1)
-    told = moves.estimates_moved([(w.pk, T0 + hours(2), T0 + hours(12)) for w in waiting], now=T0)
+    told = moves.estimates_moved(
+        [(w.pk, T0 + hours(2), T0 + hours(12), None) for w in waiting], now=T0
+    )
     assert len(told) == 1
     assert moves.estimate_notices_due(now=T0 + timedelta(minutes=1)) == 2
     assert sum(len(_notices(w)) for w in waiting) == 3
@@ -157,10 +159,41 @@ def test_small_steps_add_up_to_a_move(frozen, alice, bob, vision, nlp, a100, two
     waiting = ask(bob, nlp, a100, count=8, duration=hours(2))
     given = lease_told_start(waiting, now=T0)  # what the queued event recorded
     step = timedelta(minutes=10)
-    assert moves.estimates_moved([(waiting.pk, given, given + step)], now=T0) == []
-    told = moves.estimates_moved([(waiting.pk, given + step, given + 2 * step)], now=T0)
+    assert moves.estimates_moved([(waiting.pk, given, given + step, None)], now=T0) == []
+    told = moves.estimates_moved([(waiting.pk, given + step, given + 2 * step, None)], now=T0)
     assert told == [waiting.pk]
     (event,) = _moves(waiting)
     assert [parse_datetime(event.data[k]) for k in ("from", "to")] == [given, given + 2 * step]
     # the next step is measured from that move: 10 minutes, not told
-    assert moves.estimates_moved([(waiting.pk, given + 2 * step, given + 3 * step)], now=T0) == []
+    assert (
+        moves.estimates_moved([(waiting.pk, given + 2 * step, given + 3 * step, None)], now=T0)
+        == []
+    )
+
+
+def test_time_running_out_on_the_room_for_passing_work_is_no_move(
+    frozen, alice, bob, vision, nlp, lena, a100
+):
+    """The start told leaves room for work that may still pass (``scheduler.eta``: twice the
+    time left, and 1 % of the wait) until the virtual submit time; after it the room is gone.
+    A later small move is measured from what the first start told says *now*, not from the
+    room it had then: a 10-minute move is no move, however long the wait."""
+    make_node(a100, cards=8, domains=1, hostname="w1")
+    ask(alice, vision, a100, count=8, duration=hours(48))  # the pool, two days
+    waiting = ask(bob, nlp, a100, count=1, duration=timedelta(minutes=28))  # 7 min of slack
+    waiting.refresh_from_db()
+    assert waiting.estimated_start == T0 + hours(48)
+    # told: 48 h + 14 min of room for passing work + 28 min (1 % of the wait)
+    assert lease_told_start(waiting, now=T0) == T0 + hours(48) + timedelta(minutes=42)
+    frozen.shift(timedelta(minutes=10))  # past its virtual submit time: told = the plan
+    high = ask(lena, vision, a100, count=8, duration=timedelta(minutes=10), priority=Priority.HIGH)
+    assert high.status == LeaseStatus.QUEUED
+    waiting.refresh_from_db()
+    assert waiting.estimated_start == T0 + hours(48) + timedelta(minutes=10)  # a real 10 min
+    assert _moves(waiting) == [] and _notices(waiting) == []
+    # a real move past the threshold is still told, from what the first start says now
+    frozen.shift(timedelta(minutes=1))
+    ask(lena, vision, a100, count=8, duration=timedelta(minutes=20), priority=Priority.HIGH)
+    (event,) = _moves(waiting)
+    assert parse_datetime(event.data["from"]) == T0 + hours(48)
+    assert parse_datetime(event.data["to"]) == T0 + hours(48) + timedelta(minutes=30)

@@ -447,14 +447,17 @@ def test_the_start_told_leaves_room_for_the_work_ahead():
     at_most = told_start(planned, virtual_at=virtual, now=now, ahead=5.0)
     assert at_most == now + hours(6) / (1 - fairshare.AHEAD_MAX)
     # a move of the plan's start is measured on the starts told, each stretched alike
-    from leasing.scheduler.eta import told_moves
+    from leasing.scheduler.eta import told_again, told_moves, virtual_of
 
     key = service_key(rank=100, submitted_at=T - hours(6), duration=hours(1), count=1, lease_id=7)
     moved = [(7, T + hours(2), T + hours(4))]
+    basis = {"planned": (T + hours(4)).isoformat(), "virtual": virtual_of(key).isoformat()}
     assert told_moves(moved, {7: key}, now=now, ahead_of={7: 0.5}) == [
-        (7, now + hours(4), now + hours(8))
+        (7, now + hours(4), now + hours(8), {**basis, "ahead": 0.5})
     ]
-    assert told_moves(moved, {7: key}, now=now) == moved
+    assert told_moves(moved, {7: key}, now=now) == [(*moved[0], {**basis, "ahead": 0.0})]
+    # what the new start told is made of tells it again: here, nobody can pass any more
+    assert told_again({**basis, "ahead": 0.5}, now=now) == now + hours(8)
 
 
 def test_a_recomputation_finds_the_work_ahead_of_each_team_and_the_lease_page_tells_it(

@@ -126,12 +126,27 @@ def charges_over(
     user_id: int | None = None,
     cut: tuple[int, datetime] | None = None,
 ) -> list[list[Charge]]:
-    """``charges`` for each of *ranges*, from one read of the leases and allocations over
-    the smallest range that covers them all (a page that shows a month and a chart's days).
-    Each range keeps the leases and allocations its own read would find."""
+    """``charges`` for each of *ranges*: ranges that overlap or touch share one read of the
+    leases and allocations over the range that covers them (a page that shows a month and a
+    chart's days); each keeps what its own read would find."""
+    found: dict[int, list[Charge]] = {}
+    group: list[int] = []
+    filters = {"card_model_id": card_model_id, "user_id": user_id}
+    for n in sorted(range(len(ranges)), key=lambda n: ranges[n]):
+        if group and ranges[n][0] > max(ranges[g][1] for g in group):
+            found.update(_read_together(team_id, [ranges[g] for g in group], group, cut, filters))
+            group = []
+        group.append(n)
+    if group:
+        found.update(_read_together(team_id, [ranges[g] for g in group], group, cut, filters))
+    return [found[n] for n in range(len(ranges))]
+
+
+def _read_together(team_id, ranges, names, cut, filters) -> dict[int, list[Charge]]:
+    """``charges`` over each of *ranges* (named *names*) from one read over all of them."""
     lo_all, hi_all = min(lo for lo, _hi in ranges), max(hi for _lo, hi in ranges)
     rows = list(
-        _leases(team_id, card_model_id=card_model_id, user_id=user_id)
+        _leases(team_id, **filters)
         .filter(status__in=CHARGED_STATES, start_at__lt=hi_all, end_at__gt=lo_all)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo_all))
         .values_list(
@@ -152,7 +167,10 @@ def charges_over(
         lease_id__in=[r[0] for r in rows if r[7] != LeaseStatus.QUEUED], start_at__lt=hi_all
     ).values_list("lease_id", "start_at", "end_at"):
         held.setdefault(lease_id, []).append((start, end))
-    return [_charges_in(rows, held, lo, hi, cut) for lo, hi in ranges]
+    return {
+        name: _charges_in(rows, held, lo, hi, cut)
+        for name, (lo, hi) in zip(names, ranges, strict=True)
+    }
 
 
 def _charges_in(rows, held, lo: datetime, hi: datetime, cut) -> list[Charge]:

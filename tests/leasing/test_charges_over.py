@@ -5,7 +5,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from leasing.choices import EndReason, LeaseStatus
@@ -34,7 +34,8 @@ def _lease(user, team, model, *, count, start, end, status, ended=None):
 @pytest.fixture
 def leases(alice, bob, vision, nlp, a100):
     """Leases of every shape a charge window takes: cards swapped and added later, ended
-    early, waiting, holding with no allocation yet, and another team's."""
+    early, waiting, holding with no allocation yet or only from later on, and another
+    team's."""
     cards = list(make_node(a100, cards=8, hostname="c1").cards.order_by("pk"))
     swapped = _lease(alice, vision, a100, count=2, start=T0 - hours(10), end=T0 + hours(10),
                      status=LeaseStatus.ACTIVE)  # fmt: skip
@@ -49,6 +50,11 @@ def leases(alice, bob, vision, nlp, a100):
     )
     _lease(alice, vision, a100, count=3, start=T0 + hours(2), end=T0 + hours(6),
            status=LeaseStatus.QUEUED)  # fmt: skip
+    late = _lease(alice, vision, a100, count=1, start=T0, end=T0 + hours(10),
+                  status=LeaseStatus.ACTIVE)  # fmt: skip
+    Allocation.objects.create(  # its cards only from +2 h: before that, its booked window
+        lease=late, card=cards[6], start_at=T0 + hours(2), end_at=T0 + hours(10)
+    )
     _lease(alice, vision, a100, count=2, start=T0 - hours(1), end=T0 + hours(4),
            status=LeaseStatus.PROVISIONING)  # fmt: skip
     other = _lease(bob, nlp, a100, count=1, start=T0 - hours(5), end=T0 + hours(5),
@@ -67,6 +73,8 @@ ranges = st.tuples(edges, edges).filter(lambda r: r[0] < r[1])
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(first=ranges, second=ranges, cut=st.booleans())
+# a lease whose cards come only after the first range: its booked window there
+@example(first=(T0 - hours(1), T0 + hours(1)), second=(T0, T0 + hours(5)), cut=False)
 def test_each_range_finds_what_its_own_read_finds(leases, first, second, cut):
     team = leases
     cut_at = None
@@ -76,6 +84,7 @@ def test_each_range_finds_what_its_own_read_finds(leases, first, second, cut):
     together = quotas.charges_over(team.pk, [first, second], cut=cut_at)
     alone = [quotas.charges(team.pk, *r, cut=cut_at) for r in (first, second)]
     assert [Counter(c) for c in together] == [Counter(c) for c in alone]
+    assert quotas.charges_over(team.pk, []) == []
 
 
 def test_the_team_page_reads_them_once_and_shows_what_each_read_shows(

@@ -113,9 +113,10 @@ def charges(
     card swap or a partial preemption charges each card for its own time, as the bill does;
     a waiting lease charges ``count`` over its booked window.
     """
-    return charges_over(team_id, [(lo, hi)], card_model_id=card_model_id, user_id=user_id, cut=cut)[
-        0
-    ]
+    (found,) = charges_over(
+        team_id, [(lo, hi)], card_model_id=card_model_id, user_id=user_id, cut=cut
+    )
+    return found
 
 
 def charges_over(

@@ -97,8 +97,10 @@ def team_page(team: Team, *, now: datetime, since: datetime, until: datetime) ->
     """(``team_overview``, ``team_daily_hours`` over [since, until)): what the team page
     shows, the team's charges read once for the month and the chart's days."""
     month = periods.month_of(now)
-    chart = (since, max(since, min(until, now)))
-    in_month, in_chart = quotas.charges_over(team.pk, [month, chart])
+    chart_end = min(until, now)
+    if chart_end <= since:  # a chart of days still to come: nothing to read for it
+        return team_overview(team, now=now), {}
+    in_month, in_chart = quotas.charges_over(team.pk, [month, (since, chart_end)])
     overview = team_overview(team, now=now, charges=in_month)
     return overview, team_daily_hours(team, since=since, until=until, now=now, charges=in_chart)
 

@@ -5,6 +5,8 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -98,3 +100,10 @@ def test_the_team_page_reads_them_once_and_shows_what_each_read_shows(
     assert [vars(r) for r in overview["rows"]] == [vars(r) for r in alone["rows"]]
     assert daily  # the chart has days, the month its rows: not an empty comparison
     assert any(r.used_hours or r.booked_hours or r.waiting_hours for r in overview["rows"])
+    # a chart of days still to come: no days, the month as ever, and nothing read for it
+    later = (T0 + timedelta(days=40), T0 + timedelta(days=42))  # next month
+    with CaptureQueriesContext(connection) as month_alone:
+        selectors.team_overview(team, now=now)
+    with django_assert_num_queries(len(month_alone)):
+        ahead, none = selectors.team_page(team, now=now, since=later[0], until=later[1])
+    assert none == {} and [vars(r) for r in ahead["rows"]] == [vars(r) for r in alone["rows"]]

@@ -62,6 +62,10 @@ waiting jobs (``scheduler.bounded.BoundedPlan``); the rest start by backfill or 
 the head, and are told the start ``BoundedPlan.tail_estimates`` gives (recomputed every
 ``TAIL_EVERY``; a newcomer's at once). Without it every waiting job is planned.
 
+``--head-first``: ``portal`` and ``portal-before`` plan every waiting job, and where every job
+waiting belongs to one team, a job that fits now around the holders and the head's
+reservation starts now (``scheduler.headfirst.HeadFirstPlan``, EASY inside a team).
+
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
 Events at the same second are applied together (ends, then submits) before one pass.
@@ -93,6 +97,7 @@ sys.path.insert(0, str(ROOT))
 from leasing.scheduler import fairshare  # noqa: E402
 from leasing.scheduler.bounded import BoundedPlan  # noqa: E402
 from leasing.scheduler.eta import told_start, virtual_of  # noqa: E402
+from leasing.scheduler.headfirst import HeadFirstPlan  # noqa: E402
 from leasing.scheduler.planner import (  # noqa: E402
     CardSlot,
     Request,
@@ -277,10 +282,14 @@ class Planned:
 
     def __init__(
         self, cards, portal: bool, check_full: bool, per_card_hour, cap, start, fair=None,
-        depth=None,
+        depth=None, head_first=False,
     ):  # fmt: skip
         if depth and portal:
             self.plan = BoundedPlan(cards, Timeline(), now=start, depth=depth)
+        elif portal and head_first:
+            self.plan = HeadFirstPlan(
+                cards, Timeline(), now=start, team_of=lambda i: self.jobs[i].team
+            )
         else:
             self.plan = QueuePlan(cards, Timeline(), now=start)
         self.tail_told: dict[int, datetime] = {}  # a tail job's start told (BoundedPlan)
@@ -694,6 +703,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             start=jobs[0].submit,
             fair=fair,
             depth=args.depth,
+            head_first=args.head_first,
         )
     ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
     reclaim = None
@@ -1016,6 +1026,11 @@ def main() -> int:
     add_fair_share_arguments(parser)
     parser.add_argument(
         "--depth", type=int, help="plan reservations for the first N waiting jobs only (portal)"
+    )
+    parser.add_argument(
+        "--head-first",
+        action="store_true",
+        help="portal: where one team waits, backfill around the head alone (scheduler.headfirst)",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the last policy")
     parser.add_argument(

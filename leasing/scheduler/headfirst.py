@@ -1,0 +1,255 @@
+"""Backfill around the head where one team waits (EASY inside a team).
+
+``QueuePlan`` keeps a reservation for every waiting lease (conservative backfill), so a lease
+starts early only into a hole no one ahead of it needs. Between teams that is what keeps
+fair share honest: a team below its share is never passed by work of a team above it. Inside
+one team it costs the team: its large leases hold idle cards in front of their reservations
+that its own shorter work could use now (docs/performance.md, "Queue policy on a real
+trace": b436b2's p95 6 % behind EASY's with every reservation kept, 8 % ahead with this).
+
+So where every waiting lease of the model belongs to one team, ``HeadFirstPlan.advance``
+also starts, in service order, each waiting lease that fits **now** on cards free over its
+whole length around the holders and the **head's** reservation alone (the first lease in
+service order: it is never delayed); those it passes are planned again behind it. Leases
+of two or more teams waiting: exactly ``QueuePlan``.
+
+Every lease still holds a planned start and cards, so every view of time reads the plan as
+before; what changes is that a waiting lease behind the head may be passed by its own team's
+shorter work, and its start moves (``moves`` tells it). The plan after ``advance`` is the
+full plan of the queue left once nothing more starts: tests/leasing/test_headfirst.py holds
+it to ``settled`` (``planner.plan_queue`` and these starts, from scratch) on random queues.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+
+from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, cards_for, place
+from leasing.scheduler.queueplan import Planned, QueuePlan
+
+_FAR = timedelta(days=36_500)
+
+
+class HeadFirstPlan(QueuePlan):
+    """``QueuePlan`` that backfills around the head alone while one team waits (see the
+    module). *team_of(lease_id)*: the lease's team; None: never (plain ``QueuePlan``)."""
+
+    def __init__(
+        self,
+        cards: Sequence[CardSlot],
+        timeline: Timeline,
+        *,
+        now: datetime,
+        team_of: Callable[[int], object] | None = None,
+    ):
+        super().__init__(cards, timeline, now=now)
+        self.team_of = team_of
+        # the busy periods in the timeline that are waiting leases' reservations (the rest
+        # are holders): (card, start, end)
+        self._reserved: set[tuple[int, datetime, datetime]] = set()
+        self._teams: Counter = Counter()  # waiting leases per team
+
+    # --- reading ----------------------------------------------------------------------
+    def one_team(self) -> bool:
+        """Whether two or more leases wait, all of one team (then the head alone is kept)."""
+        return self.team_of is not None and len(self.entries) > 1 and len(self._teams) == 1
+
+    # --- changing ---------------------------------------------------------------------
+    def advance(self, now: datetime) -> list[Planned]:
+        """``QueuePlan.advance``; then, while one team waits, the leases that fit now around
+        the holders and the head start too (those they pass planned again), until none does."""
+        out = self._advance(now)
+        while self.one_team():
+            started = self._backfill(now)
+            if not started:
+                break
+            out += started + self._advance(now)
+        out.sort(key=lambda e: e.key)
+        return out
+
+    def rebuild(self, items: Iterable) -> list[Decision]:
+        decisions = super().rebuild(items)
+        self._count()
+        return decisions
+
+    def restore(self, stored) -> bool:
+        ok = super().restore(stored)
+        self._count()
+        return ok
+
+    def append(self, key, request: Request) -> Planned:
+        entry = super().append(key, request)
+        self._join(entry)
+        return entry
+
+    def add(self, key, request: Request) -> list[Planned]:
+        out = super().add(key, request)
+        self._join(out[0])
+        return out
+
+    def remove(self, lease_id: int) -> list[Planned]:
+        gone = next((e for e in self.entries if e.request.lease_id == lease_id), None)
+        out = super().remove(lease_id)
+        if gone is not None:
+            self._leave(gone)
+        return out
+
+    # --- inside -----------------------------------------------------------------------
+    def _advance(self, now: datetime) -> list[Planned]:
+        due = super().advance(now)
+        for entry in due:  # they hold their cards now
+            self._forget(entry)
+            self._leave(entry)
+        return due
+
+    def _count(self) -> None:
+        self._teams = Counter()
+        for entry in self.entries:
+            self._join(entry)
+
+    def _join(self, entry: Planned) -> None:
+        if self.team_of is not None:
+            self._teams[self.team_of(entry.request.lease_id)] += 1
+
+    def _leave(self, entry: Planned) -> None:
+        if self.team_of is not None:
+            team = self.team_of(entry.request.lease_id)
+            self._teams[team] -= 1
+            if not self._teams[team]:
+                del self._teams[team]
+
+    def _backfill(self, now: datetime) -> list[Planned]:
+        """Those behind the head that fit now around the holders and the head's reservation,
+        in service order (``place``), started; the others planned again around them."""
+        free = self._free_now(now)
+        if not free:
+            return []
+        scratch = Timeline()
+        for card, periods in free:
+            for period in periods:
+                scratch.add(card.card_id, *period)
+        same, anywhere = _room(free, now)
+        cards = [card for card, _p in free]
+        left = len(cards)
+        started: list[tuple[Planned, tuple[int, ...]]] = []
+        for entry in self.entries[1:]:
+            request = entry.request
+            k = request.count
+            if k > left or request.not_before > now:
+                continue
+            room = same.get(k) if request.same_node else anywhere[k - 1]
+            if room is None or room < request.duration:
+                continue
+            end = now + request.duration
+            chosen = place(cards_for(cards, request), scratch, k, now, end,
+                           same_node=request.same_node)  # fmt: skip
+            if chosen is None:
+                continue
+            for card_id in chosen:
+                scratch.add(card_id, now, end)
+            started.append((entry, tuple(chosen)))
+            left -= k
+            if not left:
+                break
+            taken = set(chosen)
+            free = [(c, p) for c, p in free if c.card_id not in taken]
+            same, anywhere = _room(free, now)
+        if not started:
+            return []
+        gone = {e.request.lease_id for e, _c in started}
+        for entry in reversed(self.entries):
+            self._unreserve(entry)
+        added, freed = [], []
+        for entry, chosen in started:
+            freed += self._windows(entry)
+            entry.decision = Decision(entry.request.lease_id, now, chosen)
+            for card_id in chosen:
+                self.timeline.add(card_id, now, now + entry.request.duration)
+            added += self._windows(entry)
+        for entry, _c in started:
+            self._leave(entry)
+        self.entries = [e for e in self.entries if e.request.lease_id not in gone]
+        self.keys = [e.key for e in self.entries]
+        self._replan(self.entries, added=added, freed=freed)
+        self._starts_reset()
+        return [e for e, _c in started]
+
+    def _free_now(self, now: datetime):
+        """The cards free now, each with the periods of the holders and the head's
+        reservation on it (the busy time a lease starting now must not overlap)."""
+        busy = self.timeline.busy
+        reserved = self._reserved
+        head = self.entries[0].decision
+        head_cards = set(head.card_ids) if head.start is not None else ()
+        out = []
+        for card in self.cards:
+            periods = busy.get(card.card_id)
+            if periods and periods[0][0] <= now:
+                continue
+            if card.usable_until is not None and card.usable_until <= now:
+                continue
+            card_id = card.card_id
+            kept = [
+                p for p in periods or ()
+                if (card_id, *p) not in reserved or (card_id in head_cards and p[0] == head.start)
+            ]  # fmt: skip
+            out.append((card, kept))
+        return out
+
+    def _forget(self, entry: Planned) -> None:
+        d = entry.decision
+        if d.start is not None:
+            end = d.start + entry.request.duration
+            for card_id in d.card_ids:
+                self._reserved.discard((card_id, d.start, end))
+
+    def _plan(self, request: Request) -> Decision:
+        decision = super()._plan(request)
+        if decision.start is not None:
+            end = decision.start + request.duration
+            self._reserved.update((c, decision.start, end) for c in decision.card_ids)
+        return decision
+
+    def _reserve(self, entry: Planned) -> None:
+        super()._reserve(entry)
+        d = entry.decision
+        if d.start is not None:
+            end = d.start + entry.request.duration
+            self._reserved.update((c, d.start, end) for c in d.card_ids)
+
+    def _unreserve(self, entry: Planned) -> None:
+        super()._unreserve(entry)
+        self._forget(entry)
+
+
+def _room(free, now: datetime):
+    """How long the cards free now stay free of holders and the head: per count k, the
+    longest time k cards of one node (*same*) and k cards of the pool (*anywhere*) are."""
+    by_node: dict[int, list[timedelta]] = {}
+    anywhere: list[timedelta] = []
+    for card, periods in free:
+        span = periods[0][0] - now if periods else _FAR
+        if card.usable_until is not None:
+            span = min(span, card.usable_until - now)
+        by_node.setdefault(card.node_id, []).append(span)
+        anywhere.append(span)
+    same: dict[int, timedelta] = {}
+    for spans in by_node.values():
+        spans.sort(reverse=True)
+        for k, span in enumerate(spans, 1):
+            if span > same.get(k, timedelta(0)):
+                same[k] = span
+    anywhere.sort(reverse=True)
+    return same, _Longest(anywhere)
+
+
+class _Longest:
+    """``anywhere[k - 1]``: the k-th longest span, or None past the last."""
+
+    def __init__(self, spans: list[timedelta]):
+        self.spans = spans
+
+    def __getitem__(self, i: int) -> timedelta | None:
+        return self.spans[i] if 0 <= i < len(self.spans) else None

@@ -33,7 +33,8 @@ Policies, on the same jobs and pool, all placing with the real ``planner.place``
              factor, ``scheduler.fairshare``, recomputed every ``--fair-every`` minutes
              with a ``--half-life``; then virtual submit time = submit + slack by size),
              kept up to date by ``QueuePlan`` as the portal keeps it (``reorder`` at each
-             recomputation);
+             recomputation); where one team waits, backfill around the head alone
+             (``scheduler.headfirst``);
 * ``portal-before`` the same without fair share (the order before it), run beside
              ``portal`` when two or more teams share the pool, for the fairness figure.
 
@@ -62,9 +63,10 @@ waiting jobs (``scheduler.bounded.BoundedPlan``); the rest start by backfill or 
 the head, and are told the start ``BoundedPlan.tail_estimates`` gives (recomputed every
 ``TAIL_EVERY``; a newcomer's at once). Without it every waiting job is planned.
 
-``--head-first``: ``portal`` and ``portal-before`` plan every waiting job, and where every job
-waiting belongs to one team, a job that fits now around the holders and the head's
-reservation starts now (``scheduler.headfirst.HeadFirstPlan``, EASY inside a team).
+``portal`` and ``portal-before`` plan every waiting job, and where every job waiting belongs
+to one team, a job that fits now around the holders and the head's reservation starts now
+(``scheduler.headfirst.HeadFirstPlan``, EASY inside a team, as the portal's passes do);
+``--no-head-first`` keeps every reservation there too (the policy before it).
 
 ``conservative`` and ``portal`` run through ``QueuePlan``; ``--check-full`` re-plans the whole
 queue with ``planner.plan_queue`` at every pass as well and stops at the first difference.
@@ -703,7 +705,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             start=jobs[0].submit,
             fair=fair,
             depth=args.depth,
-            head_first=args.head_first,
+            head_first=not getattr(args, "no_head_first", False),
         )
     ledger = runner.fair.ledger if getattr(runner, "fair", None) else None
     reclaim = None
@@ -1028,9 +1030,9 @@ def main() -> int:
         "--depth", type=int, help="plan reservations for the first N waiting jobs only (portal)"
     )
     parser.add_argument(
-        "--head-first",
+        "--no-head-first",
         action="store_true",
-        help="portal: where one team waits, backfill around the head alone (scheduler.headfirst)",
+        help="portal: keep every reservation where one team waits too (no scheduler.headfirst)",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the last policy")
     parser.add_argument(

@@ -56,7 +56,29 @@ class HeadFirstPlan(QueuePlan):
         """Whether two or more leases wait, all of one team (then the head alone is kept)."""
         return self.team_of is not None and len(self.entries) > 1 and len(self._teams) == 1
 
+    def fits_now(self, request: Request, now: datetime) -> tuple[int, ...] | None:
+        """The cards *request* would start on now around the holders and the head's
+        reservation (``place``), or None: what ``advance`` gives a newcomer behind a settled
+        plan where its team is the only one waiting (``preview``)."""
+        if not self.entries or request.not_before > now:
+            return None
+        free = self._free_now(now)
+        scratch = Timeline()
+        for card, periods in free:
+            for period in periods:
+                scratch.add(card.card_id, *period)
+        cards = cards_for([card for card, _p in free], request)
+        end = now + request.duration
+        chosen = place(cards, scratch, request.count, now, end, same_node=request.same_node)
+        return None if chosen is None else tuple(chosen)
+
     # --- changing ---------------------------------------------------------------------
+    def teams_known(self, team_of: Callable[[int], object] | None) -> None:
+        """Backfill around the head from now on where one team waits, with *team_of*; None:
+        not (a plan of part of the queue, or one that only moves in time)."""
+        self.team_of = team_of
+        self._count()
+
     def advance(self, now: datetime) -> list[Planned]:
         """``QueuePlan.advance``; then, while one team waits, the leases that fit now around
         the holders and the head start too (those they pass planned again), until none does."""
@@ -253,3 +275,8 @@ class _Longest:
 
     def __getitem__(self, i: int) -> timedelta | None:
         return self.spans[i] if 0 <= i < len(self.spans) else None
+
+
+def team_of(waiting) -> Callable[[int], object]:
+    """A waiting lease's team, by lease id, from the model's waiting leases (``Waiting``)."""
+    return {w.request.lease_id: w.team_id for w in waiting}.get

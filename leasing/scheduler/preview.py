@@ -11,8 +11,9 @@ from django.utils import timezone
 from inventory.models import CardModel
 from leasing.choices import Priority, queue_rank
 from leasing.scheduler import planner
+from leasing.scheduler.headfirst import HeadFirstPlan
 from leasing.scheduler.offpeak import OffPeakHold
-from leasing.scheduler.queueplan import QueuePlan, service_key
+from leasing.scheduler.queueplan import service_key
 from leasing.scheduler.snapshot import (
     card_slots,
     card_slots_of,
@@ -97,7 +98,8 @@ def lease_previews(
     if cards is None:
         cards = card_slots_of(ids, now=now)
     timelines = timelines_of(ids, now=now)
-    queues = waiting_of(ids, now=now, min_rank=rank)
+    # every class: whether one team waits counts those behind too (``headfirst``)
+    queues = waiting_of(ids, now=now)
     fair = fair_factor(team_id)
     offpeak = OffPeakHold()
     out: dict[int, planner.Decision] = {}
@@ -110,13 +112,28 @@ def lease_previews(
             rank=rank, submitted_at=now, duration=duration, count=ask.count, lease_id=NEWCOMER,
             fair=fair,
         )  # fmt: skip
-        ahead = [w for w in queues.get(ask.card_model_id, []) if w.key < key]
-        plan = QueuePlan(model_cards, timeline, now=now)
+        queue = queues.get(ask.card_model_id, [])
+        ahead = [w for w in queue if w.key < key]
+        plan = HeadFirstPlan(model_cards, timeline, now=now)
         if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):
             plan.rebuild((w.key, w.request) for w in ahead)
-        out[ask.card_model_id] = _earliest_allowed(
+        decision = _earliest_allowed(
             ask, model_cards, timeline, offpeak, start_policy, not_before, duration
         )
+        if (
+            ahead
+            and not start_policy
+            and not_before == now
+            and (decision.start is None or decision.start > now)
+            and all(w.team_id == team_id for w in queue)
+        ):
+            # its own team alone waits: it starts now if it fits around the holders and
+            # the head's reservation, as the pass would start it (``headfirst``)
+            request = planner.Request(0, ask.count, duration, now, ask.same_node, ask.nodes)
+            cards_now = plan.fits_now(request, now)
+            if cards_now is not None:
+                decision = planner.Decision(0, now, cards_now)
+        out[ask.card_model_id] = decision
     return out
 
 

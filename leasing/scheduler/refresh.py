@@ -18,6 +18,7 @@ from django.utils import timezone
 from leasing.locking import lock_card_models
 from leasing.models import QueueMark
 from leasing.scheduler import plancache, shares
+from leasing.scheduler.headfirst import HeadFirstPlan, team_of
 from leasing.scheduler.joining import mark_fields, mark_of
 from leasing.scheduler.planner import CardSlot
 from leasing.scheduler.preemption import preemption_plan
@@ -94,14 +95,19 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         # A lease that fits now starts here, and those ahead of it are planned again around
         # the cards it now holds (QueuePlan.advance), as a pass over the whole queue would;
         # handing this to a pass bounded by the join budget would leave it stale again.
+        # The last slice plans the whole queue: where one team waits, what fits now around
+        # the holders and the head starts too (``headfirst``), as in every pass.
+        more = len(planned) < len(stale)
+        if not more:
+            plan.teams_known(team_of(waiting))
         due = plan.advance(now)
+        plan.teams_known(None)  # kept for the next slice or the tick: it only moves in time
         entries = due + plan.entries if due else planned
         result = PassResult()
         applied = apply_decisions(card_model_id, [e.decision for e in entries],
                                   {e.request.lease_id: e.request for e in entries}, picture.index(),
                                   policies={}, now=now, result=result)  # fmt: skip
         hand_over(result.started)
-        more = len(planned) < len(stale)
         if more:
             last = planned[-1].key
             QueueMark.objects.filter(card_model_id=card_model_id).update(**mark_fields(last))
@@ -145,7 +151,7 @@ def _plan_up_to_mark(picture, exact, mark, seen: int, *, now: datetime) -> Queue
         if not plan.any_due(now):
             plan.advance(now)  # only time moves on
             return plan
-    plan = QueuePlan(picture.cards, picture.timeline(), now=now)
+    plan = HeadFirstPlan(picture.cards, picture.timeline(), now=now)
     stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in exact)
     return plan if plan.restore(stored) else None
 
@@ -200,7 +206,7 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         if preempted:
             trusted = False  # a higher class needed room: plan the queue around the victims
         if trusted and plan is None:
-            plan = QueuePlan(cards, picture.timeline(), now=now)
+            plan = HeadFirstPlan(cards, picture.timeline(), now=now)
             stored = ((w.key, w.request, w.estimated_start, w.planned_cards) for w in waiting)
             trusted = plan.restore(stored)  # refused when a planned start has come
         if not trusted:

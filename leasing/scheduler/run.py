@@ -23,6 +23,7 @@ from leasing.models import Allocation, GuaranteedShare, Lease, LeaseEvent, Queue
 from leasing.notify.messages import notice_send
 from leasing.scheduler import moves, plancache, planner, shares
 from leasing.scheduler.eta import told_moves
+from leasing.scheduler.headfirst import HeadFirstPlan, team_of
 from leasing.scheduler.joining import (
     Joined,
     estimate_write,
@@ -35,7 +36,6 @@ from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.plancache import Applied
 from leasing.scheduler.planner import Decision, Request
 from leasing.scheduler.preemption import preemption_plan
-from leasing.scheduler.queueplan import QueuePlan
 from leasing.scheduler.snapshot import Waiting, waiting_of, work_ahead_of_leases
 from leasing.transitions import cards_free, event_record, hand_over, transition
 
@@ -146,7 +146,7 @@ def _plan_kept(
     for the refresh. Returns the decisions to write, their requests, and the newcomer's
     estimate when it waits behind a stale stretch."""
     waiting = picture.waiting
-    plan = QueuePlan(picture.cards, picture.timeline(), now=now)
+    plan = HeadFirstPlan(picture.cards, picture.timeline(), now=now, team_of=team_of(waiting))
     mark = mark_of(card_model_id)
     newcomer = next((w for w in picture.added if w.request.lease_id == joined), None)
     joining = join_plan(plan, waiting, joined, mark, newcomer) if joined is not None else None
@@ -168,7 +168,10 @@ def _plan_kept(
     # Those that start now leave the plan and hold their cards; anyone ahead of them is
     # planned again around that (QueuePlan.advance), so what is stored is what a pass run
     # right after this one would decide. Only decisions that differ from the stored ones
-    # are written (apply_decisions).
+    # are written (apply_decisions). Where one team waits, those that fit now around the
+    # holders and the head start too (``headfirst``), once the whole queue is planned.
+    if joining.stale_after is not None:
+        plan.teams_known(None)  # part of the queue is stale: the refresh settles it
     due = plan.advance(now)
     # Those taken back as stored are written as they are unless a start re-planned them.
     entries = due + (plan.entries if due else plan.entries[joining.restored :])

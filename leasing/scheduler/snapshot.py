@@ -127,6 +127,7 @@ class Waiting:
     planned_cards: tuple[int, ...] | None
     stall_reason: str
     start_policy: str = ""  # an off-peak start policy (``choices.StartPolicy``), or ""
+    team_id: int | None = None  # its team (``headfirst``: whether one team waits)
 
 
 def _waiting_values(leases):
@@ -145,6 +146,7 @@ def _waiting_values(leases):
         "start_policy",
         "requirements",
         "team__fair_share__factor",
+        "team_id",
     )
 
 
@@ -197,6 +199,7 @@ def waiting_of(
         policy,
         wanted,
         fair,
+        team,
     ) in rows:
         nodes = None
         if wanted is not None and wanted not in ("{}", {}):
@@ -213,7 +216,7 @@ def waiting_of(
         )  # fmt: skip
         request = Request(pk, count, duration, at(max(start, now_us)), bool(same_node), nodes)
         planned = None if planned is None else tuple(json_value(planned))
-        queues[model_id].append(Waiting(key, request, at(eta), planned, stall, policy))
+        queues[model_id].append(Waiting(key, request, at(eta), planned, stall, policy, team))
     for queue in queues.values():
         queue.sort(key=lambda w: w.key)
     return queues

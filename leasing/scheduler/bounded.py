@@ -197,8 +197,7 @@ class BoundedPlan(QueuePlan):
         """How long the cards free now stay free: per count k, the longest time k cards of
         one node (*same*) and k cards of the pool (*anywhere*, longest first) are free."""
         busy = self.timeline.busy
-        by_node: dict[int, list[timedelta]] = {}
-        anywhere: list[timedelta] = []
+        spans: list[tuple[int, timedelta]] = []
         for card in self.cards:
             periods = busy.get(card.card_id)
             if periods and periods[0][0] <= now:
@@ -207,16 +206,8 @@ class BoundedPlan(QueuePlan):
             if card.usable_until is not None:
                 free = min(free, card.usable_until - now)
             if free > timedelta(0):
-                by_node.setdefault(card.node_id, []).append(free)
-                anywhere.append(free)
-        same: dict[int, timedelta] = {}
-        for spans in by_node.values():
-            spans.sort(reverse=True)
-            for k, span in enumerate(spans, 1):
-                if span > same.get(k, timedelta(0)):
-                    same[k] = span
-        anywhere.sort(reverse=True)
-        return same, anywhere
+                spans.append((card.node_id, free))
+        return room_of(spans)
 
     def _backfill(self, now: datetime) -> list[Planned]:
         """Tail leases that fit now, in service order, on cards free over their whole length
@@ -250,6 +241,25 @@ class BoundedPlan(QueuePlan):
             started.append(entry)
             same, anywhere = self._room(now)
         return started
+
+
+def room_of(spans: Iterable[tuple[int, timedelta]]):
+    """From (node, how long a card stays free) of the cards free now: per count k, the longest
+    time k cards of one node are free (*same*, a dict), and the spans longest first
+    (*anywhere*: k cards of the pool are free for its k-th)."""
+    by_node: dict[int, list[timedelta]] = {}
+    anywhere: list[timedelta] = []
+    for node, span in spans:
+        by_node.setdefault(node, []).append(span)
+        anywhere.append(span)
+    same: dict[int, timedelta] = {}
+    for node_spans in by_node.values():
+        node_spans.sort(reverse=True)
+        for k, span in enumerate(node_spans, 1):
+            if span > same.get(k, timedelta(0)):
+                same[k] = span
+    anywhere.sort(reverse=True)
+    return same, anywhere
 
 
 class FreeTime:

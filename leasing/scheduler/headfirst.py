@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 
+from leasing.scheduler.bounded import room_of
 from leasing.scheduler.planner import CardSlot, Decision, Request, Timeline, cards_for, place
 from leasing.scheduler.queueplan import Planned, QueuePlan
 
@@ -247,23 +248,15 @@ class HeadFirstPlan(QueuePlan):
 
 
 def _room(free, now: datetime):
-    """How long the cards free now stay free of holders and the head: per count k, the
-    longest time k cards of one node (*same*) and k cards of the pool (*anywhere*) are."""
-    by_node: dict[int, list[timedelta]] = {}
-    anywhere: list[timedelta] = []
+    """How long the cards free now stay free of holders and the head (``bounded.room_of``):
+    per count k, the longest time k cards of one node (*same*) and of the pool are."""
+    spans = []
     for card, periods in free:
         span = periods[0][0] - now if periods else _FAR
         if card.usable_until is not None:
             span = min(span, card.usable_until - now)
-        by_node.setdefault(card.node_id, []).append(span)
-        anywhere.append(span)
-    same: dict[int, timedelta] = {}
-    for spans in by_node.values():
-        spans.sort(reverse=True)
-        for k, span in enumerate(spans, 1):
-            if span > same.get(k, timedelta(0)):
-                same[k] = span
-    anywhere.sort(reverse=True)
+        spans.append((card.node_id, span))
+    same, anywhere = room_of(spans)
     return same, _Longest(anywhere)
 
 

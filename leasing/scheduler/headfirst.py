@@ -51,6 +51,7 @@ class HeadFirstPlan(QueuePlan):
         # are holders): (card, start, end)
         self._reserved: set[tuple[int, datetime, datetime]] = set()
         self._teams: Counter = Counter()  # waiting leases per team
+        self.passers: list[int] = []  # the leases the last ``advance`` started around the head
 
     # --- reading ----------------------------------------------------------------------
     def one_team(self) -> bool:
@@ -84,10 +85,12 @@ class HeadFirstPlan(QueuePlan):
         """``QueuePlan.advance``; then, while one team waits, the leases that fit now around
         the holders and the head start too (those they pass planned again), until none does."""
         out = self._advance(now)
+        self.passers = []
         while self.one_team():
             started = self._backfill(now)
             if not started:
                 break
+            self.passers += [e.request.lease_id for e in started]
             out += started + self._advance(now)
         out.sort(key=lambda e: e.key)
         return out

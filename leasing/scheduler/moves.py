@@ -42,6 +42,7 @@ WHY = (
     "drain",
     "card_failed",
     "fair_share",
+    "team_passed",
     "replanned",
 )
 

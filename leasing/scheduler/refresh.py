@@ -23,7 +23,7 @@ from leasing.scheduler.joining import mark_fields, mark_of
 from leasing.scheduler.planner import CardSlot
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
-from leasing.scheduler.run import PassResult, apply_decisions, schedule_card_model
+from leasing.scheduler.run import PassResult, apply_decisions, passing, schedule_card_model
 from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
@@ -104,9 +104,11 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         plan.teams_known(None)  # kept for the next slice or the tick: it only moves in time
         entries = due + plan.entries if due else planned
         result = PassResult()
-        applied = apply_decisions(card_model_id, [e.decision for e in entries],
-                                  {e.request.lease_id: e.request for e in entries}, picture.index(),
-                                  policies={}, now=now, result=result)  # fmt: skip
+        with passing(plan.passers[0] if not more and plan.passers else None):
+            applied = apply_decisions(card_model_id, [e.decision for e in entries],
+                                      {e.request.lease_id: e.request for e in entries},
+                                      picture.index(), policies={}, now=now,
+                                      result=result)  # fmt: skip
         hand_over(result.started)
         if more:
             last = planned[-1].key

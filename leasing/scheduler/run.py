@@ -47,6 +47,7 @@ class PassResult:
     started: list[int] = field(default_factory=list)  # queued → provisioning now
     booked: list[int] = field(default_factory=list)  # queued → scheduled (advance reservation)
     waiting: dict[int, datetime | None] = field(default_factory=dict)  # lease → estimated start
+    passer: int | None = None  # a lease started around the head, passing its team (headfirst)
 
 
 def schedule_card_model(
@@ -92,13 +93,19 @@ def schedule_card_model(
             card_model_id, picture, now=now, joined=None if marked else joined, result=result
         )
         keep_plan = True
-    applied = apply_decisions(card_model_id, decisions, requests, picture.index(),
-                              policies=policies, now=now, result=result)  # fmt: skip
+    with passing(result.passer):
+        applied = apply_decisions(card_model_id, decisions, requests, picture.index(),
+                                  policies=policies, now=now, result=result)  # fmt: skip
     if keep_plan:
         if estimated is not None:
             applied.shown[estimated.lease_id] = (estimated.start, "", None)
         plancache.keep_after_commit(card_model_id, picture, applied, now=now)
     return result
+
+
+def passing(passer: int | None):
+    """Estimates moved by a lease started around the head are told so (``moves``)."""
+    return moves.because("team_passed", lease=passer) if passer else nullcontext()
 
 
 def _picture_for(
@@ -173,6 +180,7 @@ def _plan_kept(
     if joining.stale_after is not None:
         plan.teams_known(None)  # part of the queue is stale: the refresh settles it
     due = plan.advance(now)
+    result.passer = plan.passers[0] if plan.passers else None
     # Those taken back as stored are written as they are unless a start re-planned them.
     entries = due + (plan.entries if due else plan.entries[joining.restored :])
     return (

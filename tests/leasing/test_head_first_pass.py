@@ -4,7 +4,8 @@ it passes one of its own team's waiting leases, which is planned again behind it
 teams waiting it waits its turn. The preview says what the pass does."""
 
 from leasing.choices import LeaseStatus
-from leasing.models import Lease, QueueMark
+from leasing.models import Lease, LeaseEvent, QueueMark
+from leasing.notify.messages import estimate_why
 from leasing.scheduler import joining, refresh
 from leasing.scheduler.preview import lease_preview
 from tests.leasing.conftest import T0, ask, hours
@@ -36,6 +37,9 @@ def test_one_team_waiting_a_lease_that_fits_before_the_head_starts_now(
     hole.refresh_from_db()
     assert head.estimated_start == T0 + hours(2)  # never delayed
     assert hole.estimated_start == T0 + hours(1.5)  # behind the one that passed it
+    moved = LeaseEvent.objects.filter(lease=hole, kind="estimate_moved").get()
+    assert (moved.data["why"], moved.data["lease"]) == ("team_passed", passer.pk)
+    assert estimate_why("team_passed", moved.data).startswith("a shorter request of its team")
     # what a full pass decides
     stored = {pk: (eta, cards) for pk, eta, cards in _plans(a100)}
     queue_advance(card_model_ids=[a100.pk])

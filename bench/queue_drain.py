@@ -117,7 +117,7 @@ def one_run(args, queued: int) -> dict:
     spent = {"snapshot": 0.0, "plan": 0.0, "start": 0.0}
     real = {
         "load": plancache.load,  # the snapshot: cards, holders, queue
-        "rebuild": scheduler_run.QueuePlan.rebuild,
+        "rebuild": scheduler_run.HeadFirstPlan.rebuild,
         "start_batch": scheduler_run.start_batch,
     }
 
@@ -133,7 +133,7 @@ def one_run(args, queued: int) -> dict:
 
     plancache.forget()  # the pass reads the database, as a drain after a restart does
     plancache.load = timed("load", "snapshot")
-    scheduler_run.QueuePlan.rebuild = timed("rebuild", "plan")
+    scheduler_run.HeadFirstPlan.rebuild = timed("rebuild", "plan")
     scheduler_run.start_batch = timed("start_batch", "start")
     commit = {}
     try:
@@ -146,7 +146,7 @@ def one_run(args, queued: int) -> dict:
         t1 = time.perf_counter()
     finally:
         plancache.load = real["load"]
-        scheduler_run.QueuePlan.rebuild = real["rebuild"]
+        scheduler_run.HeadFirstPlan.rebuild = real["rebuild"]
         scheduler_run.start_batch = real["start_batch"]
     placed = Lease.objects.filter(status=LeaseStatus.PROVISIONING).exclude(pk=holder.pk).count()
     with connection.cursor() as cur:

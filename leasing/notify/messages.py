@@ -159,7 +159,7 @@ def estimate_why(why: str, p: Mapping) -> str:
         return _("the teams' fair shares were recomputed")
     if why == "team_passed":
         return _(
-            "a shorter request of its team started on cards that were free until the first in the queue starts"
+            "a later request of its team started on cards that were free until the first in the queue starts"
         )
     return _("the queue's plan changed")
 

@@ -146,9 +146,14 @@ class HeadFirstPlan(QueuePlan):
             if not self._teams[team]:
                 del self._teams[team]
 
-    def _backfill(self, now: datetime) -> list[Planned]:
-        """Those behind the head that fit now around the holders and the head's reservation,
-        in service order (``place``), started; the others planned again around them."""
+    def would_pass(self, now: datetime) -> bool:
+        """Whether ``advance`` would start a lease around the head now (nothing changed but
+        time: a lease's requested start came), without changing the plan."""
+        return self.one_team() and bool(self._choose(now, first=True))
+
+    def _choose(self, now: datetime, *, first: bool = False):
+        """(entry, cards) of those behind the head that fit now around the holders and the
+        head's reservation, in service order (``place``); *first*: the first one only."""
         free = self._free_now(now)
         if not free:
             return []
@@ -173,15 +178,21 @@ class HeadFirstPlan(QueuePlan):
                            same_node=request.same_node)  # fmt: skip
             if chosen is None:
                 continue
-            for card_id in chosen:
-                scratch.add(card_id, now, end)
             started.append((entry, tuple(chosen)))
             left -= k
-            if not left:
+            if first or not left:
                 break
+            for card_id in chosen:
+                scratch.add(card_id, now, end)
             taken = set(chosen)
             free = [(c, p) for c, p in free if c.card_id not in taken]
             same, anywhere = _room(free, now)
+        return started
+
+    def _backfill(self, now: datetime) -> list[Planned]:
+        """Those behind the head that fit now around the holders and the head's reservation
+        started (``_choose``); the others planned again around them."""
+        started = self._choose(now)
         if not started:
             return []
         gone = {e.request.lease_id for e, _c in started}

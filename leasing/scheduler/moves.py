@@ -47,6 +47,18 @@ WHY = (
 )
 
 _cause: ContextVar[tuple[str, dict] | None] = ContextVar("estimate_move_cause", default=None)
+_passer: ContextVar[int | None] = ContextVar("estimate_move_passer", default=None)
+
+
+@contextlib.contextmanager
+def passed_by(lease_id: int | None):
+    """In this block a lease of the team started around the head (``headfirst``): estimates
+    that move later moved for it (``team_passed``); others keep the cause said around it."""
+    token = _passer.set(lease_id)
+    try:
+        yield
+    finally:
+        _passer.reset(token)
 
 
 @contextlib.contextmanager
@@ -95,10 +107,13 @@ def estimates_moved(
         ids = [pk for pk, *_m in big] + [params.get("lease")]
         ranks = dict(Lease.objects.filter(pk__in=ids).values_list("pk", "priority_rank"))
     events = []
+    passer = _passer.get()
     for pk, old, new, basis in big:
-        reason = why
+        reason, said = why, params
         if why == "request_ahead" and ranks.get(params.get("lease"), 0) > ranks.get(pk, 0):
             reason = "higher_priority"
+        if passer is not None and new > old:
+            reason, said = "team_passed", {"lease": passer}
         events.append(
             LeaseEvent(
                 lease_id=pk,
@@ -108,7 +123,7 @@ def estimates_moved(
                     "from": old.isoformat(),
                     "to": new.isoformat(),
                     "why": reason,
-                    **params,
+                    **said,
                     **({"basis": basis} if basis else {}),
                 },
             )

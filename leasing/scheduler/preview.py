@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from inventory.models import CardModel
 from leasing.choices import Priority, queue_rank
-from leasing.scheduler import planner
+from leasing.scheduler import planner, shares
 from leasing.scheduler.headfirst import HeadFirstPlan
 from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.queueplan import service_key
@@ -117,22 +117,27 @@ def lease_previews(
         plan = HeadFirstPlan(model_cards, timeline, now=now)
         if not plan.restore((w.key, w.request, w.estimated_start, w.planned_cards) for w in ahead):
             plan.rebuild((w.key, w.request) for w in ahead)
+            plan.advance(now)  # those whose start has come hold their cards: not the head
         decision = _earliest_allowed(
             ask, model_cards, timeline, offpeak, start_policy, not_before, duration
         )
         if (
-            ahead
+            plan.entries
             and not start_policy
             and not_before == now
             and (decision.start is None or decision.start > now)
-            and all(w.team_id == team_id for w in queue)
+            and all(w.team_id == team_id and not w.start_policy for w in queue)
+            and not shares.shares_covering(ask.card_model_id)
         ):
-            # its own team alone waits: it starts now if it fits around the holders and
-            # the head's reservation, as the pass would start it (``headfirst``)
-            request = planner.Request(0, ask.count, duration, now, ask.same_node, ask.nodes)
-            cards_now = plan.fits_now(request, now)
-            if cards_now is not None:
-                decision = planner.Decision(0, now, cards_now)
+            # its own team alone waits: the pass may start it now around the head
+            # (``headfirst``); asked as the pass asks it, the newcomer planned behind those
+            # ahead
+            plan.teams_known(lambda _lease: team_id)
+            request = planner.Request(NEWCOMER, ask.count, duration, now, ask.same_node, ask.nodes)
+            plan.add(key, request)
+            started = {e.request.lease_id: e.decision for e in plan.advance(now)}
+            if NEWCOMER in started:
+                decision = planner.Decision(0, now, started[NEWCOMER].card_ids)
         out[ask.card_model_id] = decision
     return out
 

@@ -105,7 +105,7 @@ def schedule_card_model(
 
 def passing(passer: int | None):
     """Estimates moved by a lease started around the head are told so (``moves``)."""
-    return moves.because("team_passed", lease=passer) if passer else nullcontext()
+    return moves.passed_by(passer) if passer else nullcontext()
 
 
 def _picture_for(

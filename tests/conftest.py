@@ -164,13 +164,15 @@ def api():
 
 # Tests that use something the whole machine has only one of (the Slurm lab, its users and
 # nodes; X displays numbered by session; the podman stack; the process table that the fence and
-# session tests read) or that time a real worker, browser or agent: under pytest-xdist
+# session tests read; PostgreSQL's 100 connections, which the many-threaded races each take
+# most of) or that time a real worker, browser or agent: under pytest-xdist
 # (README's test command) they all run on one worker, in turn, beside the
 # in-process tests.
 ONE_MACHINE = (
     "tests/deploy/",
     "tests/e2e/",
     "tests/inventory/test_fence.py",
+    "tests/leasing/test_concurrency.py",
     "tests/leasing/test_session_offers.py",
     "tests/leasing/test_slurm_backend.py",
     "tests/leasing/test_slurm_live.py",

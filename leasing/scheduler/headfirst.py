@@ -47,46 +47,36 @@ class HeadFirstPlan(QueuePlan):
     ):
         super().__init__(cards, timeline, now=now)
         self.team_of = team_of
-        # the busy periods in the timeline that are waiting leases' reservations (the rest
-        # are holders): (card, start, end)
-        self._reserved: set[tuple[int, datetime, datetime]] = set()
-        self._teams: Counter = Counter()  # waiting leases per team
+        # Built only when a card is free now (a full pool, the usual state of a long queue,
+        # never needs them), then kept up to date; a restore or rebuild drops them:
+        # the busy periods that are waiting leases' reservations (the rest are holders):
+        # (card, start, end); and the waiting leases per team
+        self._reserved: set[tuple[int, datetime, datetime]] | None = None
+        self._teams: Counter | None = None
         self.passers: list[int] = []  # the leases the last ``advance`` started around the head
 
     # --- reading ----------------------------------------------------------------------
     def one_team(self) -> bool:
         """Whether two or more leases wait, all of one team (then the head alone is kept)."""
-        return self.team_of is not None and len(self.entries) > 1 and len(self._teams) == 1
-
-    def fits_now(self, request: Request, now: datetime) -> tuple[int, ...] | None:
-        """The cards *request* would start on now around the holders and the head's
-        reservation (``place``), or None: what ``advance`` gives a newcomer behind a settled
-        plan where its team is the only one waiting (``preview``)."""
-        if not self.entries or request.not_before > now:
-            return None
-        free = self._free_now(now)
-        scratch = Timeline()
-        for card, periods in free:
-            for period in periods:
-                scratch.add(card.card_id, *period)
-        cards = cards_for([card for card, _p in free], request)
-        end = now + request.duration
-        chosen = place(cards, scratch, request.count, now, end, same_node=request.same_node)
-        return None if chosen is None else tuple(chosen)
+        if self.team_of is None or len(self.entries) < 2:
+            return False
+        if self._teams is None:
+            self._teams = Counter(self.team_of(e.request.lease_id) for e in self.entries)
+        return len(self._teams) == 1
 
     # --- changing ---------------------------------------------------------------------
     def teams_known(self, team_of: Callable[[int], object] | None) -> None:
         """Backfill around the head from now on where one team waits, with *team_of*; None:
         not (a plan of part of the queue, or one that only moves in time)."""
         self.team_of = team_of
-        self._count()
+        self._teams = None
 
     def advance(self, now: datetime) -> list[Planned]:
         """``QueuePlan.advance``; then, while one team waits, the leases that fit now around
         the holders and the head start too (those they pass planned again), until none does."""
         out = self._advance(now)
         self.passers = []
-        while self.one_team():
+        while len(self.entries) > 1:
             started = self._backfill(now)
             if not started:
                 break
@@ -97,12 +87,12 @@ class HeadFirstPlan(QueuePlan):
 
     def rebuild(self, items: Iterable) -> list[Decision]:
         decisions = super().rebuild(items)
-        self._count()
+        self._reserved = self._teams = None
         return decisions
 
     def restore(self, stored) -> bool:
         ok = super().restore(stored)
-        self._count()
+        self._reserved = self._teams = None
         return ok
 
     def append(self, key, request: Request) -> Planned:
@@ -130,17 +120,12 @@ class HeadFirstPlan(QueuePlan):
             self._leave(entry)
         return due
 
-    def _count(self) -> None:
-        self._teams = Counter()
-        for entry in self.entries:
-            self._join(entry)
-
     def _join(self, entry: Planned) -> None:
-        if self.team_of is not None:
+        if self._teams is not None:
             self._teams[self.team_of(entry.request.lease_id)] += 1
 
     def _leave(self, entry: Planned) -> None:
-        if self.team_of is not None:
+        if self._teams is not None:
             team = self.team_of(entry.request.lease_id)
             self._teams[team] -= 1
             if not self._teams[team]:
@@ -149,14 +134,16 @@ class HeadFirstPlan(QueuePlan):
     def would_pass(self, now: datetime) -> bool:
         """Whether ``advance`` would start a lease around the head now (nothing changed but
         time: a lease's requested start came), without changing the plan."""
-        return self.one_team() and bool(self._choose(now, first=True))
+        return bool(self._choose(now, first=True))
 
     def _choose(self, now: datetime, *, first: bool = False):
         """(entry, cards) of those behind the head that fit now around the holders and the
-        head's reservation, in service order (``place``); *first*: the first one only."""
-        free = self._free_now(now)
-        if not free:
+        head's reservation, in service order (``place``), where one team waits; *first*: the
+        first one only."""
+        idle = self._idle_now(now)
+        if not idle or not self.one_team():
             return []
+        free = self._around_head(idle)
         scratch = Timeline()
         for card, periods in free:
             for period in periods:
@@ -213,13 +200,10 @@ class HeadFirstPlan(QueuePlan):
         self._starts_reset()
         return [e for e, _c in started]
 
-    def _free_now(self, now: datetime):
-        """The cards free now, each with the periods of the holders and the head's
-        reservation on it (the busy time a lease starting now must not overlap)."""
+    def _idle_now(self, now: datetime):
+        """The cards free now (no busy period has begun on them), each with its busy periods
+        (holders' and reservations')."""
         busy = self.timeline.busy
-        reserved = self._reserved
-        head = self.entries[0].decision
-        head_cards = set(head.card_ids) if head.start is not None else ()
         out = []
         for card in self.cards:
             periods = busy.get(card.card_id)
@@ -227,34 +211,52 @@ class HeadFirstPlan(QueuePlan):
                 continue
             if card.usable_until is not None and card.usable_until <= now:
                 continue
+            out.append((card, periods or ()))
+        return out
+
+    def _around_head(self, idle):
+        """*idle* (``_idle_now``) with the periods of the holders and the head's reservation
+        alone (the busy time a lease starting now must not overlap)."""
+        if self._reserved is None:
+            self._reserved = set()
+            for entry in self.entries:
+                self._forget(entry, reserve=True)
+        reserved = self._reserved
+        head = self.entries[0].decision
+        head_cards = set(head.card_ids) if head.start is not None else ()
+        out = []
+        for card, periods in idle:
             card_id = card.card_id
             kept = [
-                p for p in periods or ()
+                p for p in periods
                 if (card_id, *p) not in reserved or (card_id in head_cards and p[0] == head.start)
             ]  # fmt: skip
             out.append((card, kept))
         return out
 
-    def _forget(self, entry: Planned) -> None:
+    def _forget(self, entry: Planned, *, reserve: bool = False) -> None:
+        """Take *entry*'s reservation out of ``_reserved`` (*reserve*: put it in), where it
+        is kept."""
         d = entry.decision
-        if d.start is not None:
-            end = d.start + entry.request.duration
-            for card_id in d.card_ids:
-                self._reserved.discard((card_id, d.start, end))
+        if self._reserved is None or d.start is None:
+            return
+        end = d.start + entry.request.duration
+        periods = [(c, d.start, end) for c in d.card_ids]
+        if reserve:
+            self._reserved.update(periods)
+        else:
+            self._reserved.difference_update(periods)
 
     def _plan(self, request: Request) -> Decision:
         decision = super()._plan(request)
-        if decision.start is not None:
+        if self._reserved is not None and decision.start is not None:
             end = decision.start + request.duration
             self._reserved.update((c, decision.start, end) for c in decision.card_ids)
         return decision
 
     def _reserve(self, entry: Planned) -> None:
         super()._reserve(entry)
-        d = entry.decision
-        if d.start is not None:
-            end = d.start + entry.request.duration
-            self._reserved.update((c, d.start, end) for c in d.card_ids)
+        self._forget(entry, reserve=True)
 
     def _unreserve(self, entry: Planned) -> None:
         super()._unreserve(entry)
@@ -285,5 +287,13 @@ class _Longest:
 
 
 def team_of(waiting) -> Callable[[int], object]:
-    """A waiting lease's team, by lease id, from the model's waiting leases (``Waiting``)."""
-    return {w.request.lease_id: w.team_id for w in waiting}.get
+    """A waiting lease's team, by lease id, from the model's waiting leases (``Waiting``);
+    the table is made at the first question (most passes never ask: no card is free now)."""
+    table: dict[int, object] = {}
+
+    def of(lease_id: int) -> object:
+        if not table:
+            table.update((w.request.lease_id, w.team_id) for w in waiting)
+        return table.get(lease_id)
+
+    return of

@@ -14,6 +14,7 @@ from leasing.scheduler import planner, shares
 from leasing.scheduler.headfirst import HeadFirstPlan
 from leasing.scheduler.offpeak import OffPeakHold
 from leasing.scheduler.queueplan import service_key
+from leasing.scheduler.run import planned_whole
 from leasing.scheduler.snapshot import (
     card_slots,
     card_slots_of,
@@ -126,8 +127,10 @@ def lease_previews(
             and not start_policy
             and not_before == now
             and (decision.start is None or decision.start > now)
-            and all(w.team_id == team_id and not w.start_policy for w in queue)
-            and not shares.shares_covering(ask.card_model_id)
+            and all(w.team_id == team_id for w in queue)
+            and not planned_whole(
+                shares.shares_covering(ask.card_model_id), [w for w in queue if w.start_policy]
+            )
         ):
             # its own team alone waits: the pass may start it now around the head
             # (``headfirst``); asked as the pass asks it, the newcomer planned behind those

@@ -23,7 +23,13 @@ from leasing.scheduler.joining import mark_fields, mark_of
 from leasing.scheduler.planner import CardSlot
 from leasing.scheduler.preemption import preemption_plan
 from leasing.scheduler.queueplan import QueuePlan
-from leasing.scheduler.run import PassResult, apply_decisions, passing, schedule_card_model
+from leasing.scheduler.run import (
+    PassResult,
+    apply_decisions,
+    passing,
+    planned_whole,
+    schedule_card_model,
+)
 from leasing.transitions import hand_over
 
 logger = logging.getLogger(__name__)
@@ -192,8 +198,7 @@ def queue_tick(card_model_id: int, *, now: datetime | None = None) -> PassResult
         pool = _pool_digest(cards)
         key = f"cardpool:queue-pass:{card_model_id}"
         last = _last_pass(key)
-        # shares and off-peak policies plan the whole queue on every pass (``run``)
-        whole = bool(picture.policies()) or bool(shares.shares_covering(card_model_id))
+        whole = planned_whole(shares.shares_covering(card_model_id), picture.policies())
         plan = _kept_plan(picture, seen, now=now)
         trusted = (
             last is not None

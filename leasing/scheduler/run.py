@@ -85,7 +85,7 @@ def schedule_card_model(
         picture = plancache.load(card_model_id, now=now)  # the victims' ends moved
         waiting = picture.waiting
     policies = picture.policies()
-    if covering or policies:
+    if planned_whole(covering, policies):
         decisions, requests = _plan_whole(card_model_id, picture, covering)
         keep_plan, estimated = False, None
     else:
@@ -138,6 +138,15 @@ def _plan_whole(
     decisions = planner.plan_queue(picture.cards, picture.timeline(), queue)
     QueueMark.objects.filter(card_model_id=card_model_id).delete()  # planned whole
     return decisions, {r.lease_id: r for r in queue}
+
+
+def planned_whole(covering: list, policies) -> bool:
+    """Whether a model's queue is planned whole on every pass, out of service order: a
+    guaranteed share covers the model (*covering*, ``shares.shares_covering``) or a waiting
+    lease holds for off-peak hours (*policies*: those leases, ``Picture.policies``). Then no
+    plan is kept between passes (``refresh``) and nothing starts around the head
+    (``headfirst``): the preview asks the same."""
+    return bool(covering) or bool(policies)
 
 
 def _plan_kept(

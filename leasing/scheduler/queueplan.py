@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -110,8 +111,10 @@ class QueuePlan:
         self.keys: list[Key] = []
         self.entries: list[Planned] = []
         # every planned start (some outdated): ``advance`` looks at the entries only when
-        # one of these has come (a heap: its smallest first)
-        self._starts: list[tuple[datetime, int]] = []
+        # one of these has come (a heap, its smallest first, of (start, lease, a number that
+        # keeps two items of one lease apart, the entry))
+        self._starts: list[tuple[datetime, int, int, Planned]] = []
+        self._pushed = itertools.count()
         self.node_of = {c.card_id: c.node_id for c in cards}
         self.by_node: dict[int, list[CardSlot]] = {}
         for card in cards:
@@ -310,26 +313,25 @@ class QueuePlan:
         # again while the re-planning moves someone's start to now (a lease ahead of one
         # that started may move to another node and free the cards of one behind it)
         while self.any_due(now):
-            # the leases whose tracked start has come (every current start is tracked; an
-            # outdated one names a lease whose start moved, or one that left)
-            come = set()
+            # the entries whose tracked start has come (every current start is tracked; an
+            # outdated one names an entry whose start moved, or one no longer in the plan)
+            come: dict[int, Planned] = {}
             starts = self._starts  # ``_track`` may put a new heap in its place
             while starts and starts[0][0] <= now:
-                come.add(heapq.heappop(starts)[1])
-            due = [
-                e
-                for e in self.entries
-                if e.request.lease_id in come and e.decision.start is not None
-                and e.decision.start <= now
-            ]  # fmt: skip
-            if not due:
+                entry = heapq.heappop(starts)[3]
+                d = entry.decision
+                if d.start is not None and d.start <= now and self._holds(entry):
+                    come[entry.request.lease_id] = entry
+            if not come:
                 continue  # only outdated starts had come
-            gone = {e.request.lease_id for e in due}
-            keep = [e for e in self.entries if e.request.lease_id not in gone]
-            self.entries = keep
-            self.keys = [e.key for e in keep]
+            due = sorted(come.values(), key=lambda e: e.key)
+            for entry in reversed(due):  # out of the plan, found by their keys
+                i = bisect.bisect_left(self.keys, entry.key)
+                del self.keys[i]
+                del self.entries[i]
+            keep = self.entries
             out += due
-            last = max(e.key for e in due)
+            last = due[-1].key
             if keep and keep[0].key < last:  # a lease started from behind one still waiting
                 # those ahead of the last one started are planned again; those behind it were
                 # planned after it and move only if someone ahead of them does: they keep
@@ -513,16 +515,21 @@ class QueuePlan:
         best = mine if others is None or mine[0] < others[0] else others
         return Decision(old.lease_id, start, best[1])
 
+    def _holds(self, entry: Planned) -> bool:
+        """Whether *entry* is in the plan (found by its key)."""
+        i = bisect.bisect_left(self.keys, entry.key)
+        return i < len(self.entries) and self.entries[i] is entry
+
     def _track(self, entry: Planned) -> None:
         start = entry.decision.start
         if start is not None:
-            heapq.heappush(self._starts, (start, entry.request.lease_id))
+            heapq.heappush(self._starts, (start, entry.request.lease_id, next(self._pushed), entry))
             if len(self._starts) > 2 * len(self.entries) + 64:
                 self._starts_reset()  # outdated starts pile up: keep the current ones only
 
     def _starts_reset(self) -> None:
         self._starts = [
-            (e.decision.start, e.request.lease_id)
+            (e.decision.start, e.request.lease_id, next(self._pushed), e)
             for e in self.entries
             if e.decision.start is not None
         ]

@@ -374,7 +374,7 @@ def test_every_planned_start_stays_in_the_start_index_while_requests_join_ahead(
     for n in range(1, 41):  # each submitted before all the others: it joins at the head
         key = service_key(rank=100, submitted_at=T - n * M, duration=10 * M, count=1, lease_id=n)
         plan.add(key, Request(n, 1, 10 * M, T, False))
-        indexed = set(plan._starts)
+        indexed = {(start, lease) for start, lease, *_rest in plan._starts}
         assert all((e.decision.start, e.request.lease_id) in indexed for e in plan.entries)
     (head,) = plan.advance(T)
     assert head.request.lease_id == 40

@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 REFRESH_BUDGET = 10_000
 PERIODS_PER_CARD = 8
 REFRESH_PLAN_SECONDS = 0.03
+# the leases a slice starts at most where nobody waits ahead of them (a queue that drains):
+# their writes and hand-overs are part of the slice's hold of the lock
+REFRESH_STARTS = 200
 
 
 def _spend(plan: QueuePlan) -> int:
@@ -90,12 +93,22 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         spend = _spend(plan)
         budget = REFRESH_BUDGET
         planned = []
+        starts = 0
+        waits_ahead = bool(plan.entries)  # a lease ahead still waits (those kept all do)
         for w in stale:
             entry = plan.append(w.key, w.request)
             planned.append(entry)
-            budget -= spend
             if entry.decision.start is not None and entry.decision.start <= now:
-                break  # it starts now, from behind those ahead: they are planned around it
+                if waits_ahead:
+                    break  # it starts now, from behind those ahead: they are planned around it
+                # it starts now with nobody waiting ahead (a queue that drains): its search
+                # stopped at the first free card, and its write is one row of a batch
+                starts += 1
+                if starts >= REFRESH_STARTS:
+                    break
+            else:
+                waits_ahead = True
+                budget -= spend
             if budget < spend or time.perf_counter() - locked > REFRESH_PLAN_SECONDS:
                 break
         # A lease that fits now starts here, and those ahead of it are planned again around

@@ -173,3 +173,46 @@ def test_a_stale_lease_that_fits_now_is_started_by_the_refresh(
     behind.refresh_from_db()
     assert behind.status == LeaseStatus.PROVISIONING  # on the two cards freed, at once
     assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}
+
+
+def test_a_queue_that_drains_starts_in_few_slices_not_one_lease_each(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """The whole pool freed at once, seven one-card leases waiting and the pass bounded to
+    one: the refresh starts the rest in one slice (nobody waits ahead of them) and, where
+    they outnumber its starts (``REFRESH_STARTS``), in a slice per that many; before, each
+    slice ended at the first lease that started, and a 1,600-card drain took 1,599 slices
+    (bench/queue_drain.py)."""
+    holder = ask(bob, nlp, a100, count=8, duration=hours(4), same_node=False)
+    waiting = [ask(alice, vision, a100, count=1, duration=hours(1 + n % 3)) for n in range(7)]
+    assert {w.status for w in waiting} == {LeaseStatus.QUEUED}
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # the release's pass plans one lease
+    monkeypatch.setattr(refresh, "REFRESH_STARTS", 4)
+    lease_release(lease=holder, user=bob)
+    assert QueueMark.objects.filter(card_model=a100).exists()
+    ids = [w.pk for w in waiting]
+    started = Lease.objects.filter(pk__in=ids, status=LeaseStatus.PROVISIONING)
+    assert started.count() == 1
+    assert refresh.queue_refresh(a100.pk)  # four more start; a slice is left
+    assert started.count() == 5
+    assert not refresh.queue_refresh(a100.pk)  # the last two: nothing is left
+    statuses = Lease.objects.filter(pk__in=ids).values_list("status", flat=True)
+    assert set(statuses) == {LeaseStatus.PROVISIONING}
+    assert not QueueMark.objects.filter(card_model=a100).exists()
+
+
+def test_a_lease_behind_one_that_waits_still_ends_the_slice_when_it_starts(
+    frozen, alice, bob, vision, nlp, a100, small_pool, monkeypatch
+):
+    """Where a lease ahead waits, one that starts now from behind it ends the slice: the
+    ones ahead are planned again around the cards it holds (``QueuePlan.advance``), and the
+    plan the refresh leaves is the full planner's."""
+    ask(bob, nlp, a100, count=6, duration=hours(1), same_node=False)
+    freed = ask(bob, nlp, a100, count=2, duration=hours(1))
+    ask(alice, vision, a100, count=4, duration=hours(2))  # waits for a whole node
+    for n in range(3):
+        ask(alice, vision, a100, count=1, duration=hours(1 + n))
+    monkeypatch.setattr(joining, "JOIN_BUDGET", 8)
+    lease_release(lease=freed, user=bob)
+    refresh_all(a100)
+    assert stored(a100) == {pk: (d.start, d.card_ids or None) for pk, d in full_plan(a100).items()}

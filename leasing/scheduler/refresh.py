@@ -90,27 +90,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
         if plan is None:
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
-        spend = _spend(plan)
-        budget = REFRESH_BUDGET
-        planned = []
-        starts = 0
-        waits_ahead = bool(plan.entries)  # a lease ahead still waits (those kept all do)
-        for w in stale:
-            entry = plan.append(w.key, w.request)
-            planned.append(entry)
-            if entry.decision.start is not None and entry.decision.start <= now:
-                if waits_ahead:
-                    break  # it starts now, from behind those ahead: they are planned around it
-                # it starts now with nobody waiting ahead (a queue that drains): its search
-                # stopped at the first free card, and its write is one row of a batch
-                starts += 1
-                if starts >= REFRESH_STARTS:
-                    break
-            else:
-                waits_ahead = True
-                budget -= spend
-            if budget < spend or time.perf_counter() - locked > REFRESH_PLAN_SECONDS:
-                break
+        planned = _plan_slice(plan, stale, now=now, locked=locked)
         # A lease that fits now starts here, and those ahead of it are planned again around
         # the cards it now holds (QueuePlan.advance), as a pass over the whole queue would;
         # handing this to a pass bounded by the join budget would leave it stale again.
@@ -143,6 +123,34 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             # leaves the whole plan, for the tick (``_kept_plan``)
             picture.refresh_plan = (plan, planned[-1].key if more else None, picture.version)
         return more
+
+
+def _plan_slice(plan: QueuePlan, stale: list, *, now: datetime, locked: float) -> list:
+    """A slice of the stale stretch *stale* planned into *plan* (after those up to the mark),
+    in order: while the budget and ``REFRESH_PLAN_SECONDS`` from *locked* last, and up to the
+    first lease that starts now from behind one that waits (``queue_refresh``)."""
+    spend = _spend(plan)
+    budget = REFRESH_BUDGET
+    planned = []
+    starts = 0
+    waits_ahead = bool(plan.entries)  # a lease ahead still waits (those kept all do)
+    for w in stale:
+        entry = plan.append(w.key, w.request)
+        planned.append(entry)
+        if entry.decision.start is not None and entry.decision.start <= now:
+            if waits_ahead:
+                break  # it starts now, from behind those ahead: they are planned around it
+            # it starts now with nobody waiting ahead (a queue that drains): its search
+            # stopped at the first free card, and its write is one row of a batch
+            starts += 1
+            if starts >= REFRESH_STARTS:
+                break
+        else:
+            waits_ahead = True
+            budget -= spend
+        if budget < spend or time.perf_counter() - locked > REFRESH_PLAN_SECONDS:
+            break
+    return planned
 
 
 def _service_key(w):

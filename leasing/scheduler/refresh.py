@@ -81,7 +81,7 @@ def queue_refresh(card_model_id: int, *, now: datetime | None = None) -> bool:
             card_model_id, now=now
         )
         waiting = picture.waiting
-        if picture.policies() or shares.shares_covering(card_model_id):
+        if planned_whole(shares.shares_covering(card_model_id), picture.policies()):
             hand_over(schedule_card_model(card_model_id, now=now).started)
             return mark_of(card_model_id) is not None
         split = bisect.bisect_right(waiting, mark, key=_service_key)
@@ -140,8 +140,8 @@ def _plan_slice(plan: QueuePlan, stale: list, *, now: datetime, locked: float) -
         if entry.decision.start is not None and entry.decision.start <= now:
             if waits_ahead:
                 break  # it starts now, from behind those ahead: they are planned around it
-            # it starts now with nobody waiting ahead (a queue that drains): its search
-            # stopped at the first free card, and its write is one row of a batch
+            # it starts now with nobody waiting ahead (a queue that drains): nothing is planned
+            # again around it, its write is one row of a batch, and the clock still bounds it
             starts += 1
             if starts >= REFRESH_STARTS:
                 break

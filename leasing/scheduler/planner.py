@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from leasing.scheduler.search import (
     UNKNOWN,
+    FreeIndex,
     first_feasible,
     first_free_card,
     first_on_a_node,
@@ -53,9 +54,19 @@ class Timeline:
     # after the last one comes or goes, ``prune`` forgets it where periods went. A gap kept
     # is never shorter than the truth (a longer one only makes the search walk).
     gaps: dict[int, timedelta] = field(default_factory=dict, compare=False, repr=False)
+    # ``first_free_card``'s index over the cards of the plan that uses this timeline
+    # (``watch``); every change of a card's periods marks it dirty there.
+    index: FreeIndex | None = field(default=None, compare=False, repr=False)
+
+    def watch(self, cards: Sequence[CardSlot]) -> None:
+        """Keep ``first_free_card``'s index over *cards* (the list a plan searches)."""
+        if self.index is None or self.index.cards is not cards:
+            self.index = FreeIndex(cards)
 
     def add(self, card_id: int, start: datetime, end: datetime) -> None:
         periods = self.busy[card_id]
+        if self.index is not None:
+            self.index.dirty.add(card_id)
         gap = self.gaps.pop(card_id, None)
         if periods and periods[-1] <= (start, end):
             # after the card's last period (most reservations): the longest gap, when known,
@@ -72,6 +83,8 @@ class Timeline:
         i = bisect.bisect_left(periods, (start, end))
         if i == len(periods) or periods[i] != (start, end):
             raise KeyError((card_id, start, end))
+        if self.index is not None:
+            self.index.dirty.add(card_id)
         gap = self.gaps.pop(card_id, None)
         if gap is not None and 0 < i == len(periods) - 1 and start - periods[i - 1][1] < gap:
             # its last period, not behind the longest gap: what is kept still bounds the truth
@@ -87,6 +100,8 @@ class Timeline:
                 n += 1
             if n:
                 del periods[:n]
+                if self.index is not None:
+                    self.index.dirty.add(card_id)
                 if card_id in gaps:
                     del gaps[card_id]  # its gaps may have gone with them: found again
 

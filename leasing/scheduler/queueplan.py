@@ -107,6 +107,7 @@ class QueuePlan:
     def __init__(self, cards: Sequence[CardSlot], timeline: Timeline, *, now: datetime):
         self.cards = cards
         self.timeline = timeline
+        timeline.watch(cards)
         self.now = now
         self.keys: list[Key] = []
         self.entries: list[Planned] = []

@@ -41,6 +41,80 @@ def in_the_way(card_id: int, periods, gaps: dict, t0: datetime, d: timedelta):
     return j, gap
 
 
+class FreeIndex:
+    """``first_free_card``'s index over one list of cards (``Timeline.watch``), for the pool
+    where nothing is free: most cards are then busy in one unbroken stretch (no gap between
+    their periods, no end of use), and such a card is free over ``[t0, t0 + d)`` exactly when
+    its stretch begins no earlier than ``t0 + d`` or ends by ``t0``, else first from its end.
+    Those cards are kept sorted by where the stretch begins and where it ends; the others
+    (gaps, an end of use) are looked at one by one as before. The timeline marks a card
+    *dirty* when its periods change; it is placed again at the next search (``settle``)."""
+
+    def __init__(self, cards: Sequence):
+        self.cards = cards
+        self.pos = {card.card_id: n for n, card in enumerate(cards)}
+        self.dirty: set[int] = set(self.pos)  # card ids to place again
+        self.stretch: dict[int, tuple[datetime, datetime]] = {}  # position -> (begins, ends)
+        self.by_begin: list[tuple[datetime, int]] = []  # sorted (begins, position)
+        self.by_end: list[tuple[datetime, int]] = []  # sorted (ends, position)
+        self.empty: set[int] = set()  # positions with no busy time and no end of use
+        self.odd: set[int] = set()  # positions looked at one by one
+
+    def settle(self, busy: dict, gaps: dict) -> None:
+        """Place every dirty card again, from its periods now."""
+        pos = self.pos
+        for card_id in self.dirty:
+            n = pos.get(card_id)
+            if n is None:
+                continue  # the timeline's, not one of these cards
+            old = self.stretch.pop(n, None)
+            if old is not None:
+                del self.by_begin[bisect.bisect_left(self.by_begin, (old[0], n))]
+                del self.by_end[bisect.bisect_left(self.by_end, (old[1], n))]
+            self.empty.discard(n)
+            self.odd.discard(n)
+            periods = busy.get(card_id)
+            if self.cards[n].usable_until is not None:
+                self.odd.add(n)
+            elif not periods:
+                self.empty.add(n)
+            else:
+                gap = gaps.get(card_id)
+                if gap is None:
+                    gap = gaps[card_id] = longest_gap(periods)
+                if gap:  # a gap between periods, or a period of no length (timedelta.max)
+                    self.odd.add(n)
+                else:
+                    begins, ends = periods[0][0], periods[-1][1]
+                    self.stretch[n] = (begins, ends)
+                    bisect.insort(self.by_begin, (begins, n))
+                    bisect.insort(self.by_end, (ends, n))
+        self.dirty.clear()
+
+    def first_free(self, timeline, t0: datetime, d: timedelta):
+        """``first_free_card`` over the indexed cards: the one-stretch cards from the two
+        sorted lists, the others by ``_scan``."""
+        self.settle(timeline.busy, timeline.gaps)
+        if self.empty:
+            return t0, None
+        by_end = self.by_end
+        best, at_best = None, []
+        if by_end:
+            if by_end[0][0] <= t0 or self.by_begin[-1][0] >= t0 + d:
+                return t0, None  # a stretch over before t0, or one that begins after
+            best = by_end[0][0]  # the others are busy until their ends
+            for ends, n in by_end:
+                if ends != best:
+                    break
+                at_best.append(n)
+        if not self.odd:
+            if best is None:
+                return None, None  # no cards
+            return best, [self.cards[n] for n in sorted(at_best)]
+        cards = self.cards
+        return _scan([(n, cards[n]) for n in self.odd], timeline, t0, d, best, at_best, cards)
+
+
 def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
     """``(t, among)``: the earliest *t* >= *t0* where some card is free over ``[t, t + d)``,
     and the cards, in their order, among which every card free then is (None: all of them;
@@ -52,16 +126,25 @@ def first_free_card(cards: Sequence, timeline, t0: datetime, d: timedelta):
     Two rounds: first the cards whose answer needs no walk over their periods (free at *t0*,
     or no gap between their periods as long as *d*: free from their last end, and then only
     from it), then a walk over the others' periods, each stopped at the best found so far.
-    Those walked may be free at the answer: they are among the cards returned."""
-    best: datetime | None = None
-    at_best: list[int] = []  # positions of the cards of the first round free from best
+    Those walked may be free at the answer: they are among the cards returned.
+
+    When the timeline keeps a ``FreeIndex`` over these very *cards*, it answers (the same)."""
+    index = timeline.index
+    if index is not None and index.cards is cards and d > timedelta(0):
+        return index.first_free(timeline, t0, d)
+    return _scan(enumerate(cards), timeline, t0, d, None, [], cards)
+
+
+def _scan(items, timeline, t0: datetime, d: timedelta, best, at_best: list[int], cards):
+    """``first_free_card`` over *items* (``(position, card)``), from the *best* moment found
+    so far and the positions *at_best* free from it."""
     busy = timeline.busy
     gaps = timeline.gaps
     walks = []
     end0 = t0 + d
     probe = (t0, t0)
     bisect_right = bisect.bisect_right
-    for n, card in enumerate(cards):
+    for n, card in items:
         card_id = card.card_id
         periods = busy.get(card_id)
         t = t0

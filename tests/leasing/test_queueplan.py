@@ -19,7 +19,7 @@ from leasing.scheduler.planner import (
     plan_queue,
 )
 from leasing.scheduler.queueplan import SLACK_CAP, QueuePlan, service_key
-from leasing.scheduler.search import longest_gap
+from leasing.scheduler.search import first_free_card, longest_gap
 
 T = datetime(2026, 3, 2, tzinfo=UTC)
 M = timedelta(minutes=1)
@@ -285,6 +285,44 @@ def test_a_cards_longest_gap_kept_through_changes_is_never_shorter_than_its_gaps
                 assert gap >= longest_gap(timeline.busy[card_id])
     request = Request(1, 1, data.draw(st.integers(1, 120)) * M, T, True)
     assert earliest(cards, timeline, request) == brute_earliest(cards, timeline, request)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_free_card_index_answers_as_the_walk_over_every_card(data):
+    """``Timeline.watch`` keeps ``search.FreeIndex`` over a list of cards through ``add``,
+    ``remove`` and ``prune``: after any changes, ``first_free_card`` answers from it exactly
+    what the walk over every card answers (the same moment, the same cards to choose among),
+    on stretches with and without gaps, cards with an end of use, and cards with none."""
+    cards = data.draw(pools())
+    watched, plain = Timeline(), Timeline()
+    watched.watch(cards)
+    for _ in range(data.draw(st.integers(1, 16))):
+        card = data.draw(st.sampled_from(cards)).card_id
+        periods = plain.busy[card]
+        action = data.draw(st.sampled_from(["add", "add", "remove", "prune", "ask"]))
+        if action == "add":  # often right after its last period: one unbroken stretch
+            s = (
+                (periods[-1][1] if periods else T)
+                + data.draw(st.sampled_from([0, 0, 0, 5, 60])) * M
+                - data.draw(st.sampled_from([0, 0, 40])) * M
+            )
+            e = s + data.draw(st.integers(1, 120)) * M
+            if plain.is_free(card, s, e):
+                watched.add(card, s, e)
+                plain.add(card, s, e)
+        elif action == "remove" and periods:
+            period = data.draw(st.sampled_from(periods))
+            watched.remove(card, *period)
+            plain.remove(card, *period)
+        elif action == "prune":
+            now = T + data.draw(st.integers(-30, 240)) * M
+            watched.prune(now)
+            plain.prune(now)
+        t0 = T + data.draw(st.integers(-30, 240)) * M
+        d = data.draw(st.integers(1, 150)) * M
+        assert first_free_card(cards, watched, t0, d) == first_free_card(cards, plain, t0, d)
+    assert watched.index is not None and watched.index.cards is cards and plain.index is None
 
 
 @settings(max_examples=400, deadline=None)

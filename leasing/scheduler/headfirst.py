@@ -237,10 +237,13 @@ class HeadFirstPlan(QueuePlan):
     def _forget(self, entry: Planned, *, reserve: bool = False) -> None:
         """Take *entry*'s reservation out of ``_reserved`` (*reserve*: put it in), where it
         is kept."""
-        d = entry.decision
+        self._note(entry.decision, entry.request.duration, reserve=reserve)
+
+    def _note(self, d: Decision, duration, *, reserve: bool) -> None:
+        """``_forget`` for a decision *d* of that *duration* (one an entry may not hold yet)."""
         if self._reserved is None or d.start is None:
             return
-        end = d.start + entry.request.duration
+        end = d.start + duration
         periods = [(c, d.start, end) for c in d.card_ids]
         if reserve:
             self._reserved.update(periods)
@@ -249,9 +252,7 @@ class HeadFirstPlan(QueuePlan):
 
     def _plan(self, request: Request) -> Decision:
         decision = super()._plan(request)
-        if self._reserved is not None and decision.start is not None:
-            end = decision.start + request.duration
-            self._reserved.update((c, decision.start, end) for c in decision.card_ids)
+        self._note(decision, request.duration, reserve=True)
         return decision
 
     def _reserve(self, entry: Planned) -> None:

@@ -129,7 +129,7 @@ def lease_previews(
             and (decision.start is None or decision.start > now)
             and all(w.team_id == team_id for w in queue)
             and not planned_whole(
-                shares.shares_covering(ask.card_model_id), [w for w in queue if w.start_policy]
+                shares.shares_covering(ask.card_model_id), any(w.start_policy for w in queue)
             )
         ):
             # its own team alone waits: the pass may start it now around the head

@@ -143,7 +143,8 @@ def _plan_whole(
 def planned_whole(covering: list, policies) -> bool:
     """Whether a model's queue is planned whole on every pass, out of service order: a
     guaranteed share covers the model (*covering*, ``shares.shares_covering``) or a waiting
-    lease holds for off-peak hours (*policies*: those leases, ``Picture.policies``). Then no
+    lease holds for off-peak hours (*policies*: those leases, ``Picture.policies``, or
+    whether there is one). Then no
     plan is kept between passes (``refresh``) and nothing starts around the head
     (``headfirst``): the preview asks the same."""
     return bool(covering) or bool(policies)

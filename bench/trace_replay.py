@@ -864,6 +864,7 @@ def replay(jobs: list[Job], cards: list[CardSlot], policy: str, args) -> dict:
             for t in teams
         },
         "double": double,
+        "floor": not resumed and at_floor(jobs),
         "preempted": reclaim.preempted if reclaim is not None else None,
         "passes": passes,
         "wall": wall,
@@ -921,31 +922,75 @@ def print_table(rows_out: list[tuple[str, dict]]) -> None:
 
 
 def verdict(label: str, by: dict[str, dict]) -> list[str]:
-    """The issue's bar: the portal ahead of EASY on mean and p95, max within 1.5 x EASY's."""
+    """The issue's bar on a row of ``--table`` (``bar_checks``)."""
     if "portal" not in by or "easy" not in by:
         return []
     p, e = by["portal"], by["easy"]
     kept = p["eta_first15"]
-    ok_eta = kept is None or kept >= ETA_TARGET
     if kept is not None:
         print(
             f"{label}: portal ETA kept (first estimate + 15 min) {kept:.0%}, target "
             f"{ETA_TARGET:.0%}; one hour before + 15 min {p['eta_1h15']:.0%}; the first wait "
             f"told over the wait that came, median {p['eta_ratio']:.2f}"
         )
-    ok_mean = p["mean"] < e["mean"] or p["mean"] == e["mean"] == 0
-    ok_p95 = p["p95"] < e["p95"] or p["p95"] == e["p95"] == 0
-    ok_max = p["max"] <= 1.5 * e["max"]
-    bad = [
-        f"{label}: {what}"
-        for what, ok in (("mean", ok_mean), ("p95", ok_p95), ("max", ok_max), ("ETA", ok_eta))
-        if not ok
-    ]
+    times, plus = CPU_BAR
     print(
         f"{label}: portal vs easy: mean {rel(p['mean'], e['mean'])}, p95 {rel(p['p95'], e['p95'])},"
-        f" max {p['max'] / e['max'] if e['max'] else 0:.2f} x"
+        f" max {p['max'] / e['max'] if e['max'] else 0:.2f} x, CPU {p['cpu']:.1f} s vs "
+        f"{e['cpu']:.1f} s (bar {times:g} x + {plus:g} s)"
+        + (", at the floor" if p["floor"] else "")
     )
-    return bad
+    return [f"{label}: {what}" for what, ok in bar_checks(p, e) if not ok]
+
+
+def bar_checks(p: dict, e: dict) -> tuple[tuple[str, bool], ...]:
+    """The issue's bar for the portal's replay *p* against EASY's *e*: ahead on mean and p95
+    (level only where both are 0, or where the portal's waits are at the floor: ``at_floor``),
+    longest wait within 1.5 x EASY's, replay CPU within 2 x EASY's + 10 s, and the ETA target
+    kept (the queue's-plan issue: >= 80 % of waiting jobs started by their first told start +
+    15 min)."""
+    times, plus = CPU_BAR
+
+    def ahead(what: str) -> bool:
+        return p[what] < e[what] or p[what] == e[what] == 0 or (p[what] == e[what] and p["floor"])
+
+    return (
+        ("mean", ahead("mean")),
+        ("p95", ahead("p95")),
+        ("max", p["max"] <= 1.5 * e["max"]),
+        ("CPU", p["cpu"] <= times * e["cpu"] + plus),
+        ("ETA", p["eta_first15"] is None or p["eta_first15"] >= ETA_TARGET),
+    )
+
+
+def at_floor(jobs: list[Job]) -> bool:
+    """Whether the replay's waits are the least any order that idles no card can give: every
+    job that waited is one card and took its card the moment a job that had not waited gave it
+    back. Then each moment a card came free is the earliest it could (its job started when it
+    was submitted), no waiting job gave a card to another, and the waiting jobs take those
+    moments in one order or another: the same sum of waits. (6214e9 alone at 12 x 8: FIFO,
+    EASY and the portal all wait 32,552 s in all, to the second.)"""
+    before: dict[tuple[int, int], Job] = {}  # (job, card) -> the job on that card before it
+    on_card: dict[int, list[Job]] = defaultdict(list)
+    for job in jobs:
+        for card in job.cards:
+            on_card[card].append(job)
+    for card, held in on_card.items():
+        held.sort(key=lambda j: j.start)
+        for a, b in zip(held, held[1:], strict=False):
+            before[b.id, card] = a
+    waited = [j for j in jobs if j.start > j.submit]
+    for job in waited:
+        if job.count != 1:
+            return False
+        prior = before.get((job.id, job.cards[0]))
+        if (
+            prior is None
+            or prior.start != prior.submit
+            or prior.start + prior.duration != job.start
+        ):
+            return False
+    return bool(waited)
 
 
 def add_fair_share_arguments(parser) -> None:
@@ -1102,7 +1147,7 @@ def main() -> int:
         print("\nDOUBLE ALLOCATIONS")
         return 1
     if bad:
-        print(f"\nportal NOT ahead of EASY, or its ETA target missed: {', '.join(bad)}")
+        print(f"\nportal short of the bar: {', '.join(bad)}")
         return 1
     return 0
 
@@ -1198,27 +1243,18 @@ def fmt_eta_first(r: dict) -> str:
 
 
 def overload_verdict(label: str, by: dict[str, dict]) -> list[str]:
-    """The issue's bar on one row: ahead of EASY on mean and p95, max within 1.5 x EASY's,
-    replay CPU within 2 x EASY's + 10 s, and the ETA target kept (the queue's-plan issue:
-    >= 80 % of waiting jobs started by their first told start + 15 min)."""
+    """The issue's bar on one row of ``--overload`` (``bar_checks``)."""
     if "portal" not in by or "easy" not in by:
         return []
     p, e = by["portal"], by["easy"]
     times, plus = CPU_BAR
-    checks = (
-        ("mean", p["mean"] < e["mean"] or p["mean"] == e["mean"] == 0),
-        ("p95", p["p95"] < e["p95"] or p["p95"] == e["p95"] == 0),
-        ("max", p["max"] <= 1.5 * e["max"]),
-        ("CPU", p["cpu"] <= times * e["cpu"] + plus),
-        ("ETA", p["eta_first15"] is None or p["eta_first15"] >= ETA_TARGET),
-    )
     print(
         f"{label}: portal vs easy: mean {rel(p['mean'], e['mean'])}, p95 "
         f"{rel(p['p95'], e['p95'])}, max {p['max'] / e['max'] if e['max'] else 0:.2f} x, CPU "
         f"{p['cpu']:.1f} s vs {e['cpu']:.1f} s (bar {times:g} x + {plus:g} s), ETA first + 15 min "
-        f"{fmt_eta_first(p)} (target {ETA_TARGET:.0%})"
+        f"{fmt_eta_first(p)} (target {ETA_TARGET:.0%})" + (", at the floor" if p["floor"] else "")
     )
-    return [f"{label}: {what}" for what, ok in checks if not ok]
+    return [f"{label}: {what}" for what, ok in bar_checks(p, e) if not ok]
 
 
 if __name__ == "__main__":

@@ -130,7 +130,9 @@ def test_a_lease_the_reclaim_lets_start_now_starts_in_the_same_pass():
 
 
 def _row(**over):
-    row = {"mean": 100.0, "p95": 200.0, "max": 300.0, "cpu": 1.0, "eta_first15": 0.9}
+    row = {
+        "mean": 100.0, "p95": 200.0, "max": 300.0, "cpu": 1.0, "eta_first15": 0.9, "floor": False
+    }  # fmt: skip
     return {**row, **over}
 
 
@@ -146,3 +148,34 @@ def test_the_overload_bar_names_each_part_the_portal_misses():
     assert tr.overload_verdict("x", {"easy": easy, "portal": _row(mean=0, eta_first15=None)}) == [
         "x: p95"
     ]
+
+
+def test_level_with_easy_passes_only_where_no_order_could_wait_less():
+    """Level with EASY is short of the bar unless both are 0 or the portal's waits are at the
+    floor (``at_floor``); the ``--table`` rows are held to the same bar, CPU included."""
+    easy = _row()
+    assert tr.overload_verdict("x", {"easy": easy, "portal": _row()}) == ["x: mean", "x: p95"]
+    assert tr.overload_verdict("x", {"easy": easy, "portal": _row(floor=True)}) == []
+    slow = _row(mean=90.0, p95=190.0, cpu=12.5, eta_1h15=0.95, eta_ratio=1.1)
+    assert tr.verdict("x", {"easy": easy, "portal": slow}) == ["x: CPU"]
+
+
+def _ran(jid, *, submit, start, card, count=1, hours=2):
+    j = tr.Job(jid, NOW + submit * H, hours * H, count, "a", True)
+    j.start, j.cards = NOW + start * H, (card,) if count == 1 else tuple(range(card, card + count))
+    return j
+
+
+def test_the_floor_is_one_card_jobs_taking_cards_the_moment_unwaiting_work_gives_them_back():
+    first = _ran(1, submit=0, start=0, card=1)  # did not wait, ends at 2 h
+    other = _ran(2, submit=0, start=0, card=2, hours=3)
+    assert tr.at_floor([first, other, _ran(3, submit=1, start=2, card=1)])
+    # nobody waited: the 0 = 0 rule covers it, not the floor
+    assert not tr.at_floor([first, other])
+    # the card was free for an hour before the waiting job took it
+    assert not tr.at_floor([first, other, _ran(3, submit=1, start=3, card=1)])
+    # a job that waited for two cards
+    assert not tr.at_floor([first, other, _ran(3, submit=1, start=3, card=1, count=2)])
+    # the card came from a job that had waited itself: its end was not the earliest it could be
+    waited = _ran(1, submit=0, start=0.5, card=1, hours=1.5)
+    assert not tr.at_floor([waited, other, _ran(3, submit=1, start=2, card=1)])

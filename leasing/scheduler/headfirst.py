@@ -204,6 +204,12 @@ class HeadFirstPlan(QueuePlan):
         """The cards free now (no busy period has begun on them), each with its busy periods
         (holders' and reservations')."""
         busy = self.timeline.busy
+        index = self.timeline.index
+        if index is not None and index.cards is self.cards:
+            cards = self.cards
+            return [
+                (cards[n], busy.get(cards[n].card_id) or ()) for n in index.idle(self.timeline, now)
+            ]
         out = []
         for card in self.cards:
             periods = busy.get(card.card_id)

@@ -57,6 +57,9 @@ class Timeline:
     # ``first_free_card``'s index over the cards of the plan that uses this timeline
     # (``watch``); every change of a card's periods marks it dirty there.
     index: FreeIndex | None = field(default=None, compare=False, repr=False)
+    # No card's first period ends before this (None: not known): ``prune`` before it has
+    # nothing to forget and walks no card. ``add`` and ``remove`` lower it where they must.
+    ends_from: datetime | None = field(default=None, compare=False, repr=False)
 
     def watch(self, cards: Sequence[CardSlot]) -> None:
         """Keep ``first_free_card``'s index over *cards* (the list a plan searches)."""
@@ -67,6 +70,8 @@ class Timeline:
         periods = self.busy[card_id]
         if self.index is not None:
             self.index.dirty.add(card_id)
+        if self.ends_from is not None and end < self.ends_from:
+            self.ends_from = end
         gap = self.gaps.pop(card_id, None)
         if periods and periods[-1] <= (start, end):
             # after the card's last period (most reservations): the longest gap, when known,
@@ -90,10 +95,15 @@ class Timeline:
             # its last period, not behind the longest gap: what is kept still bounds the truth
             self.gaps[card_id] = gap
         del periods[i]
+        if i == 0 and periods and self.ends_from is not None and periods[0][1] < self.ends_from:
+            self.ends_from = periods[0][1]
 
     def prune(self, now: datetime) -> None:
         """Forget the periods that ended by *now*: they can no longer be in anyone's way."""
+        if self.ends_from is not None and now < self.ends_from:
+            return  # no first period has ended
         gaps = self.gaps
+        ends_from = None
         for card_id, periods in self.busy.items():
             n = 0
             while n < len(periods) and periods[n][1] <= now:
@@ -104,6 +114,9 @@ class Timeline:
                     self.index.dirty.add(card_id)
                 if card_id in gaps:
                     del gaps[card_id]  # its gaps may have gone with them: found again
+            if periods and (ends_from is None or periods[0][1] < ends_from):
+                ends_from = periods[0][1]
+        self.ends_from = ends_from
 
     def is_free(self, card_id: int, start: datetime, end: datetime) -> bool:
         periods = self.busy.get(card_id)

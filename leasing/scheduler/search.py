@@ -67,29 +67,48 @@ class FreeIndex:
             n = pos.get(card_id)
             if n is None:
                 continue  # the timeline's, not one of these cards
-            old = self.stretch.pop(n, None)
+            periods = busy.get(card_id)
+            new = None  # its stretch, when it is one
+            if self.cards[n].usable_until is None and periods:
+                gap = gaps.get(card_id)
+                if gap is None:
+                    gap = gaps[card_id] = longest_gap(periods)
+                if not gap:  # no gap between periods, none of no length (timedelta.max)
+                    new = (periods[0][0], periods[-1][1])
+            old = self.stretch.get(n)
+            if new is not None and new == old:
+                continue  # a period taken out and put back, or one inside the stretch
             if old is not None:
+                del self.stretch[n]
                 del self.by_begin[bisect.bisect_left(self.by_begin, (old[0], n))]
                 del self.by_end[bisect.bisect_left(self.by_end, (old[1], n))]
             self.empty.discard(n)
             self.odd.discard(n)
-            periods = busy.get(card_id)
-            if self.cards[n].usable_until is not None:
-                self.odd.add(n)
-            elif not periods:
+            if new is not None:
+                self.stretch[n] = new
+                bisect.insort(self.by_begin, (new[0], n))
+                bisect.insort(self.by_end, (new[1], n))
+            elif self.cards[n].usable_until is None and not periods:
                 self.empty.add(n)
             else:
-                gap = gaps.get(card_id)
-                if gap is None:
-                    gap = gaps[card_id] = longest_gap(periods)
-                if gap:  # a gap between periods, or a period of no length (timedelta.max)
-                    self.odd.add(n)
-                else:
-                    begins, ends = periods[0][0], periods[-1][1]
-                    self.stretch[n] = (begins, ends)
-                    bisect.insort(self.by_begin, (begins, n))
-                    bisect.insort(self.by_end, (ends, n))
+                self.odd.add(n)
         self.dirty.clear()
+
+    def idle(self, timeline, now: datetime) -> list[int]:
+        """The positions, in order, of the cards on which no busy period has begun by *now*
+        and whose end of use (if any) is after it (``HeadFirstPlan._idle_now``)."""
+        self.settle(timeline.busy, timeline.gaps)
+        busy, cards = timeline.busy, self.cards
+        by_begin = self.by_begin
+        out = [n for _b, n in by_begin[bisect.bisect_right(by_begin, (now, len(cards))) :]]
+        out += self.empty
+        for n in self.odd:
+            periods = busy.get(cards[n].card_id)
+            limit = cards[n].usable_until
+            if (not periods or periods[0][0] > now) and (limit is None or limit > now):
+                out.append(n)
+        out.sort()
+        return out
 
     def first_free(self, timeline, t0: datetime, d: timedelta):
         """``first_free_card`` over the indexed cards: the one-stretch cards from the two

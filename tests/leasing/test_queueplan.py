@@ -293,10 +293,13 @@ def test_the_free_card_index_answers_as_the_walk_over_every_card(data):
     """``Timeline.watch`` keeps ``search.FreeIndex`` over a list of cards through ``add``,
     ``remove`` and ``prune``: after any changes, ``first_free_card`` answers from it exactly
     what the walk over every card answers (the same moment, the same cards to choose among),
-    on stretches with and without gaps, cards with an end of use, and cards with none."""
+    and so do the cards idle at a moment, on stretches with and without gaps, cards with an
+    end of use, and cards with none. ``prune`` that skips the walk while no first period has
+    ended (``Timeline.ends_from``) forgets what the walk forgets."""
     cards = data.draw(pools())
     watched, plain = Timeline(), Timeline()
     watched.watch(cards)
+    walked = Timeline()  # ``prune`` always walks every card (no ``ends_from``)
     for _ in range(data.draw(st.integers(1, 16))):
         card = data.draw(st.sampled_from(cards)).card_id
         periods = plain.busy[card]
@@ -309,19 +312,29 @@ def test_the_free_card_index_answers_as_the_walk_over_every_card(data):
             )
             e = s + data.draw(st.integers(1, 120)) * M
             if plain.is_free(card, s, e):
-                watched.add(card, s, e)
-                plain.add(card, s, e)
+                for timeline in (watched, plain, walked):
+                    timeline.add(card, s, e)
         elif action == "remove" and periods:
             period = data.draw(st.sampled_from(periods))
-            watched.remove(card, *period)
-            plain.remove(card, *period)
+            for timeline in (watched, plain, walked):
+                timeline.remove(card, *period)
         elif action == "prune":
             now = T + data.draw(st.integers(-30, 240)) * M
-            watched.prune(now)
-            plain.prune(now)
+            walked.ends_from = None
+            for timeline in (watched, plain, walked):
+                timeline.prune(now)
+            assert {c: p for c, p in plain.busy.items() if p} == {
+                c: p for c, p in walked.busy.items() if p
+            }
         t0 = T + data.draw(st.integers(-30, 240)) * M
         d = data.draw(st.integers(1, 150)) * M
         assert first_free_card(cards, watched, t0, d) == first_free_card(cards, plain, t0, d)
+        # the cards no period has begun on by t0 (``HeadFirstPlan._idle_now``)
+        assert watched.index.idle(watched, t0) == [
+            n for n, c in enumerate(cards)
+            if not (plain.busy.get(c.card_id) and plain.busy[c.card_id][0][0] <= t0)
+            and (c.usable_until is None or c.usable_until > t0)
+        ]  # fmt: skip
     assert watched.index is not None and watched.index.cards is cards and plain.index is None
 
 

@@ -34,7 +34,7 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from leasing.scheduler.planner import (
@@ -253,7 +253,7 @@ class QueuePlan:
                     self.timeline.add(c, start, end)
                     added.append((c, start, end))
         if request.not_before < self.now:
-            request = replace(request, not_before=self.now)
+            request = request.not_before_at(self.now)
         decision = earliest(cards_for(self.cards, request), self.timeline, request)
         for c, start, end in added:
             self.timeline.remove(c, start, end)
@@ -405,7 +405,7 @@ class QueuePlan:
             if kept is _NOT_BEFORE:
                 later = entry.request
                 if old.start > later.not_before:
-                    later = replace(later, not_before=old.start)
+                    later = later.not_before_at(old.start)
                 entry.decision = self._plan(later)
             elif kept is None:
                 entry.decision = self._plan(entry.request)
@@ -465,7 +465,7 @@ class QueuePlan:
             nodes &= request.nodes
         sub = [c for n in sorted(nodes) for c in self.by_node.get(n, ())]
         if request.not_before < self.now:
-            request = replace(request, not_before=self.now)
+            request = request.not_before_at(self.now)
         earlier = earliest(sub, self.timeline, request)
         if earlier.start is None or earlier.start >= old.start:
             return _GO_ON
@@ -545,7 +545,7 @@ class QueuePlan:
 
     def _plan(self, request: Request) -> Decision:
         if request.not_before < self.now:
-            request = replace(request, not_before=self.now)
+            request = request.not_before_at(self.now)
         decision = earliest(cards_for(self.cards, request), self.timeline, request)
         if decision.start is not None:
             end = decision.start + request.duration

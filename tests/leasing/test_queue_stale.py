@@ -188,6 +188,7 @@ def test_a_queue_that_drains_starts_in_few_slices_not_one_lease_each(
     assert {w.status for w in waiting} == {LeaseStatus.QUEUED}
     monkeypatch.setattr(joining, "JOIN_BUDGET", 8)  # the release's pass plans one lease
     monkeypatch.setattr(refresh, "REFRESH_STARTS", 4)
+    monkeypatch.setattr(refresh, "REFRESH_PLAN_SECONDS", 60.0)  # the count alone bounds it
     lease_release(lease=holder, user=bob)
     assert QueueMark.objects.filter(card_model=a100).exists()
     ids = [w.pk for w in waiting]

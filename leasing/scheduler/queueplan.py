@@ -401,7 +401,10 @@ class QueuePlan:
                     self._unreserve(later)  # out of the way of this search
                 reserved_from = None
             extra = [w for key, w in started if key > entry.key]
-            kept = self._keep(entry, old, added + extra if extra else added, freed)
+            if self._indexed(entry.request):
+                kept = None  # one card read off the index costs less than _keep's questions
+            else:
+                kept = self._keep(entry, old, added + extra if extra else added, freed)
             if kept is _NOT_BEFORE:
                 later = entry.request
                 if old.start > later.not_before:
@@ -515,6 +518,17 @@ class QueuePlan:
             return None
         best = mine if others is None or mine[0] < others[0] else others
         return Decision(old.lease_id, start, best[1])
+
+    def _indexed(self, request: Request) -> bool:
+        """Whether ``earliest`` finds *request* from the timeline's index (one card, any of
+        the plan's cards: ``search.FreeIndex``); then ``_keep`` is not asked."""
+        index = self.timeline.index
+        return (
+            request.count == 1
+            and request.nodes is None
+            and index is not None
+            and index.cards is self.cards
+        )
 
     def _holds(self, entry: Planned) -> bool:
         """Whether *entry* is in the plan (found by its key)."""

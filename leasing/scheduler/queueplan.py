@@ -401,10 +401,7 @@ class QueuePlan:
                     self._unreserve(later)  # out of the way of this search
                 reserved_from = None
             extra = [w for key, w in started if key > entry.key]
-            if self._indexed(entry.request):
-                kept = None  # one card read off the index costs less than _keep's questions
-            else:
-                kept = self._keep(entry, old, added + extra if extra else added, freed)
+            kept = self._keep(entry, old, added + extra if extra else added, freed)
             if kept is _NOT_BEFORE:
                 later = entry.request
                 if old.start > later.not_before:
@@ -450,8 +447,8 @@ class QueuePlan:
                 # still a candidate (the period ending there was not taken out)
                 return _NOT_BEFORE
         if before_end:
-            if not request.same_node:
-                return None
+            if not request.same_node or self._indexed(request):
+                return None  # (one card read off the index costs less than the question)
             earlier = self._keep_earlier(request, old, before_end)
             if earlier is not _GO_ON:
                 return earlier
@@ -491,6 +488,8 @@ class QueuePlan:
             touched &= request.nodes  # changes on nodes it may not use do not concern it
         if not touched:
             return old  # nothing changed inside its window: the same cards are the best fit
+        if self._indexed(request):
+            return None  # one card read off the index costs less than what follows
         node = self.node_of[old.card_ids[0]]
         domains = {c.domain for c in self.by_node[node] if c.card_id in set(old.card_ids)}
         if (
@@ -521,7 +520,8 @@ class QueuePlan:
 
     def _indexed(self, request: Request) -> bool:
         """Whether ``earliest`` finds *request* from the timeline's index (one card, any of
-        the plan's cards: ``search.FreeIndex``); then ``_keep`` is not asked."""
+        the plan's cards: ``search.FreeIndex``); then ``_keep`` asks only its cheap questions
+        and leaves the rest to that search."""
         index = self.timeline.index
         return (
             request.count == 1

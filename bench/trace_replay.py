@@ -968,8 +968,8 @@ def at_floor(jobs: list[Job]) -> bool:
     job that waited is one card and took its card the moment a job that had not waited gave it
     back. Then each moment a card came free is the earliest it could (its job started when it
     was submitted), no waiting job gave a card to another, and the waiting jobs take those
-    moments in one order or another: the same sum of waits. (6214e9 alone at 12 x 8: FIFO,
-    EASY and the portal all wait 32,552 s in all, to the second.)"""
+    moments in one order or another: the same sum of waits (6214e9 alone at 12 x 8,
+    docs/performance.md)."""
     before: dict[tuple[int, int], Job] = {}  # (job, card) -> the job on that card before it
     on_card: dict[int, list[Job]] = defaultdict(list)
     for job in jobs:

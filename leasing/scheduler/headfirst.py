@@ -202,23 +202,13 @@ class HeadFirstPlan(QueuePlan):
 
     def _idle_now(self, now: datetime):
         """The cards free now (no busy period has begun on them), each with its busy periods
-        (holders' and reservations')."""
-        busy = self.timeline.busy
-        index = self.timeline.index
-        if index is not None and index.cards is self.cards:
-            cards = self.cards
-            return [
-                (cards[n], busy.get(cards[n].card_id) or ()) for n in index.idle(self.timeline, now)
-            ]
-        out = []
-        for card in self.cards:
-            periods = busy.get(card.card_id)
-            if periods and periods[0][0] <= now:
-                continue
-            if card.usable_until is not None and card.usable_until <= now:
-                continue
-            out.append((card, periods or ()))
-        return out
+        (holders' and reservations'), read off the timeline's index over the plan's cards."""
+        self.timeline.watch(self.cards)  # kept since ``QueuePlan.__init__``: nothing rebuilt
+        busy, cards = self.timeline.busy, self.cards
+        return [
+            (cards[n], busy.get(cards[n].card_id) or ())
+            for n in self.timeline.index.idle(self.timeline, now)
+        ]
 
     def _around_head(self, idle):
         """*idle* (``_idle_now``) with the periods of the holders and the head's reservation

@@ -3,6 +3,7 @@
 queue order (``service_key``) serves short work first without letting anyone be passed for
 longer than the cap."""
 
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -336,6 +337,16 @@ def test_the_free_card_index_answers_as_the_walk_over_every_card(data):
             and (c.usable_until is None or c.usable_until > t0)
         ]  # fmt: skip
     assert watched.index is not None and watched.index.cards is cards and plain.index is None
+
+
+def test_a_request_moved_later_keeps_every_other_field():
+    """``Request.not_before_at`` names the fields itself (no ``dataclasses.replace``): a field
+    added to ``Request`` must be added there too, or it would fall back to its default."""
+    assert [f.name for f in fields(Request)] == [
+        "lease_id", "count", "duration", "not_before", "same_node", "nodes"
+    ]  # fmt: skip
+    request = Request(7, 3, 2 * M, T, False, frozenset({1, 2}))
+    assert request.not_before_at(T + M) == replace(request, not_before=T + M)
 
 
 @settings(max_examples=400, deadline=None)
